@@ -1,0 +1,1 @@
+#include "planner/cost_model.h"

@@ -1,0 +1,3 @@
+#include "planner/cost_model.h"
+
+#include "gtest/gtest.h"

@@ -1,0 +1,1 @@
+#include "planner/mesh.h"

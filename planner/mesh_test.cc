@@ -1,0 +1,3 @@
+#include "planner/mesh.h"
+
+#include "gtest/gtest.h"

@@ -1,0 +1,3 @@
+#include "planner/plan.h"
+
+#include "gtest/gtest.h"

@@ -1,0 +1,3 @@
+#include "planner/sharding.h"
+
+#include "gtest/gtest.h"

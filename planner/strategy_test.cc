@@ -1,0 +1,3 @@
+#include "planner/strategy.h"
+
+#include "gtest/gtest.h"

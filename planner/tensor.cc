@@ -1,0 +1,1 @@
+#include "planner/tensor.h"

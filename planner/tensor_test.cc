@@ -1,0 +1,3 @@
+#include "planner/tensor.h"
+
+#include "gtest/gtest.h"

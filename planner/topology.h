@@ -1,0 +1,56 @@
+// Topology: the hosts of a cluster, the devices of each host, and the links
+// between them, as the planner and the cost model see them.
+//
+// Devices are numbered host-major: device d sits on host d / devices_per_host
+// (DESIGN.md, "Cluster ids"). Every host has one NIC with the same egress and
+// ingress bandwidth; every device has one port into the host's fabric
+// (NVLink, or memory copies for CPU devices) with the same bandwidth each way.
+// Bandwidths are in bytes per second, latencies in seconds.
+//
+// Thread safety: a plain value type; const methods are safe to call
+// concurrently.
+#ifndef MESHCAST_PLANNER_TOPOLOGY_H_
+#define MESHCAST_PLANNER_TOPOLOGY_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace meshcast {
+
+struct Topology {
+  int num_hosts = 1;
+  int devices_per_host = 1;
+  // Per-host NIC bandwidth, each direction (bytes/s).
+  double inter_host_bandwidth = 1.25e9;
+  // Per-device port bandwidth inside a host, each direction (bytes/s).
+  double intra_host_bandwidth = 150e9;
+  // Per-message latency between hosts and inside a host (s).
+  double inter_host_latency = 10e-6;
+  double intra_host_latency = 2e-6;
+  // Transfers are pipelined in chunks of this size along a relay chain; each
+  // extra hop adds one chunk's time at the hop's rate (pipeline fill).
+  double pipeline_chunk_bytes = 1 << 20;
+
+  int num_devices() const { return num_hosts * devices_per_host; }
+  int HostOf(int device) const { return device / devices_per_host; }
+  bool SameHost(int a, int b) const { return HostOf(a) == HostOf(b); }
+
+  // Checks counts and rates are positive and finite.
+  absl::Status Validate() const;
+  std::string ToString() const;
+
+  // A topology of `hosts` x `devices` with bandwidths given in Gbit/s
+  // (human units, converted to bytes/s here).
+  static Topology FromGbps(int hosts, int devices_per_host, double inter_gbps,
+                           double intra_gbps);
+};
+
+// Parses "HxG" (e.g. "5x4") into host and device counts.
+absl::StatusOr<std::pair<int, int>> ParseClusterShape(absl::string_view text);
+
+}  // namespace meshcast
+
+#endif  // MESHCAST_PLANNER_TOPOLOGY_H_

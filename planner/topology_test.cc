@@ -1,0 +1,3 @@
+#include "planner/topology.h"
+
+#include "gtest/gtest.h"

@@ -1,0 +1,1 @@
+#include "planner/unit_task.h"

@@ -1,0 +1,3 @@
+#include "planner/unit_task.h"
+
+#include "gtest/gtest.h"

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs every Debian package meshcast needs to build, test and run.
+# Idempotent: packages already present are skipped; apt-get update runs only
+# when something is missing. Must run as root (or with sudo available).
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libgloo-dev libsqlite3-dev sqlite3 nlohmann-json3-dev libyaml-cpp-dev
+  prometheus iproute2 python3 curl procps
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+# prometheus is installed for its binaries (tests start their own servers);
+# do not leave the packaged service scraping in the background.
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet prometheus 2>/dev/null; then
+  $SUDO systemctl stop prometheus || true
+fi
+echo "install-deps: done"

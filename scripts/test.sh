@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds everything and runs every test through CTest.
+# This is the README's test command and what CI runs (.ci/run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+bash scripts/build.sh
+BUILD_DIR=${BUILD_DIR:-build}
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" --timeout 300 "$@"
