@@ -9,7 +9,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libgloo-dev libsqlite3-dev sqlite3 nlohmann-json3-dev libyaml-cpp-dev
+  libgloo-dev libsqlite3-dev sqlite3 nlohmann-json3-dev libyaml-cpp-dev libcivetweb-dev
   prometheus iproute2 python3 curl procps
 )
 
