@@ -1,1 +1,481 @@
 #include "planner/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <queue>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "util/status_macros.h"
+
+namespace meshcast {
+namespace {
+
+// Two events closer than this fraction of the current time are processed as
+// one batch, so that symmetric flows finishing "together" up to rounding
+// trigger a single rate recomputation instead of one each.
+constexpr double kRelativeEpsilon = 1e-9;
+
+// Resource numbering: host NIC egress, host NIC ingress, device port egress,
+// device port ingress, each block indexed by host or device id.
+class ResourceLayout {
+ public:
+  explicit ResourceLayout(const Topology& topology)
+      : hosts_(topology.num_hosts), devices_(topology.num_devices()) {}
+  int HostEgress(int host) const { return host; }
+  int HostIngress(int host) const { return hosts_ + host; }
+  int DeviceEgress(int device) const { return 2 * hosts_ + device; }
+  int DeviceIngress(int device) const {
+    return 2 * hosts_ + devices_ + device;
+  }
+  int size() const { return 2 * (hosts_ + devices_); }
+  bool IsHostResource(int resource) const { return resource < 2 * hosts_; }
+
+ private:
+  int hosts_;
+  int devices_;
+};
+
+// The resources each transfer's flow uses (with multiplicity, as a relay
+// chain may leave or enter one host more than once), in compressed rows.
+struct FlowPaths {
+  std::vector<int> begin;  // per transfer, plus one sentinel
+  std::vector<int> resource;
+  std::vector<int> weight;
+  std::vector<double> tail_seconds;  // latency + pipeline fill per transfer
+};
+
+absl::Status CheckPlan(const ReshardPlan& plan, const Topology& topology) {
+  const int num_devices = topology.num_devices();
+  const auto bad_device = [&](size_t t, absl::string_view field, int device) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transfer ", t, ": ", field, " ", device,
+                     " is not a device of the topology (allowed 0..",
+                     num_devices - 1, ")"));
+  };
+  std::vector<int> seen_in(num_devices, -1);
+  for (size_t t = 0; t < plan.transfers.size(); ++t) {
+    const Transfer& transfer = plan.transfers[t];
+    if (transfer.src_device < 0 || transfer.src_device >= num_devices) {
+      return bad_device(t, "src_device", transfer.src_device);
+    }
+    if (transfer.dst_devices.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("transfer ", t, ": dst_devices is empty"));
+    }
+    if (transfer.bytes < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "transfer ", t, ": bytes must be >= 0, got ", transfer.bytes));
+    }
+    seen_in[transfer.src_device] = static_cast<int>(t);
+    for (int device : transfer.dst_devices) {
+      if (device < 0 || device >= num_devices) {
+        return bad_device(t, "dst_devices entry", device);
+      }
+      if (seen_in[device] == static_cast<int>(t)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "transfer ", t, ": device ", device,
+            " appears twice in its relay chain (src_device + dst_devices)"));
+      }
+      seen_in[device] = static_cast<int>(t);
+    }
+    for (int dep : transfer.deps) {
+      if (dep < 0 || dep >= static_cast<int>(t)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("transfer ", t, ": dep ", dep,
+                         " must name an earlier transfer (allowed 0..",
+                         static_cast<int>(t) - 1, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+FlowPaths BuildFlowPaths(const ReshardPlan& plan, const Topology& topology,
+                         const ResourceLayout& layout) {
+  FlowPaths paths;
+  const size_t n = plan.transfers.size();
+  paths.begin.reserve(n + 1);
+  paths.tail_seconds.reserve(n);
+  paths.begin.push_back(0);
+  std::vector<int> uses;  // resource ids of one flow, with repeats
+  for (const Transfer& transfer : plan.transfers) {
+    uses.clear();
+    double tail = 0;
+    const double chunk =
+        std::min(static_cast<double>(transfer.bytes),
+                 topology.pipeline_chunk_bytes);
+    int from = transfer.src_device;
+    for (size_t hop = 0; hop < transfer.dst_devices.size(); ++hop) {
+      const int to = transfer.dst_devices[hop];
+      uses.push_back(layout.DeviceEgress(from));
+      uses.push_back(layout.DeviceIngress(to));
+      const int from_host = topology.HostOf(from);
+      const int to_host = topology.HostOf(to);
+      double bandwidth = topology.intra_host_bandwidth;
+      double latency = topology.intra_host_latency;
+      if (from_host != to_host) {
+        uses.push_back(layout.HostEgress(from_host));
+        uses.push_back(layout.HostIngress(to_host));
+        bandwidth = topology.inter_host_bandwidth;
+        latency = topology.inter_host_latency;
+      }
+      tail += latency;
+      // Every hop after the first waits for one chunk to arrive before it
+      // can forward it: the pipeline fill of a relay chain.
+      if (hop > 0) tail += chunk / bandwidth;
+      from = to;
+    }
+    std::sort(uses.begin(), uses.end());
+    for (size_t i = 0; i < uses.size();) {
+      size_t j = i;
+      while (j < uses.size() && uses[j] == uses[i]) ++j;
+      paths.resource.push_back(uses[i]);
+      paths.weight.push_back(static_cast<int>(j - i));
+      i = j;
+    }
+    paths.begin.push_back(static_cast<int>(paths.resource.size()));
+    paths.tail_seconds.push_back(tail);
+  }
+  return paths;
+}
+
+// Max-min fair rates by progressive filling. Scratch arrays are sized once
+// per simulation and only the resources of active flows are touched, so one
+// recomputation costs O(active flows x path length x log).
+class RateSolver {
+ public:
+  RateSolver(const FlowPaths& paths, std::vector<double> capacity)
+      : paths_(paths),
+        capacity_(std::move(capacity)),
+        capacity_left_(capacity_.size(), 0),
+        weight_left_(capacity_.size(), 0),
+        version_(capacity_.size(), 0),
+        touched_(capacity_.size(), 0),
+        list_begin_(capacity_.size(), 0),
+        position_(capacity_.size(), 0),
+        frozen_(paths.begin.size(), 0) {}
+
+  // Sets rate[f] for every f in `active`.
+  void Solve(const std::vector<int>& active, std::vector<double>& rate) {
+    touched_list_.clear();
+    for (int flow : active) {
+      frozen_[flow] = 0;
+      for (int k = paths_.begin[flow]; k < paths_.begin[flow + 1]; ++k) {
+        const int r = paths_.resource[k];
+        if (!touched_[r]) {
+          touched_[r] = 1;
+          touched_list_.push_back(r);
+          capacity_left_[r] = capacity_[r];
+          weight_left_[r] = 0;
+          list_begin_[r] = 0;
+        }
+        weight_left_[r] += paths_.weight[k];
+        ++list_begin_[r];  // a count until turned into an offset below
+      }
+    }
+    // Resource -> active flows, compressed: list_begin_ holds counts first,
+    // then running offsets.
+    int offset = 0;
+    for (int r : touched_list_) {
+      const int count = list_begin_[r];
+      list_begin_[r] = offset;
+      offset += count;
+    }
+    flows_of_resource_.resize(offset);
+    fill_.assign(touched_list_.size(), 0);
+    for (size_t i = 0; i < touched_list_.size(); ++i) {
+      position_[touched_list_[i]] = static_cast<int>(i);
+    }
+    for (int flow : active) {
+      for (int k = paths_.begin[flow]; k < paths_.begin[flow + 1]; ++k) {
+        const int r = paths_.resource[k];
+        const int slot = position_[r];
+        flows_of_resource_[list_begin_[r] + fill_[slot]++] = flow;
+      }
+    }
+    heap_.clear();
+    for (int r : touched_list_) {
+      ++version_[r];
+      heap_.push_back({capacity_left_[r] / weight_left_[r], r, version_[r]});
+    }
+    std::make_heap(heap_.begin(), heap_.end(), std::greater<>());
+    while (!heap_.empty()) {
+      std::pop_heap(heap_.begin(), heap_.end(), std::greater<>());
+      const Entry entry = heap_.back();
+      heap_.pop_back();
+      const int r = entry.resource;
+      if (entry.version != version_[r] || weight_left_[r] <= 0) continue;
+      const double share = entry.share;
+      const int slot = position_[r];
+      for (int i = 0; i < fill_[slot]; ++i) {
+        const int flow = flows_of_resource_[list_begin_[r] + i];
+        if (frozen_[flow]) continue;
+        frozen_[flow] = 1;
+        rate[flow] = share;
+        for (int k = paths_.begin[flow]; k < paths_.begin[flow + 1]; ++k) {
+          const int other = paths_.resource[k];
+          const int w = paths_.weight[k];
+          capacity_left_[other] =
+              std::max(0.0, capacity_left_[other] - share * w);
+          weight_left_[other] -= w;
+          ++version_[other];
+          if (other != r && weight_left_[other] > 0) {
+            heap_.push_back({capacity_left_[other] / weight_left_[other],
+                             other, version_[other]});
+            std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
+          }
+        }
+      }
+    }
+    for (int r : touched_list_) touched_[r] = 0;
+  }
+
+ private:
+  struct Entry {
+    double share;
+    int resource;
+    uint32_t version;
+    bool operator>(const Entry& other) const {
+      if (share != other.share) return share > other.share;
+      return resource > other.resource;
+    }
+  };
+  const FlowPaths& paths_;
+  std::vector<double> capacity_;
+  std::vector<double> capacity_left_;
+  std::vector<int> weight_left_;
+  std::vector<uint32_t> version_;
+  std::vector<char> touched_;
+  std::vector<int> touched_list_;
+  // Per touched resource: offset of its flows in flows_of_resource_, its
+  // slot in touched_list_, and (by slot) how many flows it has.
+  std::vector<int> list_begin_;
+  std::vector<int> position_;
+  std::vector<int> fill_;
+  std::vector<int> flows_of_resource_;
+  std::vector<char> frozen_;
+  std::vector<Entry> heap_;
+};
+
+}  // namespace
+
+absl::StatusOr<SimulationResult> Simulate(const ReshardPlan& plan,
+                                          const Topology& topology) {
+  RETURN_IF_ERROR(topology.Validate());
+  RETURN_IF_ERROR(CheckPlan(plan, topology));
+  const int n = static_cast<int>(plan.transfers.size());
+  const ResourceLayout layout(topology);
+  const FlowPaths paths = BuildFlowPaths(plan, topology, layout);
+
+  std::vector<double> capacity(layout.size());
+  for (int r = 0; r < layout.size(); ++r) {
+    capacity[r] = layout.IsHostResource(r) ? topology.inter_host_bandwidth
+                                           : topology.intra_host_bandwidth;
+  }
+  RateSolver solver(paths, std::move(capacity));
+
+  // Dependents in compressed rows, and the number of unfinished deps.
+  std::vector<int> pending(n, 0);
+  std::vector<int> dependents_begin(n + 1, 0);
+  for (int t = 0; t < n; ++t) {
+    for (int dep : plan.transfers[t].deps) ++dependents_begin[dep + 1];
+    pending[t] = static_cast<int>(plan.transfers[t].deps.size());
+  }
+  for (int t = 0; t < n; ++t) dependents_begin[t + 1] += dependents_begin[t];
+  std::vector<int> dependents(dependents_begin[n]);
+  {
+    std::vector<int> fill(dependents_begin.begin(), dependents_begin.end() - 1);
+    for (int t = 0; t < n; ++t) {
+      for (int dep : plan.transfers[t].deps) dependents[fill[dep]++] = t;
+    }
+  }
+
+  SimulationResult result;
+  result.transfer_start.assign(n, 0);
+  result.transfer_finish.assign(n, 0);
+  std::vector<double> remaining(n, 0);
+  std::vector<double> rate(n, 0);
+  std::vector<int> active;
+  // Transfers whose last byte left the network, waiting out their latency
+  // and pipeline fill: (finish time, transfer), earliest first.
+  using Tail = std::pair<double, int>;
+  std::priority_queue<Tail, std::vector<Tail>, std::greater<>> tails;
+  double now = 0;
+  bool active_changed = false;
+
+  const auto start = [&](int t) {
+    result.transfer_start[t] = now;
+    if (plan.transfers[t].bytes == 0) {
+      tails.push({now + paths.tail_seconds[t], t});
+      return;
+    }
+    remaining[t] = static_cast<double>(plan.transfers[t].bytes);
+    active.push_back(t);
+    active_changed = true;
+  };
+  for (int t = 0; t < n; ++t) {
+    if (pending[t] == 0) start(t);
+  }
+
+  int finished = 0;
+  while (finished < n) {
+    if (active_changed) {
+      solver.Solve(active, rate);
+      active_changed = false;
+    }
+    double next = std::numeric_limits<double>::infinity();
+    int first_done = -1;
+    for (int t : active) {
+      const double done = now + remaining[t] / rate[t];
+      if (done < next) {
+        next = done;
+        first_done = t;
+      }
+    }
+    if (!tails.empty() && tails.top().first <= next) {
+      next = tails.top().first;
+      first_done = -1;
+    }
+    if (!std::isfinite(next)) {
+      return absl::InternalError(
+          "simulation stalled: transfers wait on deps that never finish");
+    }
+    const double dt = std::max(0.0, next - now);
+    now = std::max(now, next);
+    const double tolerance = kRelativeEpsilon * now;
+    // Advance every active flow; retire those done (up to the tolerance).
+    for (size_t i = 0; i < active.size();) {
+      const int t = active[i];
+      remaining[t] -= rate[t] * dt;
+      if (t == first_done || remaining[t] <= rate[t] * tolerance) {
+        remaining[t] = 0;
+        tails.push({now + paths.tail_seconds[t], t});
+        active[i] = active.back();
+        active.pop_back();
+        active_changed = true;
+      } else {
+        ++i;
+      }
+    }
+    // Finish transfers whose tail has elapsed and start their dependents;
+    // zero-byte dependents may finish right away, hence the loop.
+    while (!tails.empty() && tails.top().first <= now + tolerance) {
+      const auto [time, t] = tails.top();
+      tails.pop();
+      result.transfer_finish[t] = time;
+      result.seconds = std::max(result.seconds, time);
+      ++finished;
+      for (int k = dependents_begin[t]; k < dependents_begin[t + 1]; ++k) {
+        const int next_transfer = dependents[k];
+        if (--pending[next_transfer] == 0) start(next_transfer);
+      }
+    }
+  }
+  return result;
+}
+
+namespace {
+
+// max over unit sets S that hold some slice of: bytes held only inside S
+// that a unit outside S needs, over |S| x capacity. `unit_of` maps a device
+// to its unit (host or device).
+template <typename UnitOf>
+double SetEgressBound(const std::vector<UnitTask>& tasks, int num_units,
+                      UnitOf unit_of, double capacity) {
+  // Group tasks by their (sorted, distinct) sender unit set.
+  absl::flat_hash_map<std::vector<int>, int> group_of_set;
+  std::vector<std::vector<int>> group_set;
+  std::vector<std::vector<int>> group_tasks;
+  std::vector<int> units;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    if (tasks[i].senders.empty()) continue;
+    units.clear();
+    for (int device : tasks[i].senders) units.push_back(unit_of(device));
+    std::sort(units.begin(), units.end());
+    units.erase(std::unique(units.begin(), units.end()), units.end());
+    auto [it, inserted] =
+        group_of_set.try_emplace(units, static_cast<int>(group_set.size()));
+    if (inserted) {
+      group_set.push_back(units);
+      group_tasks.emplace_back();
+    }
+    group_tasks[it->second].push_back(static_cast<int>(i));
+  }
+  std::vector<char> in_set(num_units, 0);
+  double bound = 0;
+  for (size_t g = 0; g < group_set.size(); ++g) {
+    const std::vector<int>& set = group_set[g];
+    for (int unit : set) in_set[unit] = 1;
+    double bytes = 0;
+    for (size_t h = 0; h < group_set.size(); ++h) {
+      const std::vector<int>& subset = group_set[h];
+      if (h != g && (set.size() == 1 || subset.size() > set.size() ||
+                     !std::includes(set.begin(), set.end(), subset.begin(),
+                                    subset.end()))) {
+        continue;
+      }
+      for (int i : group_tasks[h]) {
+        for (int device : tasks[i].receivers) {
+          if (!in_set[unit_of(device)]) {
+            bytes += static_cast<double>(tasks[i].bytes);
+            break;
+          }
+        }
+      }
+    }
+    for (int unit : set) in_set[unit] = 0;
+    bound = std::max(bound, bytes / (capacity * set.size()));
+  }
+  return bound;
+}
+
+}  // namespace
+
+double LowerBoundSeconds(const std::vector<UnitTask>& tasks,
+                         const Topology& topology) {
+  const int num_hosts = topology.num_hosts;
+  const int num_devices = topology.num_devices();
+  std::vector<double> host_in(num_hosts, 0);
+  std::vector<double> device_in(num_devices, 0);
+  std::vector<char> sender_host(num_hosts, 0);
+  std::vector<char> counted(num_hosts, 0);
+  for (const UnitTask& task : tasks) {
+    for (int device : task.senders) sender_host[topology.HostOf(device)] = 1;
+    for (int device : task.receivers) {
+      device_in[device] += static_cast<double>(task.bytes);
+      const int host = topology.HostOf(device);
+      if (!sender_host[host] && !counted[host]) {
+        counted[host] = 1;
+        host_in[host] += static_cast<double>(task.bytes);
+      }
+    }
+    for (int device : task.senders) sender_host[topology.HostOf(device)] = 0;
+    for (int device : task.receivers) counted[topology.HostOf(device)] = 0;
+  }
+  double bound = 0;
+  for (double bytes : host_in) {
+    bound = std::max(bound, bytes / topology.inter_host_bandwidth);
+  }
+  for (double bytes : device_in) {
+    bound = std::max(bound, bytes / topology.intra_host_bandwidth);
+  }
+  bound = std::max(
+      bound, SetEgressBound(
+                 tasks, num_hosts,
+                 [&](int device) { return topology.HostOf(device); },
+                 topology.inter_host_bandwidth));
+  bound = std::max(bound, SetEgressBound(
+                              tasks, num_devices,
+                              [](int device) { return device; },
+                              topology.intra_host_bandwidth));
+  return bound;
+}
+
+}  // namespace meshcast

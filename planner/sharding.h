@@ -7,12 +7,14 @@
 // possibly empty (torch.chunk / DTensor semantics).
 //
 //   ASSIGN_OR_RETURN(ShardingSpec spec, ShardingSpec::Parse("S0,R,R"));
-//   ASSIGN_OR_RETURN(std::vector<Tile> tiles, ComputeTiles(tensor, mesh, spec));
+//   ASSIGN_OR_RETURN(std::vector<Tile> tiles,
+//                    ComputeTiles(tensor, mesh, spec));
 //
 // Thread safety: plain value types and pure functions.
 #ifndef MESHCAST_PLANNER_SHARDING_H_
 #define MESHCAST_PLANNER_SHARDING_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,19 @@ struct ShardingSpec {
 // mesh.devices) holds under `spec`. Possibly empty.
 Box DeviceBox(const TensorSpec& tensor, const DeviceMesh& mesh,
               const ShardingSpec& spec, int index);
+
+// How many pieces `dim` cuts its tensor dimension into on `mesh`: the product
+// of the extents of its mesh axes (1 when replicated). Axes must exist.
+int64_t NumShards(const DimSharding& dim, const DeviceMesh& mesh);
+
+// Shard `k` of a dimension of length `extent` split `num_shards` ways:
+// [k*chunk, min((k+1)*chunk, extent)) with chunk = ceil(extent/num_shards),
+// clamped so that trailing shards are empty ranges at `extent`.
+Interval ShardInterval(int64_t extent, int64_t num_shards, int64_t k);
+
+// Index of the shard of dimension `dim` that mesh device `index` holds
+// (mixed radix over the dimension's mesh axes, most significant first).
+int64_t ShardIndex(const DimSharding& dim, const DeviceMesh& mesh, int index);
 
 // A distinct piece of the tensor and every device holding a replica of it.
 struct Tile {

@@ -1,1 +1,1088 @@
 #include "planner/strategy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "planner/cost_model.h"
+#include "util/status_macros.h"
+
+namespace meshcast {
+namespace {
+
+// Fixed seed of broadcast_lb's randomized greedy, so plans are reproducible.
+constexpr uint64_t kLoadBalanceSeed = 0x6d65736863617374ULL;  // "meshcast"
+// Trials per round of the randomized greedy, as in Alpa.
+constexpr int kLoadBalanceTrials = 100;
+// Cap on task visits per round (trials x remaining tasks): keeps planning of
+// ~16K-task problems well under a second; problems up to 2000 tasks get the
+// full 100 trials.
+constexpr int64_t kLoadBalanceVisitsPerRound = 200000;
+
+// splitmix64: tiny, fast, and the same sequence on every platform (unlike
+// the standard distributions, whose algorithms are implementation-defined).
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, 1).
+  double Uniform() { return (Next() >> 11) * (1.0 / 9007199254740992.0); }
+  // Uniform in [0, n).
+  int Below(int n) { return static_cast<int>(Uniform() * n); }
+
+ private:
+  uint64_t state_;
+};
+
+// Sorted distinct hosts of `devices`.
+std::vector<int> HostsOf(const std::vector<int>& devices,
+                         const Topology& topology) {
+  std::vector<int> hosts;
+  hosts.reserve(devices.size());
+  for (int device : devices) hosts.push_back(topology.HostOf(device));
+  std::sort(hosts.begin(), hosts.end());
+  hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
+  return hosts;
+}
+
+// The device of `candidates` with the lowest load; ties go to the earliest.
+template <typename Load>
+int LeastLoaded(const std::vector<int>& candidates, const Load& load) {
+  int best = candidates.front();
+  for (int device : candidates) {
+    if (load[device] < load[best]) best = device;
+  }
+  return best;
+}
+
+// Splits `box` along its longest dimension into consecutive pieces whose
+// sizes follow `weights` (rounded to whole elements). Pieces may be empty.
+std::vector<Box> SplitBox(const Box& box, const std::vector<double>& weights) {
+  int dim = 0;
+  for (int d = 1; d < static_cast<int>(box.size()); ++d) {
+    if (box[d].size() > box[dim].size()) dim = d;
+  }
+  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  const int64_t extent = box[dim].size();
+  std::vector<Box> pieces;
+  pieces.reserve(weights.size());
+  double cumulative = 0;
+  int64_t begin = box[dim].begin;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    cumulative += weights[i];
+    int64_t end =
+        i + 1 == weights.size()
+            ? box[dim].end
+            : box[dim].begin +
+                  static_cast<int64_t>(std::llround(cumulative / total *
+                                                    static_cast<double>(extent)));
+    end = std::clamp(end, begin, box[dim].end);
+    Box piece = box;
+    piece[dim] = Interval{begin, end};
+    pieces.push_back(std::move(piece));
+    begin = end;
+  }
+  return pieces;
+}
+
+// Accumulates transfers into a plan, computing bytes and stages.
+class PlanBuilder {
+ public:
+  PlanBuilder(const std::vector<ReshardProblem>& problems,
+              std::string strategy) {
+    plan_.strategy = std::move(strategy);
+    plan_.problems = problems;
+    for (const ReshardProblem& problem : problems) {
+      element_bytes_.push_back(DTypeSize(problem.tensor.dtype));
+    }
+  }
+
+  // Returns the index of the new transfer.
+  int Add(int tensor, Box slice, int src, std::vector<int> dsts,
+          std::vector<int> deps = {}) {
+    Transfer transfer;
+    transfer.tensor = tensor;
+    transfer.bytes = NumElements(slice) * element_bytes_[tensor];
+    transfer.slice = std::move(slice);
+    transfer.src_device = src;
+    transfer.dst_devices = std::move(dsts);
+    for (int dep : deps) {
+      transfer.stage = std::max(transfer.stage, plan_.transfers[dep].stage + 1);
+    }
+    transfer.deps = std::move(deps);
+    plan_.transfers.push_back(std::move(transfer));
+    return static_cast<int>(plan_.transfers.size()) - 1;
+  }
+
+  int64_t BytesOf(int tensor, const Box& slice) const {
+    return NumElements(slice) * element_bytes_[tensor];
+  }
+
+  ReshardPlan Take() { return std::move(plan_); }
+
+ private:
+  ReshardPlan plan_;
+  std::vector<int64_t> element_bytes_;
+};
+
+// The issue order of the broadcast strategies: a host issues its collective
+// calls one after another, so a broadcast starts once the previous broadcast
+// of every host it involves (sender or receiver) has finished. This is the
+// host model of the cross-mesh resharding paper's scheduler ("a host runs one
+// task at a time"), under which the order of tasks matters.
+class HostIssueOrder {
+ public:
+  explicit HostIssueOrder(int num_hosts) : last_(num_hosts, -1) {}
+
+  std::vector<int> DepsOf(const std::vector<int>& hosts) const {
+    std::vector<int> deps;
+    for (int host : hosts) {
+      if (last_[host] >= 0) deps.push_back(last_[host]);
+    }
+    std::sort(deps.begin(), deps.end());
+    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+    return deps;
+  }
+  void Issue(const std::vector<int>& hosts, int transfer) {
+    for (int host : hosts) last_[host] = transfer;
+  }
+
+ private:
+  std::vector<int> last_;
+};
+
+// Sender host plus receiver hosts of a broadcast, distinct.
+std::vector<int> HostsInvolved(int sender, const std::vector<int>& receivers,
+                               const Topology& topology) {
+  std::vector<int> devices = receivers;
+  devices.push_back(sender);
+  return HostsOf(devices, topology);
+}
+
+// ---------------------------------------------------------------------------
+// send_recv: one point-to-point copy per (receiver, slice) from the replica
+// with the fewest bytes sent so far (device-level greedy over the whole
+// request). All copies run concurrently, which is optimistic for this
+// baseline: the comparison can only flatter it.
+
+void AddSendRecv(const UnitTask& task, std::vector<int64_t>& sent,
+                 PlanBuilder& builder) {
+  for (int receiver : task.receivers) {
+    const int sender = LeastLoaded(task.senders, sent);
+    builder.Add(task.tensor, task.slice, sender, {receiver});
+    sent[sender] += task.bytes;
+  }
+}
+
+ReshardPlan PlanSendRecv(const std::vector<ReshardProblem>& problems,
+                         const std::vector<UnitTask>& tasks,
+                         const Topology& topology) {
+  PlanBuilder builder(problems, StrategyName(Strategy::kSendRecv));
+  std::vector<int64_t> sent(topology.num_devices(), 0);
+  for (const UnitTask& task : tasks) AddSendRecv(task, sent, builder);
+  return builder.Take();
+}
+
+// ---------------------------------------------------------------------------
+// local_allgather (Alpa before broadcasts): where every destination tile sits
+// inside one host (the destination is split across hosts and replicated
+// within them) on a mesh of rank <= 2, each receiving host gets one copy of
+// a slice over the network, cut into one piece per receiver device (stage
+// 0); an all-gather inside the host, modelled as a ring (each piece relayed
+// through the other receivers), rebuilds the slice (stage 1). A slice is cut
+// the way Alpa rewrites the destination spec: greedily along tensor
+// dimensions by gcd(pieces still needed, extent); when that cannot reach one
+// piece per receiver, or the problem is not eligible, the task falls back to
+// send_recv.
+
+// Cuts `slice` into exactly `pieces` equal boxes, or returns nothing.
+std::vector<Box> CutEvenly(const Box& slice, int pieces) {
+  std::vector<Box> parts = {slice};
+  int left = pieces;
+  for (size_t d = 0; d < slice.size() && left > 1; ++d) {
+    const int64_t extent = slice[d].size();
+    const int64_t g = std::gcd(static_cast<int64_t>(left), extent);
+    if (g <= 1) continue;
+    std::vector<Box> next;
+    next.reserve(parts.size() * g);
+    const int64_t step = extent / g;
+    for (const Box& part : parts) {
+      for (int64_t k = 0; k < g; ++k) {
+        Box piece = part;
+        piece[d].begin = slice[d].begin + k * step;
+        piece[d].end = piece[d].begin + step;
+        next.push_back(std::move(piece));
+      }
+    }
+    parts = std::move(next);
+    left /= static_cast<int>(g);
+  }
+  if (left != 1) return {};
+  return parts;
+}
+
+absl::StatusOr<ReshardPlan> PlanLocalAllGather(
+    const std::vector<ReshardProblem>& problems,
+    const std::vector<UnitTask>& tasks, const Topology& topology) {
+  std::vector<char> eligible(problems.size(), 0);
+  for (size_t p = 0; p < problems.size(); ++p) {
+    const ReshardProblem& problem = problems[p];
+    if (problem.dst_mesh.rank() > 2) continue;
+    ASSIGN_OR_RETURN(std::vector<Tile> tiles,
+                     ComputeTiles(problem.tensor, problem.dst_mesh,
+                                  problem.dst_spec));
+    bool within_hosts = true;
+    for (const Tile& tile : tiles) {
+      within_hosts = within_hosts && HostsOf(tile.devices, topology).size() == 1;
+    }
+    eligible[p] = within_hosts;
+  }
+  PlanBuilder builder(problems, StrategyName(Strategy::kLocalAllGather));
+  std::vector<int64_t> sent(topology.num_devices(), 0);
+  for (const UnitTask& task : tasks) {
+    const int k = static_cast<int>(task.receivers.size());
+    std::vector<Box> pieces;
+    if (eligible[task.tensor] && k >= 2) pieces = CutEvenly(task.slice, k);
+    if (pieces.empty()) {
+      AddSendRecv(task, sent, builder);
+      continue;
+    }
+    std::vector<int> delivered(k);
+    for (int i = 0; i < k; ++i) {
+      const int sender = LeastLoaded(task.senders, sent);
+      delivered[i] =
+          builder.Add(task.tensor, pieces[i], sender, {task.receivers[i]});
+      sent[sender] += builder.BytesOf(task.tensor, pieces[i]);
+    }
+    for (int i = 0; i < k; ++i) {
+      std::vector<int> ring;
+      for (int j = 1; j < k; ++j) ring.push_back(task.receivers[(i + j) % k]);
+      builder.Add(task.tensor, pieces[i], task.receivers[i], std::move(ring),
+                  {delivered[i]});
+    }
+  }
+  return builder.Take();
+}
+
+// ---------------------------------------------------------------------------
+// broadcast: one broadcast per unit task from its first replica, in the
+// naive (destination tile, source slice) order, under the host issue order.
+// The relay chain is the NCCL ring of the group [sender] + receivers, which
+// are listed in ascending device id, i.e. host by host.
+
+ReshardPlan PlanBroadcast(const std::vector<ReshardProblem>& problems,
+                          const std::vector<UnitTask>& tasks,
+                          const Topology& topology) {
+  PlanBuilder builder(problems, StrategyName(Strategy::kBroadcast));
+  HostIssueOrder order(topology.num_hosts);
+  for (const UnitTask& task : tasks) {
+    const int sender = task.senders.front();
+    const std::vector<int> hosts =
+        HostsInvolved(sender, task.receivers, topology);
+    const int index = builder.Add(task.tensor, task.slice, sender,
+                                  task.receivers, order.DepsOf(hosts));
+    order.Issue(hosts, index);
+  }
+  return builder.Take();
+}
+
+// ---------------------------------------------------------------------------
+// broadcast_lb: the paper's load balance and ordering. Host-level model: a
+// task occupies its sender host and all its receiver hosts. Rounds of
+// host-disjoint tasks are built by a randomized greedy (the best of up to
+// 100 random trials: most tasks, then the lowest standard deviation of host
+// loads), where each task's sender host is drawn among its free candidates
+// with weight max(load) - load + 1 (bytes), favouring light hosts. Rounds run
+// one after another under the host issue order. Tasks are sized by their
+// slice (Alpa sizes them by the whole source tile). Within the chosen host
+// the sender is the device with the fewest bytes sent so far.
+
+struct LbTask {
+  int task;
+  std::vector<int> sender_hosts;
+  std::vector<int> receiver_hosts;
+  double bytes;
+};
+
+std::vector<std::pair<int, int>> LoadBalanceOrder(
+    const std::vector<LbTask>& lb_tasks, int num_hosts) {
+  std::vector<double> load(num_hosts, 0);
+  std::vector<char> involved(num_hosts, 0);
+  for (const LbTask& task : lb_tasks) {
+    for (int h : task.sender_hosts) involved[h] = 1;
+    for (int h : task.receiver_hosts) involved[h] = 1;
+  }
+  std::vector<int> involved_hosts;
+  for (int h = 0; h < num_hosts; ++h) {
+    if (involved[h]) involved_hosts.push_back(h);
+  }
+
+  Rng rng(kLoadBalanceSeed);
+  std::vector<int> remaining(lb_tasks.size());
+  std::iota(remaining.begin(), remaining.end(), 0);
+  std::vector<std::pair<int, int>> order;  // (lb task, sender host)
+  order.reserve(lb_tasks.size());
+  std::vector<int> busy_stamp(num_hosts, -1);
+  int stamp = 0;
+  std::vector<int> permutation;
+  std::vector<std::pair<int, int>> round;
+  std::vector<std::pair<int, int>> best_round;
+  std::vector<int> free_candidates;
+  std::vector<double> weights;
+  std::vector<double> trial_load(num_hosts, 0);
+  std::vector<char> scheduled(lb_tasks.size(), 0);
+  while (!remaining.empty()) {
+    const int64_t budget =
+        kLoadBalanceVisitsPerRound / static_cast<int64_t>(remaining.size());
+    const int trials = static_cast<int>(
+        std::clamp<int64_t>(budget, 1, kLoadBalanceTrials));
+    const double max_load = *std::max_element(load.begin(), load.end());
+    best_round.clear();
+    double best_spread = 0;
+    for (int trial = 0; trial < trials; ++trial) {
+      ++stamp;
+      permutation = remaining;
+      for (size_t i = permutation.size(); i > 1; --i) {
+        std::swap(permutation[i - 1],
+                  permutation[rng.Below(static_cast<int>(i))]);
+      }
+      round.clear();
+      for (int t : permutation) {
+        const LbTask& task = lb_tasks[t];
+        bool blocked = false;
+        for (int h : task.receiver_hosts) blocked |= busy_stamp[h] == stamp;
+        if (blocked) continue;
+        free_candidates.clear();
+        weights.clear();
+        double total_weight = 0;
+        for (int h : task.sender_hosts) {
+          if (busy_stamp[h] == stamp) continue;
+          free_candidates.push_back(h);
+          weights.push_back(max_load - load[h] + 1);
+          total_weight += weights.back();
+        }
+        if (free_candidates.empty()) continue;
+        double pick = rng.Uniform() * total_weight;
+        size_t chosen = 0;
+        while (chosen + 1 < weights.size() && pick >= weights[chosen]) {
+          pick -= weights[chosen];
+          ++chosen;
+        }
+        const int sender = free_candidates[chosen];
+        busy_stamp[sender] = stamp;
+        for (int h : task.receiver_hosts) busy_stamp[h] = stamp;
+        round.push_back({t, sender});
+      }
+      // Spread of the host loads this round would leave.
+      for (int h : involved_hosts) trial_load[h] = load[h];
+      for (const auto& [t, sender] : round) {
+        trial_load[sender] += lb_tasks[t].bytes;
+      }
+      double mean = 0;
+      for (int h : involved_hosts) mean += trial_load[h];
+      mean /= involved_hosts.size();
+      double spread = 0;
+      for (int h : involved_hosts) {
+        spread += (trial_load[h] - mean) * (trial_load[h] - mean);
+      }
+      if (round.size() > best_round.size() ||
+          (round.size() == best_round.size() && spread < best_spread)) {
+        best_round = round;
+        best_spread = spread;
+      }
+    }
+    for (const auto& [t, sender] : best_round) {
+      load[sender] += lb_tasks[t].bytes;
+      scheduled[t] = 1;
+      order.push_back({t, sender});
+    }
+    remaining.erase(std::remove_if(remaining.begin(), remaining.end(),
+                                   [&](int t) { return scheduled[t] != 0; }),
+                    remaining.end());
+  }
+  return order;
+}
+
+ReshardPlan PlanBroadcastLb(const std::vector<ReshardProblem>& problems,
+                            const std::vector<UnitTask>& tasks,
+                            const Topology& topology) {
+  std::vector<LbTask> lb_tasks;
+  lb_tasks.reserve(tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    lb_tasks.push_back({static_cast<int>(i),
+                        HostsOf(tasks[i].senders, topology),
+                        HostsOf(tasks[i].receivers, topology),
+                        static_cast<double>(tasks[i].bytes)});
+  }
+  const std::vector<std::pair<int, int>> order =
+      LoadBalanceOrder(lb_tasks, topology.num_hosts);
+
+  PlanBuilder builder(problems, StrategyName(Strategy::kBroadcastLb));
+  HostIssueOrder issue(topology.num_hosts);
+  std::vector<int64_t> sent(topology.num_devices(), 0);
+  std::vector<int> on_host;
+  for (const auto& [t, sender_host] : order) {
+    const UnitTask& task = tasks[lb_tasks[t].task];
+    on_host.clear();
+    for (int device : task.senders) {
+      if (topology.HostOf(device) == sender_host) on_host.push_back(device);
+    }
+    const int sender = LeastLoaded(on_host, sent);
+    sent[sender] += task.bytes;
+    const std::vector<int> hosts =
+        HostsInvolved(sender, task.receivers, topology);
+    const int index = builder.Add(task.tensor, task.slice, sender,
+                                  task.receivers, issue.DepsOf(hosts));
+    issue.Issue(hosts, index);
+  }
+  return builder.Take();
+}
+
+// ---------------------------------------------------------------------------
+// meshcast.
+//
+// What a plan can change is the egress side: if each byte enters each host
+// once, every receiver host and device takes in the same bytes whatever the
+// plan. Egress resources are each host's NIC and each device's port, with
+// loads measured in seconds (bytes over the resource's bandwidth).
+//
+// 1. Receivers on a host that holds the slice copy it from the least-loaded
+//    local replica, over the host fabric.
+// 2. The bytes other hosts need leave the holders once. Which holder device
+//    sends how much of each slice is a fractional assignment that minimizes
+//    the busiest egress resource over all tensors together. Block coordinate
+//    descent re-pours one task at a time onto its holders up to a common
+//    level (water-filling over NICs and ports). A greedy that keeps tasks
+//    whole wherever that stays within 0.1% of the level reached is
+//    preferred, so that slices are split only when it pays.
+// 3. Each part (split along the slice's longest dimension) travels one relay
+//    chain: the sending host's own receivers, then every remote receiver
+//    host, so each byte crosses each NIC once. Hosts whose NIC egress is
+//    busiest go last (the last host forwards nothing); within a host, the
+//    device that has forwarded least goes first.
+// 4. Everything runs concurrently: all tensors of the request share the
+//    links from the start.
+
+struct NetworkTask {
+  int task;
+  std::vector<int> holders;  // devices with a replica, ascending
+  std::vector<std::pair<size_t, size_t>> runs;  // holders grouped by host
+  // Per holder: the device whose port carries what it sends over the
+  // network. Usually the holder itself; but a holder that already sends the
+  // whole slice to its own host's receivers sends its network parts along
+  // that chain, so the last of those receivers forwards them instead.
+  std::vector<int> payer;
+  double bytes;
+};
+
+// Runs of `holders` (ascending device ids) that share a host.
+std::vector<std::pair<size_t, size_t>> HostRuns(const std::vector<int>& holders,
+                                                const Topology& topology) {
+  std::vector<std::pair<size_t, size_t>> runs;
+  for (size_t i = 0; i < holders.size();) {
+    size_t j = i + 1;
+    while (j < holders.size() && topology.SameHost(holders[j], holders[i])) {
+      ++j;
+    }
+    runs.push_back({i, j});
+    i = j;
+  }
+  return runs;
+}
+
+// Egress loads, in seconds of each resource's time.
+class EgressLoads {
+ public:
+  explicit EgressLoads(const Topology& topology)
+      : topology_(&topology),
+        nic_(topology.num_hosts, 0),
+        port_(topology.num_devices(), 0) {}
+
+  double nic(int host) const { return nic_[host]; }
+  double port(int device) const { return port_[device]; }
+
+  // Charges `bytes` of `task` sent over the network by holder `i`.
+  void AddNetwork(const NetworkTask& task, size_t i, double bytes) {
+    port_[task.payer[i]] += bytes / topology_->intra_host_bandwidth;
+    nic_[topology_->HostOf(task.holders[i])] +=
+        bytes / topology_->inter_host_bandwidth;
+  }
+  // Charges `bytes` sent inside the host by `device` (port only).
+  void AddLocal(int device, double bytes) {
+    port_[device] += bytes / topology_->intra_host_bandwidth;
+  }
+  // Charges a relay through `host`'s NIC.
+  void AddRelay(int host, double bytes) {
+    nic_[host] += bytes / topology_->inter_host_bandwidth;
+  }
+  // Ingress loads no plan can change (each receiving host and device takes
+  // in what it needs once): a level below them gains nothing.
+  void RaiseFloor(double seconds) { floor_ = std::max(floor_, seconds); }
+  double Busiest() const {
+    double busiest = floor_;
+    for (double load : nic_) busiest = std::max(busiest, load);
+    for (double load : port_) busiest = std::max(busiest, load);
+    return busiest;
+  }
+
+  // Seconds at which holder `i` would finish if it sent the whole task.
+  double FinishWhole(const NetworkTask& task, size_t i) const {
+    return std::max(nic_[topology_->HostOf(task.holders[i])] +
+                        task.bytes / topology_->inter_host_bandwidth,
+                    port_[task.payer[i]] +
+                        task.bytes / topology_->intra_host_bandwidth);
+  }
+
+  // Bytes the holders of `run` (one host) can send over the network before
+  // the host's NIC or any of their ports passes `level` seconds.
+  double HostRoom(const NetworkTask& task, std::pair<size_t, size_t> run,
+                  double level) const {
+    const int host = topology_->HostOf(task.holders[run.first]);
+    const double nic =
+        std::max(0.0, level - nic_[host]) * topology_->inter_host_bandwidth;
+    double ports = 0;
+    for (size_t i = run.first; i < run.second; ++i) {
+      ports += std::max(0.0, level - port_[task.payer[i]]) *
+               topology_->intra_host_bandwidth;
+    }
+    return std::min(nic, ports);
+  }
+
+  // Spreads `bytes` of the host's share over the holders of `run`, filling
+  // the least-loaded ports first up to `level` (so a share stays on as few
+  // devices as the level allows). Adds into `amounts`.
+  void FillHost(const NetworkTask& task, std::pair<size_t, size_t> run,
+                double bytes, double level,
+                std::vector<double>& amounts) const {
+    std::vector<size_t> order(run.second - run.first);
+    std::iota(order.begin(), order.end(), run.first);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return port_[task.payer[a]] < port_[task.payer[b]];
+    });
+    double left = bytes;
+    for (size_t i : order) {
+      if (left <= 0) break;
+      const double room = std::max(0.0, level - port_[task.payer[i]]) *
+                          topology_->intra_host_bandwidth;
+      const double take = i == order.back() ? left : std::min(left, room);
+      amounts[i] += take;
+      left -= take;
+    }
+  }
+
+ private:
+  const Topology* topology_;
+  std::vector<double> nic_;
+  std::vector<double> port_;
+  double floor_ = 0;
+};
+
+// Pours `bytes` onto the task's holders up to the lowest common level of
+// NIC and port loads that takes them all; returns bytes per holder.
+std::vector<double> Pour(const NetworkTask& task, double bytes,
+                         const EgressLoads& loads, const Topology& topology) {
+  std::vector<double> amounts(task.holders.size(), 0);
+  double low = 0;
+  double high = 0;
+  for (size_t i = 0; i < task.holders.size(); ++i) {
+    high = std::max(high, std::max(loads.port(task.payer[i]),
+                                   loads.nic(topology.HostOf(task.holders[i]))));
+  }
+  high += bytes / std::min(topology.inter_host_bandwidth,
+                           topology.intra_host_bandwidth);
+  const auto room_at = [&](double level) {
+    double room = 0;
+    for (const auto& run : task.runs) room += loads.HostRoom(task, run, level);
+    return room;
+  };
+  for (int iteration = 0; iteration < 60; ++iteration) {
+    const double mid = 0.5 * (low + high);
+    if (room_at(mid) >= bytes) {
+      high = mid;
+    } else {
+      low = mid;
+    }
+  }
+  const double total = room_at(high);
+  if (!(total > 0)) {  // cannot happen with finite loads; stay safe anyway
+    amounts[0] = bytes;
+    return amounts;
+  }
+  for (const auto& run : task.runs) {
+    const double share = loads.HostRoom(task, run, high) * bytes / total;
+    if (share > 0) loads.FillHost(task, run, share, high, amounts);
+  }
+  return amounts;
+}
+
+void Charge(const NetworkTask& task, const std::vector<double>& amounts,
+            double sign, EgressLoads& loads) {
+  for (size_t i = 0; i < amounts.size(); ++i) {
+    if (amounts[i] != 0) loads.AddNetwork(task, i, sign * amounts[i]);
+  }
+}
+
+// Bytes each holder sends of each task (aligned with NetworkTask::holders).
+// `loads` holds the fixed loads on entry and the final ones on return.
+std::vector<std::vector<double>> AssignEgress(
+    const std::vector<NetworkTask>& tasks, const Topology& topology,
+    EgressLoads& loads) {
+  const size_t n = tasks.size();
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  // Most constrained first, then largest first.
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    if (tasks[a].runs.size() != tasks[b].runs.size()) {
+      return tasks[a].runs.size() < tasks[b].runs.size();
+    }
+    return tasks[a].bytes > tasks[b].bytes;
+  });
+  const EgressLoads fixed = loads;
+
+  // Fractional assignment by block coordinate descent, each task re-poured
+  // in turn. The work per pass is bounded so huge requests stay fast.
+  std::vector<std::vector<double>> fractional(n);
+  double total_bytes = 0;
+  int64_t work_per_pass = 1;
+  for (int t : order) {
+    fractional[t] = Pour(tasks[t], tasks[t].bytes, loads, topology);
+    Charge(tasks[t], fractional[t], +1, loads);
+    total_bytes += tasks[t].bytes;
+    if (tasks[t].holders.size() > 1) work_per_pass += tasks[t].holders.size();
+  }
+  const int passes = static_cast<int>(
+      std::clamp<int64_t>(2000000 / work_per_pass, 1, 32));
+  for (int pass = 0; pass < passes; ++pass) {
+    double moved = 0;
+    for (int t : order) {
+      if (tasks[t].holders.size() < 2) continue;
+      Charge(tasks[t], fractional[t], -1, loads);
+      std::vector<double> amounts =
+          Pour(tasks[t], tasks[t].bytes, loads, topology);
+      for (size_t i = 0; i < amounts.size(); ++i) {
+        moved += std::abs(amounts[i] - fractional[t][i]);
+      }
+      fractional[t] = std::move(amounts);
+      Charge(tasks[t], fractional[t], +1, loads);
+    }
+    if (moved <= 1e-9 * total_bytes) break;
+  }
+  const double level = loads.Busiest();
+  const EgressLoads fractional_loads = loads;
+
+  // Greedy: a task goes whole to the holder where it finishes lowest if that
+  // stays under the level; otherwise it fills the holders up to the level,
+  // lightest hosts first, and pours any rest on top.
+  const double limit = level * (1 + 1e-3);
+  loads = fixed;
+  std::vector<std::vector<double>> greedy(n);
+  std::vector<size_t> runs_by_load;
+  for (int t : order) {
+    const NetworkTask& task = tasks[t];
+    greedy[t].assign(task.holders.size(), 0);
+    size_t best = 0;
+    double best_finish = std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < task.holders.size(); ++i) {
+      const double finish = loads.FinishWhole(task, i);
+      if (finish < best_finish) {
+        best_finish = finish;
+        best = i;
+      }
+    }
+    if (best_finish <= limit) {
+      greedy[t][best] = task.bytes;
+    } else {
+      runs_by_load.resize(task.runs.size());
+      std::iota(runs_by_load.begin(), runs_by_load.end(), 0);
+      std::stable_sort(runs_by_load.begin(), runs_by_load.end(),
+                       [&](size_t a, size_t b) {
+                         return loads.nic(topology.HostOf(
+                                    task.holders[task.runs[a].first])) <
+                                loads.nic(topology.HostOf(
+                                    task.holders[task.runs[b].first]));
+                       });
+      double left = task.bytes;
+      for (size_t r : runs_by_load) {
+        const double room = loads.HostRoom(task, task.runs[r], level);
+        if (room < 1e-3 * task.bytes) continue;
+        const double take = left - room < 1e-9 * task.bytes ? left : room;
+        loads.FillHost(task, task.runs[r], take, level, greedy[t]);
+        left -= take;
+        if (left <= 0) break;
+      }
+      if (left > 0) {
+        Charge(task, greedy[t], +1, loads);
+        const std::vector<double> rest = Pour(task, left, loads, topology);
+        Charge(task, greedy[t], -1, loads);
+        for (size_t i = 0; i < rest.size(); ++i) greedy[t][i] += rest[i];
+      }
+    }
+    Charge(task, greedy[t], +1, loads);
+  }
+  if (loads.Busiest() <= limit) return greedy;
+
+  // Keep the fractional assignment, folding negligible shares (which would
+  // become tiny transfers) into the task's largest one.
+  loads = fractional_loads;
+  for (size_t t = 0; t < n; ++t) {
+    std::vector<double>& share = fractional[t];
+    const size_t largest =
+        std::max_element(share.begin(), share.end()) - share.begin();
+    for (size_t i = 0; i < share.size(); ++i) {
+      if (i != largest && share[i] > 0 && share[i] < 1e-3 * tasks[t].bytes) {
+        loads.AddNetwork(tasks[t], i, -share[i]);
+        loads.AddNetwork(tasks[t], largest, share[i]);
+        share[largest] += share[i];
+        share[i] = 0;
+      }
+    }
+  }
+  return fractional;
+}
+
+// Expected bytes each of `receivers` chain members forwards of `bytes`.
+double ForwardShare(double bytes, size_t receivers) {
+  return bytes * static_cast<double>(receivers - 1) /
+         static_cast<double>(receivers);
+}
+
+ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
+                         const std::vector<UnitTask>& tasks,
+                         const Topology& topology) {
+  const int num_hosts = topology.num_hosts;
+  PlanBuilder builder(problems, StrategyName(Strategy::kMeshcast));
+  EgressLoads loads(topology);
+
+  // Receivers of the current task grouped by host.
+  std::vector<std::vector<int>> receivers_on(num_hosts);
+  const auto group_receivers = [&](const UnitTask& task) {
+    for (int device : task.receivers) {
+      receivers_on[topology.HostOf(device)].push_back(device);
+    }
+  };
+  const auto clear_receivers = [&](const UnitTask& task) {
+    for (int device : task.receivers) {
+      receivers_on[topology.HostOf(device)].clear();
+    }
+  };
+
+  // Largest tasks first, so that device and relay choices place them while
+  // loads are still even.
+  std::vector<int> by_size(tasks.size());
+  std::iota(by_size.begin(), by_size.end(), 0);
+  std::stable_sort(by_size.begin(), by_size.end(), [&](int a, int b) {
+    return tasks[a].bytes > tasks[b].bytes;
+  });
+
+  // 1. Local chains (fixed loads, forwards included) and the network part
+  // of every task.
+  struct LocalChain {
+    int host;
+    int sender;
+    std::vector<int> receivers;  // chain order
+  };
+  std::vector<std::vector<LocalChain>> local_chains(tasks.size());
+  std::vector<std::vector<int>> remote_hosts(tasks.size());
+  std::vector<NetworkTask> network_tasks;
+  std::vector<int> network_index(tasks.size(), -1);
+  const auto by_port_load = [&](std::vector<int>& devices) {
+    std::stable_sort(devices.begin(), devices.end(), [&](int a, int b) {
+      return loads.port(a) < loads.port(b);
+    });
+  };
+  for (int i : by_size) {
+    const UnitTask& task = tasks[i];
+    const double bytes = static_cast<double>(task.bytes);
+    group_receivers(task);
+    const std::vector<std::pair<size_t, size_t>> runs =
+        HostRuns(task.senders, topology);
+    for (const auto& [begin, end] : runs) {
+      const int host = topology.HostOf(task.senders[begin]);
+      if (receivers_on[host].empty()) continue;
+      LocalChain local{host, task.senders[begin], receivers_on[host]};
+      for (size_t k = begin; k < end; ++k) {
+        if (loads.port(task.senders[k]) < loads.port(local.sender)) {
+          local.sender = task.senders[k];
+        }
+      }
+      by_port_load(local.receivers);
+      loads.AddLocal(local.sender, bytes);
+      for (size_t c = 0; c + 1 < local.receivers.size(); ++c) {
+        loads.AddLocal(local.receivers[c], bytes);
+      }
+      local_chains[i].push_back(std::move(local));
+      receivers_on[host].clear();
+    }
+    // Remote receivers forward what they get along the chain, all but the
+    // last one: charge each its expected share until the chains are known.
+    size_t remote_receivers = 0;
+    for (int host : HostsOf(task.receivers, topology)) {
+      if (receivers_on[host].empty()) continue;
+      remote_hosts[i].push_back(host);
+      remote_receivers += receivers_on[host].size();
+    }
+    for (int host : remote_hosts[i]) {
+      for (int device : receivers_on[host]) {
+        loads.AddLocal(device, ForwardShare(bytes, remote_receivers));
+      }
+    }
+    if (!remote_hosts[i].empty()) {
+      network_index[i] = static_cast<int>(network_tasks.size());
+      NetworkTask network{i, task.senders, runs, task.senders, bytes};
+      for (const LocalChain& local : local_chains[i]) {
+        const size_t k = std::lower_bound(task.senders.begin(),
+                                          task.senders.end(), local.sender) -
+                         task.senders.begin();
+        network.payer[k] = local.receivers.back();
+      }
+      network_tasks.push_back(std::move(network));
+    }
+    clear_receivers(task);
+  }
+  // 2. Who sends how much.
+  {
+    std::vector<double> host_in(num_hosts, 0);
+    std::vector<double> device_in(topology.num_devices(), 0);
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      for (int host : remote_hosts[i]) host_in[host] += tasks[i].bytes;
+      for (int device : tasks[i].receivers) device_in[device] += tasks[i].bytes;
+    }
+    for (double bytes : host_in) {
+      loads.RaiseFloor(bytes / topology.inter_host_bandwidth);
+    }
+    for (double bytes : device_in) {
+      loads.RaiseFloor(bytes / topology.intra_host_bandwidth);
+    }
+  }
+  const std::vector<std::vector<double>> egress =
+      AssignEgress(network_tasks, topology, loads);
+
+  // 3. Emit chains. Relays and remote forwards add to the loads as they are
+  // placed (local chains were charged above).
+  std::vector<int> chain;
+  std::vector<int> remote;
+  std::vector<double> weights;
+  std::vector<int> part_senders;
+  std::vector<Box> parts;
+  for (int i : by_size) {
+    const UnitTask& task = tasks[i];
+    group_receivers(task);
+    // The parts of the slice and the device each leaves from (-1: the task
+    // needs no network at all).
+    parts.clear();
+    part_senders.clear();
+    if (network_index[i] >= 0) {
+      const NetworkTask& network = network_tasks[network_index[i]];
+      const std::vector<double>& share = egress[network_index[i]];
+      weights.clear();
+      for (size_t h = 0; h < share.size(); ++h) {
+        if (share[h] <= 0) continue;
+        weights.push_back(share[h]);
+        part_senders.push_back(network.holders[h]);
+      }
+      parts = SplitBox(task.slice, weights);
+    } else {
+      parts.push_back(task.slice);
+      part_senders.push_back(-1);
+    }
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const int64_t bytes = builder.BytesOf(task.tensor, parts[p]);
+      if (bytes == 0) continue;
+      const int sender = part_senders[p];
+      const int sender_host = sender >= 0 ? topology.HostOf(sender) : -1;
+      if (sender >= 0) {
+        // The sending host's own receivers first, in their local order.
+        chain.clear();
+        for (const LocalChain& local : local_chains[i]) {
+          if (local.host == sender_host) chain = local.receivers;
+        }
+        const size_t local_count = chain.size();
+        remote = remote_hosts[i];
+        size_t remote_receivers = 0;
+        for (int host : remote) remote_receivers += receivers_on[host].size();
+        for (int host : remote) {
+          for (int device : receivers_on[host]) {
+            loads.AddLocal(device,
+                           -ForwardShare(static_cast<double>(bytes),
+                                         remote_receivers));
+          }
+        }
+        std::stable_sort(remote.begin(), remote.end(), [&](int a, int b) {
+          return loads.nic(a) < loads.nic(b);
+        });
+        for (size_t r = 0; r < remote.size(); ++r) {
+          std::vector<int>& on_host = receivers_on[remote[r]];
+          by_port_load(on_host);
+          chain.insert(chain.end(), on_host.begin(), on_host.end());
+          if (r + 1 < remote.size()) {
+            loads.AddRelay(remote[r], static_cast<double>(bytes));
+          }
+        }
+        // (The last local receiver's forward was charged to it as payer.)
+        for (size_t c = local_count; c + 1 < chain.size(); ++c) {
+          loads.AddLocal(chain[c], static_cast<double>(bytes));
+        }
+        builder.Add(task.tensor, parts[p], sender, chain);
+      }
+      for (const LocalChain& local : local_chains[i]) {
+        if (local.host == sender_host) continue;
+        builder.Add(task.tensor, parts[p], local.sender, local.receivers);
+      }
+    }
+    clear_receivers(task);
+  }
+  return builder.Take();
+}
+
+absl::StatusOr<std::vector<UnitTask>> CollectTasks(
+    const std::vector<ReshardProblem>& problems, const Topology& topology) {
+  RETURN_IF_ERROR(topology.Validate());
+  std::vector<UnitTask> tasks;
+  for (size_t p = 0; p < problems.size(); ++p) {
+    RETURN_IF_ERROR(problems[p].Validate(topology));
+    ASSIGN_OR_RETURN(std::vector<UnitTask> problem_tasks,
+                     ComputeUnitTasks(problems[p], static_cast<int>(p)));
+    if (tasks.empty()) {
+      tasks = std::move(problem_tasks);
+    } else {
+      tasks.insert(tasks.end(), std::make_move_iterator(problem_tasks.begin()),
+                   std::make_move_iterator(problem_tasks.end()));
+    }
+  }
+  return tasks;
+}
+
+absl::StatusOr<ReshardPlan> PlanConcrete(
+    const std::vector<ReshardProblem>& problems,
+    const std::vector<UnitTask>& tasks, const Topology& topology,
+    Strategy strategy) {
+  switch (strategy) {
+    case Strategy::kSendRecv:
+      return PlanSendRecv(problems, tasks, topology);
+    case Strategy::kLocalAllGather:
+      return PlanLocalAllGather(problems, tasks, topology);
+    case Strategy::kBroadcast:
+      return PlanBroadcast(problems, tasks, topology);
+    case Strategy::kBroadcastLb:
+      return PlanBroadcastLb(problems, tasks, topology);
+    case Strategy::kMeshcast:
+      return PlanMeshcast(problems, tasks, topology);
+    case Strategy::kAuto:
+      break;
+  }
+  return absl::InvalidArgumentError("strategy: auto is not a concrete strategy");
+}
+
+absl::StatusOr<StrategyComparison> Compare(
+    const std::vector<ReshardProblem>& problems,
+    const std::vector<UnitTask>& tasks, const Topology& topology) {
+  StrategyComparison comparison;
+  const double lower_bound = LowerBoundSeconds(tasks, topology);
+  int64_t moved = 0;
+  for (const UnitTask& task : tasks) {
+    moved += task.bytes * static_cast<int64_t>(task.receivers.size());
+  }
+  for (Strategy strategy : ConcreteStrategies()) {
+    StrategyEvaluation row;
+    row.strategy = strategy;
+    ASSIGN_OR_RETURN(row.plan,
+                     PlanConcrete(problems, tasks, topology, strategy));
+    ASSIGN_OR_RETURN(SimulationResult simulated, Simulate(row.plan, topology));
+    row.predicted_seconds = simulated.seconds;
+    row.lower_bound_seconds = lower_bound;
+    row.moved_bytes = moved;
+    comparison.rows.push_back(std::move(row));
+  }
+  // Fastest wins; near-ties (relative 1e-9) go to the earlier row, except
+  // that meshcast wins them.
+  int chosen = 0;
+  for (int i = 1; i < static_cast<int>(comparison.rows.size()); ++i) {
+    const double best = comparison.rows[chosen].predicted_seconds;
+    const double time = comparison.rows[i].predicted_seconds;
+    const double tolerance = 1e-9 * std::max(best, time);
+    const bool faster = time < best - tolerance;
+    const bool tie = !faster && time <= best + tolerance;
+    if (faster ||
+        (tie && comparison.rows[i].strategy == Strategy::kMeshcast)) {
+      chosen = i;
+    }
+  }
+  comparison.chosen = chosen;
+  return comparison;
+}
+
+}  // namespace
+
+std::string StrategyName(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::kSendRecv:
+      return "send_recv";
+    case Strategy::kLocalAllGather:
+      return "local_allgather";
+    case Strategy::kBroadcast:
+      return "broadcast";
+    case Strategy::kBroadcastLb:
+      return "broadcast_lb";
+    case Strategy::kMeshcast:
+      return "meshcast";
+    case Strategy::kAuto:
+      return "auto";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<Strategy> ParseStrategy(absl::string_view name) {
+  const std::string wanted =
+      absl::AsciiStrToLower(absl::StripAsciiWhitespace(name));
+  std::vector<std::string> names;
+  for (Strategy strategy : ConcreteStrategies()) {
+    if (StrategyName(strategy) == wanted) return strategy;
+    names.push_back(StrategyName(strategy));
+  }
+  if (wanted == StrategyName(Strategy::kAuto)) return Strategy::kAuto;
+  names.push_back(StrategyName(Strategy::kAuto));
+  return absl::InvalidArgumentError(
+      absl::StrCat("strategy: unknown strategy '", name,
+                   "'; allowed: ", absl::StrJoin(names, ", ")));
+}
+
+std::vector<Strategy> ConcreteStrategies() {
+  return {Strategy::kSendRecv, Strategy::kLocalAllGather, Strategy::kBroadcast,
+          Strategy::kBroadcastLb, Strategy::kMeshcast};
+}
+
+absl::StatusOr<ReshardPlan> PlanReshard(
+    const std::vector<ReshardProblem>& problems, const Topology& topology,
+    Strategy strategy) {
+  ASSIGN_OR_RETURN(std::vector<UnitTask> tasks,
+                   CollectTasks(problems, topology));
+  if (strategy != Strategy::kAuto) {
+    return PlanConcrete(problems, tasks, topology, strategy);
+  }
+  ASSIGN_OR_RETURN(StrategyComparison comparison,
+                   Compare(problems, tasks, topology));
+  return std::move(comparison.rows[comparison.chosen].plan);
+}
+
+absl::StatusOr<StrategyComparison> CompareStrategies(
+    const std::vector<ReshardProblem>& problems, const Topology& topology) {
+  ASSIGN_OR_RETURN(std::vector<UnitTask> tasks,
+                   CollectTasks(problems, topology));
+  return Compare(problems, tasks, topology);
+}
+
+}  // namespace meshcast

@@ -48,6 +48,11 @@ bool IsEmpty(const Box& box);
 // Intersection; empty (some size()==0) if the boxes do not overlap.
 Box Intersect(const Box& a, const Box& b);
 std::string BoxToString(const Box& box);  // e.g. "[0:512,0:1024,0:512]"
+// True if every element of `inner` lies in `outer` (an empty `inner` is
+// contained in anything of the same rank).
+bool Contains(const Box& outer, const Box& inner);
+// `a` minus `b` as at most 2*rank disjoint non-empty boxes.
+std::vector<Box> SubtractBox(const Box& a, const Box& b);
 
 struct TensorSpec {
   std::vector<int64_t> shape;

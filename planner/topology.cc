@@ -1,1 +1,98 @@
 #include "planner/topology.h"
+
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+
+namespace meshcast {
+namespace {
+
+bool PositiveFinite(double value) { return std::isfinite(value) && value > 0; }
+
+}  // namespace
+
+absl::Status Topology::Validate() const {
+  if (num_hosts < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("topology: num_hosts must be >= 1, got ", num_hosts));
+  }
+  if (devices_per_host < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "topology: devices_per_host must be >= 1, got ", devices_per_host));
+  }
+  if (static_cast<int64_t>(num_hosts) * devices_per_host > (1 << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("topology: ", num_hosts, " x ", devices_per_host,
+                     " devices is more than the planner supports (2^30)"));
+  }
+  const std::pair<const char*, double> rates[] = {
+      {"inter_host_bandwidth", inter_host_bandwidth},
+      {"intra_host_bandwidth", intra_host_bandwidth},
+      {"pipeline_chunk_bytes", pipeline_chunk_bytes},
+  };
+  for (const auto& [name, value] : rates) {
+    if (!PositiveFinite(value)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "topology: ", name, " must be positive and finite, got ", value));
+    }
+  }
+  // Latencies may be zero (an idealised model) but not negative.
+  const std::pair<const char*, double> latencies[] = {
+      {"inter_host_latency", inter_host_latency},
+      {"intra_host_latency", intra_host_latency},
+  };
+  for (const auto& [name, value] : latencies) {
+    if (!std::isfinite(value) || value < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "topology: ", name, " must be >= 0 and finite, got ", value));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string Topology::ToString() const {
+  return absl::StrFormat(
+      "%d hosts x %d devices, inter-host %g Gbps (latency %g us), intra-host "
+      "%g Gbps (latency %g us)",
+      num_hosts, devices_per_host, inter_host_bandwidth * 8 / 1e9,
+      inter_host_latency * 1e6, intra_host_bandwidth * 8 / 1e9,
+      intra_host_latency * 1e6);
+}
+
+Topology Topology::FromGbps(int hosts, int devices_per_host, double inter_gbps,
+                            double intra_gbps) {
+  Topology topology;
+  topology.num_hosts = hosts;
+  topology.devices_per_host = devices_per_host;
+  topology.inter_host_bandwidth = inter_gbps * 1e9 / 8;
+  topology.intra_host_bandwidth = intra_gbps * 1e9 / 8;
+  return topology;
+}
+
+absl::StatusOr<std::pair<int, int>> ParseClusterShape(absl::string_view text) {
+  const auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot parse cluster shape \"", text, "\": ", why,
+        "; expected HxG (H hosts x G devices per host, both >= 1), e.g. 5x4"));
+  };
+  std::vector<absl::string_view> parts = absl::StrSplit(text, 'x');
+  if (parts.size() != 2) return bad("need exactly two numbers");
+  int hosts = 0;
+  int devices = 0;
+  if (!absl::SimpleAtoi(parts[0], &hosts) || hosts < 1) {
+    return bad(absl::StrCat("bad host count '", parts[0], "'"));
+  }
+  if (!absl::SimpleAtoi(parts[1], &devices) || devices < 1) {
+    return bad(absl::StrCat("bad device count '", parts[1], "'"));
+  }
+  return std::make_pair(hosts, devices);
+}
+
+}  // namespace meshcast

@@ -1,3 +1,82 @@
 #include "planner/topology.h"
 
+#include <limits>
+
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
+namespace meshcast {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(TopologyTest, FromGbpsConvertsToBytesPerSecond) {
+  const Topology topology = Topology::FromGbps(5, 4, 10, 1200);
+  EXPECT_EQ(topology.num_hosts, 5);
+  EXPECT_EQ(topology.devices_per_host, 4);
+  EXPECT_DOUBLE_EQ(topology.inter_host_bandwidth, 1.25e9);
+  EXPECT_DOUBLE_EQ(topology.intra_host_bandwidth, 150e9);
+  EXPECT_EQ(topology.num_devices(), 20);
+  EXPECT_TRUE(topology.Validate().ok());
+}
+
+TEST(TopologyTest, DevicesAreNumberedHostMajor) {
+  const Topology topology = Topology::FromGbps(3, 4, 10, 100);
+  EXPECT_EQ(topology.HostOf(0), 0);
+  EXPECT_EQ(topology.HostOf(3), 0);
+  EXPECT_EQ(topology.HostOf(4), 1);
+  EXPECT_EQ(topology.HostOf(11), 2);
+  EXPECT_TRUE(topology.SameHost(4, 7));
+  EXPECT_FALSE(topology.SameHost(3, 4));
+}
+
+TEST(TopologyTest, ValidateRejectsBadValuesAndNamesTheField) {
+  Topology topology;
+  topology.num_hosts = 0;
+  EXPECT_THAT(topology.Validate().message(), HasSubstr("num_hosts"));
+  topology = Topology();
+  topology.devices_per_host = -1;
+  EXPECT_THAT(topology.Validate().message(), HasSubstr("devices_per_host"));
+  topology = Topology();
+  topology.inter_host_bandwidth = 0;
+  EXPECT_THAT(topology.Validate().message(), HasSubstr("inter_host_bandwidth"));
+  topology = Topology();
+  topology.intra_host_bandwidth = std::numeric_limits<double>::infinity();
+  EXPECT_THAT(topology.Validate().message(), HasSubstr("intra_host_bandwidth"));
+  topology = Topology();
+  topology.inter_host_latency = -1e-6;
+  EXPECT_THAT(topology.Validate().message(), HasSubstr("inter_host_latency"));
+  topology = Topology();
+  topology.intra_host_latency = 0;  // zero latency is a valid ideal model
+  EXPECT_TRUE(topology.Validate().ok());
+}
+
+TEST(TopologyTest, ToStringUsesHumanUnits) {
+  const std::string text = Topology::FromGbps(5, 4, 10, 1200).ToString();
+  EXPECT_THAT(text, HasSubstr("5 hosts x 4 devices"));
+  EXPECT_THAT(text, HasSubstr("10 Gbps"));
+  EXPECT_THAT(text, HasSubstr("1200 Gbps"));
+}
+
+TEST(TopologyTest, ParseClusterShape) {
+  auto shape = ParseClusterShape("5x4");
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  EXPECT_EQ(shape->first, 5);
+  EXPECT_EQ(shape->second, 4);
+  shape = ParseClusterShape("256x8");
+  ASSERT_TRUE(shape.ok());
+  EXPECT_EQ(shape->first, 256);
+  EXPECT_EQ(shape->second, 8);
+}
+
+TEST(TopologyTest, ParseClusterShapeErrorsExplainTheForm) {
+  for (const char* bad :
+       {"", "5", "5x", "x4", "0x4", "5x0", "5x4x2", "ax4", "-1x4"}) {
+    auto shape = ParseClusterShape(bad);
+    ASSERT_FALSE(shape.ok()) << bad;
+    EXPECT_THAT(shape.status().message(), HasSubstr("expected HxG")) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace meshcast

@@ -1,0 +1,350 @@
+// reshard_plan_bench: the cross-mesh resharding paper's public microbenchmark
+// suite under the planner's cost model, and the planner's own speed.
+//
+// Suite: cases 1-7 and 9 of DESIGN.md plus the 1-to-m broadcasts, under two
+// host models (the paper's testbed: 4 GPUs and a 10 Gbps NIC per host; and
+// 8 GPUs with a 100 Gbps NIC). The source mesh starts at host 0 and the
+// destination mesh on the next free host. For every case it prints each
+// strategy's predicted time and effective bandwidth (tensor bits / time, as
+// the paper plots), the lower bound, and meshcast's time relative to the
+// lower bound, broadcast_lb and send_recv.
+//
+// Speed: plans a 128x8 -> 128x8 transpose of a 65536x65536 bf16 tensor
+// (S0,S1 -> S1,S0, about 16K unit tasks) and reports the wall time of each
+// step and the peak resident memory.
+//
+// Exit status is non-zero only on errors (planning failures, bad flags);
+// the ratios are reported, and checked by tests elsewhere.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "cli/flags.h"
+#include "cli/text_table.h"
+#include "planner/cost_model.h"
+#include "planner/mesh.h"
+#include "planner/plan.h"
+#include "planner/sharding.h"
+#include "planner/strategy.h"
+#include "planner/tensor.h"
+#include "planner/topology.h"
+#include "planner/unit_task.h"
+#include "util/status_macros.h"
+
+namespace meshcast::bench {
+namespace {
+
+using cli::FormatBytes;
+using cli::FormatSeconds;
+using cli::TextTable;
+
+struct HostModel {
+  std::string name;
+  Topology topology;
+};
+
+struct SuiteCase {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<int> src_mesh;  // {hosts, devices per host}
+  std::string src_spec;
+  std::vector<int> dst_mesh;
+  std::string dst_spec;
+};
+
+std::vector<SuiteCase> PublicSuite() {
+  const std::vector<int64_t> big = {1024, 1024, 512};  // int32: 2 GiB
+  std::vector<SuiteCase> cases = {
+      {"case1", big, {2, 4}, "S0RR", {2, 4}, "S0RR"},
+      {"case2", big, {2, 4}, "RRR", {2, 4}, "S0RR"},
+      {"case3", big, {2, 4}, "RS0R", {2, 4}, "S0RR"},
+      {"case4", big, {2, 4}, "RS01R", {2, 4}, "S01RR"},
+      {"case5", big, {2, 4}, "S1RR", {2, 4}, "S0RR"},
+      {"case6", {3072, 1024, 170}, {2, 4}, "S0RR", {3, 4}, "S0RR"},
+      {"case7", big, {1, 4}, "S1RR", {2, 4}, "RRR"},
+      {"case9", big, {2, 4}, "RS0R", {2, 4}, "RRS0"},
+  };
+  // 1-to-m: 2^28 int32 (1 GiB), replicated to replicated from one device.
+  for (const auto& dst : std::vector<std::vector<int>>{
+           {1, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 2}, {3, 2}, {4, 2}}) {
+    cases.push_back({absl::StrFormat("1-to-m(%d,%d)", dst[0], dst[1]),
+                     {1024, 1024, 256},
+                     {1, 1},
+                     "RRR",
+                     dst,
+                     "RRR"});
+  }
+  return cases;
+}
+
+absl::StatusOr<ReshardProblem> BuildProblem(const SuiteCase& c,
+                                            const Topology& topology) {
+  ReshardProblem problem;
+  problem.tensor = TensorSpec{c.shape, DType::kInt32};
+  ASSIGN_OR_RETURN(
+      problem.src_mesh,
+      ParseMesh(absl::StrFormat("%dx%d@0", c.src_mesh[0], c.src_mesh[1]),
+                topology, "src mesh"));
+  ASSIGN_OR_RETURN(problem.dst_mesh,
+                   ParseMesh(absl::StrFormat("%dx%d@%d", c.dst_mesh[0],
+                                             c.dst_mesh[1], c.src_mesh[0]),
+                             topology, "dst mesh"));
+  ASSIGN_OR_RETURN(problem.src_spec, ShardingSpec::Parse(c.src_spec));
+  ASSIGN_OR_RETURN(problem.dst_spec, ShardingSpec::Parse(c.dst_spec));
+  RETURN_IF_ERROR(problem.Validate(topology));
+  return problem;
+}
+
+double Gbps(int64_t bytes, double seconds) {
+  return seconds > 0 ? bytes * 8.0 / seconds / 1e9 : 0;
+}
+
+struct SuiteSummary {
+  int cases = 0;
+  double worst_lb_ratio = 0;  // max meshcast / lower bound
+  std::string worst_lb_case;
+  double min_speedup_vs_blb = 1e300;  // min broadcast_lb / meshcast
+  double max_speedup_vs_blb = 0;
+  double min_speedup_vs_sr = 1e300;  // min send_recv / meshcast
+  double max_speedup_vs_sr = 0;
+  int slower_than_blb = 0;
+};
+
+absl::Status RunSuite(const HostModel& model, SuiteSummary& summary) {
+  const std::vector<Strategy> strategies = ConcreteStrategies();
+  std::vector<std::string> time_header = {"case", "meshes", "specs", "tensor",
+                                          "lower bound"};
+  std::vector<std::string> gbps_header = {"case", "lower bound"};
+  for (Strategy s : strategies) {
+    time_header.push_back(StrategyName(s));
+    gbps_header.push_back(StrategyName(s));
+  }
+  for (const char* h : {"mc/LB", "mc/bLB", "mc/s_r"}) gbps_header.push_back(h);
+  TextTable times(time_header, {TextTable::kLeft, TextTable::kLeft,
+                                TextTable::kLeft, TextTable::kRight});
+  TextTable gbps(gbps_header, {TextTable::kLeft});
+
+  for (const SuiteCase& c : PublicSuite()) {
+    ASSIGN_OR_RETURN(ReshardProblem problem, BuildProblem(c, model.topology));
+    absl::StatusOr<StrategyComparison> comparison =
+        CompareStrategies({problem}, model.topology);
+    if (!comparison.ok()) {
+      return absl::Status(comparison.status().code(),
+                          absl::StrCat(model.name, " ", c.name, ": ",
+                                       comparison.status().message()));
+    }
+    for (const StrategyEvaluation& row : comparison->rows) {
+      absl::Status valid = VerifyPlan(row.plan, model.topology);
+      if (!valid.ok()) {
+        return absl::InternalError(absl::StrCat(
+            model.name, " ", c.name, ": the ", StrategyName(row.strategy),
+            " plan is invalid: ", valid.message()));
+      }
+    }
+    const int64_t bytes = problem.tensor.num_bytes();
+    double lower_bound = 0;
+    double t_meshcast = 0, t_blb = 0, t_sr = 0;
+    std::vector<std::string> time_row = {
+        c.name,
+        absl::StrFormat("(%d,%d)->(%d,%d)", c.src_mesh[0], c.src_mesh[1],
+                        c.dst_mesh[0], c.dst_mesh[1]),
+        absl::StrCat(c.src_spec, "->", c.dst_spec), FormatBytes(bytes)};
+    std::vector<std::string> gbps_row = {c.name};
+    std::vector<std::string> time_cells, gbps_cells;
+    for (Strategy s : strategies) {
+      const StrategyEvaluation* row = nullptr;
+      for (const StrategyEvaluation& r : comparison->rows) {
+        if (r.strategy == s) row = &r;
+      }
+      if (row == nullptr) {
+        time_cells.push_back("-");
+        gbps_cells.push_back("-");
+        continue;
+      }
+      lower_bound = std::max(lower_bound, row->lower_bound_seconds);
+      time_cells.push_back(absl::StrFormat("%.4f", row->predicted_seconds));
+      gbps_cells.push_back(
+          absl::StrFormat("%.2f", Gbps(bytes, row->predicted_seconds)));
+      if (s == Strategy::kMeshcast) t_meshcast = row->predicted_seconds;
+      if (s == Strategy::kBroadcastLb) t_blb = row->predicted_seconds;
+      if (s == Strategy::kSendRecv) t_sr = row->predicted_seconds;
+    }
+    time_row.push_back(absl::StrFormat("%.4f", lower_bound));
+    time_row.insert(time_row.end(), time_cells.begin(), time_cells.end());
+    gbps_row.push_back(absl::StrFormat("%.2f", Gbps(bytes, lower_bound)));
+    gbps_row.insert(gbps_row.end(), gbps_cells.begin(), gbps_cells.end());
+    const double lb_ratio = lower_bound > 0 ? t_meshcast / lower_bound : 1;
+    gbps_row.push_back(absl::StrFormat("%.4f", lb_ratio));
+    gbps_row.push_back(absl::StrFormat("%.4f", t_meshcast / t_blb));
+    gbps_row.push_back(absl::StrFormat("%.4f", t_meshcast / t_sr));
+    times.AddRow(time_row);
+    gbps.AddRow(gbps_row);
+
+    ++summary.cases;
+    if (lb_ratio > summary.worst_lb_ratio) {
+      summary.worst_lb_ratio = lb_ratio;
+      summary.worst_lb_case = absl::StrCat(model.name, " ", c.name);
+    }
+    const double vs_blb = t_blb / t_meshcast;
+    const double vs_sr = t_sr / t_meshcast;
+    summary.min_speedup_vs_blb = std::min(summary.min_speedup_vs_blb, vs_blb);
+    summary.max_speedup_vs_blb = std::max(summary.max_speedup_vs_blb, vs_blb);
+    summary.min_speedup_vs_sr = std::min(summary.min_speedup_vs_sr, vs_sr);
+    summary.max_speedup_vs_sr = std::max(summary.max_speedup_vs_sr, vs_sr);
+    // A relative tolerance absorbs floating-point noise between equal plans.
+    if (t_meshcast > t_blb * (1 + 1e-9)) ++summary.slower_than_blb;
+  }
+  std::cout << "# " << model.name << ": " << model.topology.ToString() << "\n";
+  std::cout << "# predicted time (s)\n" << times.Render("  ") << "\n";
+  std::cout << "# effective bandwidth (Gbps = tensor bits / predicted time); "
+               "mc/X = meshcast time / X time (mc/LB >= 1; < 1 is faster)\n"
+            << gbps.Render("  ") << "\n";
+  return absl::OkStatus();
+}
+
+double Seconds(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+int64_t PeakRssBytes() {
+  struct rusage usage = {};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // KiB on Linux
+}
+
+absl::Status RunSpeed(bool verify) {
+  Topology topology = Topology::FromGbps(256, 8, 100, 2400);
+  ReshardProblem problem;
+  problem.tensor = TensorSpec{{65536, 65536}, DType::kBFloat16};
+  ASSIGN_OR_RETURN(problem.src_mesh, ParseMesh("128x8@0", topology));
+  ASSIGN_OR_RETURN(problem.dst_mesh, ParseMesh("128x8@128", topology));
+  ASSIGN_OR_RETURN(problem.src_spec, ShardingSpec::Parse("S0,S1"));
+  ASSIGN_OR_RETURN(problem.dst_spec, ShardingSpec::Parse("S1,S0"));
+  RETURN_IF_ERROR(problem.Validate(topology));
+
+  TextTable table({"step", "wall time", "result"},
+                  {TextTable::kLeft, TextTable::kRight, TextTable::kLeft});
+  auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(std::vector<UnitTask> tasks, ComputeUnitTasks(problem));
+  const double t_tasks = Seconds(start);
+  table.AddRow({"unit tasks", FormatSeconds(t_tasks),
+                absl::StrCat(tasks.size(), " tasks")});
+
+  start = std::chrono::steady_clock::now();
+  const double lower_bound = LowerBoundSeconds(tasks, topology);
+  table.AddRow({"lower bound", FormatSeconds(Seconds(start)),
+                FormatSeconds(lower_bound)});
+
+  start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(ReshardPlan plan,
+                   PlanReshard({problem}, topology, Strategy::kMeshcast));
+  const double t_plan = Seconds(start);
+  table.AddRow({"plan (meshcast)", FormatSeconds(t_plan),
+                absl::StrCat(plan.transfers.size(), " transfers")});
+
+  start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(SimulationResult simulated, Simulate(plan, topology));
+  const double t_simulate = Seconds(start);
+  table.AddRow({"simulate (meshcast)", FormatSeconds(t_simulate),
+                absl::StrFormat("%s predicted, %.4f x lower bound",
+                                FormatSeconds(simulated.seconds),
+                                simulated.seconds / lower_bound)});
+
+  if (verify) {
+    start = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(VerifyPlan(plan, topology));
+    table.AddRow({"verify (meshcast)", FormatSeconds(Seconds(start)), "ok"});
+  }
+
+  start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(ReshardPlan best,
+                   PlanReshard({problem}, topology, Strategy::kAuto));
+  table.AddRow({"plan (auto: every strategy + simulate)",
+                FormatSeconds(Seconds(start)),
+                absl::StrCat("chose ", best.strategy)});
+
+  const double t_total = t_tasks + t_plan + t_simulate;
+  std::cout << "# planning speed: 128x8 -> 128x8 meshes on "
+            << topology.ToString() << "\n"
+            << "# tensor 65536x65536 bfloat16 ("
+            << FormatBytes(problem.tensor.num_bytes()) << "), S0,S1 -> S1,S0\n"
+            << table.Render("  ")
+            << absl::StrFormat(
+                   "  unit tasks + plan + simulate (meshcast): %s (target < 1 "
+                   "s); peak memory (ru_maxrss): %s\n\n",
+                   FormatSeconds(t_total),
+                   FormatBytes(static_cast<double>(PeakRssBytes())));
+  return absl::OkStatus();
+}
+
+int Main(const std::vector<std::string>& args) {
+  std::string only = "all";
+  bool verify = false;
+  cli::FlagSet flags(
+      "reshard_plan_bench",
+      "The cross-mesh resharding public suite under the cost model, and the\n"
+      "planner's speed on a 128x8 -> 128x8 transpose.");
+  flags.Choice("only", &only, {"all", "suite", "speed"}, "which part to run");
+  flags.Bool("verify", &verify,
+             "also time VerifyPlan on the planning-speed case (the suite "
+             "verifies every plan always)");
+  absl::Status parsed = flags.Parse(args);
+  if (flags.help_requested()) {
+    std::cout << flags.Usage();
+    return 0;
+  }
+  if (!parsed.ok() || !flags.positional().empty()) {
+    std::cerr << "reshard_plan_bench: "
+              << (parsed.ok() ? "unexpected argument " + flags.positional()[0]
+                              : std::string(parsed.message()))
+              << "\n";
+    return 2;
+  }
+  if (only == "all" || only == "suite") {
+    Topology testbed = Topology::FromGbps(5, 4, 10, 1200);
+    Topology eight = Topology::FromGbps(5, 8, 100, 2400);
+    SuiteSummary summary;
+    for (const HostModel& model :
+         {HostModel{"testbed: 4 GPUs + 10 Gbps per host", testbed},
+          HostModel{"8 GPUs + 100 Gbps per host", eight}}) {
+      absl::Status status = RunSuite(model, summary);
+      if (!status.ok()) {
+        std::cerr << "reshard_plan_bench: " << status << "\n";
+        return 1;
+      }
+    }
+    std::cout << absl::StrFormat(
+        "summary: meshcast within %.2f%% of the lower bound on all %d cases "
+        "(worst: %s); vs broadcast_lb speedup %.3fx..%.3fx (slower on %d); "
+        "vs send_recv speedup %.2fx..%.2fx\n\n",
+        (summary.worst_lb_ratio - 1) * 100, summary.cases,
+        summary.worst_lb_case, summary.min_speedup_vs_blb,
+        summary.max_speedup_vs_blb, summary.slower_than_blb,
+        summary.min_speedup_vs_sr, summary.max_speedup_vs_sr);
+  }
+  if (only == "all" || only == "speed") {
+    absl::Status status = RunSpeed(verify);
+    if (!status.ok()) {
+      std::cerr << "reshard_plan_bench: planning speed: " << status << "\n";
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace meshcast::bench
+
+int main(int argc, char** argv) {
+  return meshcast::bench::Main(std::vector<std::string>(argv + 1, argv + argc));
+}

@@ -1,0 +1,30 @@
+// meshctl's top level: the table of subcommands and the dispatcher that
+// main() calls.
+//
+//   CommandResult result = RunMeshctl({"plan", "--cluster", "5x4", ...});
+//
+// A new subcommand (up, down, cluster, submit, get, list, watch, cancel)
+// slots in as one more entry of MeshctlCommands(): a name, a one-line
+// summary and a function taking the arguments after the name.
+//
+// Thread safety: RunMeshctl is reentrant if every subcommand is.
+#ifndef MESHCAST_CLI_MESHCTL_H_
+#define MESHCAST_CLI_MESHCTL_H_
+
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+
+namespace meshcast::cli {
+
+// Every subcommand, in the order `meshctl --help` lists them.
+const std::vector<Command>& MeshctlCommands();
+
+// Runs meshctl with `args` (without the program name): "--help", "help
+// [COMMAND]", "--version", or "COMMAND [flags]".
+CommandResult RunMeshctl(const std::vector<std::string>& args);
+
+}  // namespace meshcast::cli
+
+#endif  // MESHCAST_CLI_MESHCTL_H_

@@ -1,0 +1,118 @@
+#include "cli/meshctl.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace meshcast::cli {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+TEST(MeshctlTest, HelpListsCommands) {
+  const CommandResult result = RunMeshctl({"--help"});
+  EXPECT_EQ(result.exit_code, kExitOk);
+  EXPECT_THAT(result.out, HasSubstr("usage: meshctl COMMAND"));
+  for (const Command& command : MeshctlCommands()) {
+    EXPECT_THAT(result.out, HasSubstr(command.name));
+    EXPECT_THAT(result.out, HasSubstr(command.summary));
+  }
+  EXPECT_THAT(result.out, HasSubstr("plan"));
+}
+
+TEST(MeshctlTest, DispatchesAndHelpPerCommand) {
+  CommandResult result = RunMeshctl({"help", "plan"});
+  EXPECT_EQ(result.exit_code, kExitOk);
+  EXPECT_THAT(result.out, HasSubstr("usage: meshctl plan"));
+  result = RunMeshctl({"plan", "--help"});
+  EXPECT_EQ(result.exit_code, kExitOk);
+  EXPECT_THAT(result.out, HasSubstr("--src-spec"));
+  result = RunMeshctl({"plan", "--cluster", "5x4"});
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.err, StartsWith("meshctl plan: --shape: required"));
+  result = RunMeshctl({"--version"});
+  EXPECT_EQ(result.exit_code, kExitOk);
+  EXPECT_THAT(result.out, StartsWith("meshctl "));
+}
+
+TEST(MeshctlTest, UnknownOrMissingCommand) {
+  CommandResult result = RunMeshctl({"plna"});
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.err, HasSubstr("unknown command 'plna'; allowed: plan"));
+  result = RunMeshctl({});
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.err, HasSubstr("missing COMMAND"));
+  result = RunMeshctl({"help", "nope"});
+  EXPECT_EQ(result.exit_code, kExitUsage);
+}
+
+// Runs the real binary; returns its exit code and fills `out` with stdout
+// (stderr is kept in `err`).
+int RunBinary(const std::string& args, std::string* out, std::string* err) {
+  const std::string err_file = ::testing::TempDir() + "/meshctl_test_stderr_" +
+                               std::to_string(getpid()) + ".txt";
+  const std::string command =
+      std::string(MESHCTL_PATH) + " " + args + " 2>" + err_file;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  out->clear();
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) {
+    out->append(buffer, n);
+  }
+  const int status = pclose(pipe);
+  err->clear();
+  if (FILE* file = fopen(err_file.c_str(), "r")) {
+    while ((n = fread(buffer, 1, sizeof(buffer), file)) > 0) {
+      err->append(buffer, n);
+    }
+    fclose(file);
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(MeshctlBinaryTest, ExitCodesAndJsonShape) {
+  std::string out, err;
+  EXPECT_EQ(RunBinary("--help", &out, &err), 0);
+  EXPECT_THAT(out, HasSubstr("plan"));
+  EXPECT_EQ(RunBinary("plan --help", &out, &err), 0);
+  EXPECT_THAT(out, HasSubstr("--dst-spec"));
+  EXPECT_EQ(RunBinary("bogus", &out, &err), 2);
+
+  const std::string base =
+      "plan --cluster 5x4 --inter-gbps 10 --intra-gbps 1200 "
+      "--shape 1024x1024x512 --dtype int32 --src-mesh 2x4@0 "
+      "--dst-mesh 2x4@2 --dst-spec S0RR ";
+  EXPECT_EQ(RunBinary(base + "--src-spec S0XR", &out, &err), 2);
+  EXPECT_TRUE(out.empty());
+  EXPECT_THAT(err, StartsWith("meshctl plan: --src-spec: unknown token 'X'"));
+
+  ASSERT_EQ(RunBinary(base + "--src-spec S0RR --output json", &out, &err), 0)
+      << err;
+  const nlohmann::json plan =
+      nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(plan.is_object()) << out;
+  EXPECT_TRUE(plan["strategy"].is_string());
+  EXPECT_TRUE(plan["predicted_seconds"].is_number());
+  EXPECT_TRUE(plan["lower_bound_seconds"].is_number());
+  ASSERT_TRUE(plan["transfers"].is_array());
+  ASSERT_FALSE(plan["transfers"].empty());
+  const auto& transfer = plan["transfers"][0];
+  EXPECT_TRUE(transfer["slice"].is_array());
+  EXPECT_TRUE(transfer["src_device"].is_number_integer());
+  EXPECT_TRUE(transfer["dst_devices"].is_array());
+  EXPECT_TRUE(transfer["bytes"].is_number_integer());
+  EXPECT_TRUE(transfer["stage"].is_number_integer());
+}
+
+}  // namespace
+}  // namespace meshcast::cli

@@ -1,0 +1,479 @@
+#include "cli/plan_command.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "cli/flags.h"
+#include "cli/text_table.h"
+#include "nlohmann/json.hpp"
+#include "planner/cost_model.h"
+#include "planner/mesh.h"
+#include "planner/plan.h"
+#include "planner/sharding.h"
+#include "planner/strategy.h"
+#include "planner/tensor.h"
+#include "planner/topology.h"
+#include "planner/unit_task.h"
+#include "util/status_macros.h"
+
+namespace meshcast::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr char kCommand[] = "meshctl plan";
+
+constexpr char kDescription[] =
+    "Plans moving one tensor from a source device mesh and sharding spec to a\n"
+    "destination mesh and spec, offline (no cluster needed). Every strategy\n"
+    "is planned and timed with the flow-level cost model; the table compares\n"
+    "them against the lower bound, and --output json prints the chosen plan.\n"
+    "\n"
+    "Devices are numbered host*G + local on a cluster of H hosts x G devices.\n"
+    "A mesh is HxG@h (H hosts x the first G devices of each, from host h) or\n"
+    "an explicit device list with a shape. A sharding spec has one entry per\n"
+    "tensor dimension: R (replicated), S0 / S1 (split over mesh axis 0 =\n"
+    "hosts, or 1 = devices of a host), S01 (over both, axis 0 major); written\n"
+    "S0RR or S0,R,R. Uneven splits use ceil-sized chunks.\n"
+    "\n"
+    "example:\n"
+    "  meshctl plan --cluster 5x4 --inter-gbps 10 --intra-gbps 1200 \\\n"
+    "    --shape 1024x1024x512 --dtype int32 \\\n"
+    "    --src-mesh 2x4@0 --src-spec S0RR --dst-mesh 2x4@2 --dst-spec S0RR\n"
+    "\n"
+    "strategies (--strategy):\n"
+    "  send_recv        every receiver gets its own point-to-point copy from\n"
+    "                   the least-loaded replica\n"
+    "  local_allgather  Alpa's older method: one copy into each receiving\n"
+    "                   host, then an all-gather inside the host\n"
+    "  broadcast        one broadcast per unit task from its first replica\n"
+    "  broadcast_lb     the cross-mesh resharding paper: sender hosts load-\n"
+    "                   balanced, host-disjoint rounds of broadcasts\n"
+    "  meshcast         splits tasks across replica hosts and relays host to\n"
+    "                   host so each byte crosses each NIC at most once\n"
+    "  auto             whichever has the lowest predicted time (default)\n"
+    "\n"
+    "output:\n"
+    "  table  one row per strategy: predicted time (flow-level simulation),\n"
+    "         effective Gbps (tensor bits / predicted time), ratio to the\n"
+    "         lower bound on any plan, number of transfers; * marks the\n"
+    "         chosen strategy.\n"
+    "  json   one object, snake_case keys, bytes and seconds: strategy,\n"
+    "         predicted_seconds, lower_bound_seconds, topology, tensor,\n"
+    "         src_mesh, dst_mesh, src_spec, dst_spec, strategies (the\n"
+    "         comparison) and transfers: {slice: [[begin, end], ...] per\n"
+    "         tensor dimension, src_device, dst_devices (relay chain order),\n"
+    "         bytes, stage, deps}.\n"
+    "\n"
+    "Give each mesh as --src-mesh, or as --src-devices with --src-shape (the\n"
+    "same for --dst-*).\n"
+    "\n"
+    "exit codes: 0 ok, 1 planning or verification failed, 2 bad input.";
+
+struct PlanOptions {
+  std::string cluster;
+  double inter_gbps = 10;
+  double intra_gbps = 1200;
+  double inter_latency_us = 10;
+  double intra_latency_us = 2;
+  std::string shape;
+  std::string dtype = "float32";
+  std::string src_mesh;
+  std::string src_devices;
+  std::string src_shape;
+  std::string src_spec;
+  std::string dst_mesh;
+  std::string dst_devices;
+  std::string dst_shape;
+  std::string dst_spec;
+  std::string strategy = "auto";
+  std::string output = "table";
+  bool verify = false;
+};
+
+void RegisterFlags(FlagSet& flags, PlanOptions& options) {
+  flags.String("cluster", &options.cluster, "HxG",
+               "cluster of H hosts x G devices per host, e.g. 5x4 (required)");
+  flags.Double("inter-gbps", &options.inter_gbps, "GBPS",
+               "per-host NIC bandwidth, each direction, in Gbit/s");
+  flags.Double("intra-gbps", &options.intra_gbps, "GBPS",
+               "per-device bandwidth inside a host (NVLink), in Gbit/s");
+  flags.Double("inter-latency-us", &options.inter_latency_us, "US",
+               "per-message latency between hosts, in microseconds");
+  flags.Double("intra-latency-us", &options.intra_latency_us, "US",
+               "per-message latency inside a host, in microseconds");
+  flags.String("shape", &options.shape, "AxBx...",
+               "tensor shape, e.g. 1024x1024x512 (required)");
+  flags.String("dtype", &options.dtype, "TYPE",
+               "element type: int8, uint8, int32, int64, float16, bfloat16,\n"
+               "float32, float64 (aliases fp16, bf16, fp32, ...)");
+  flags.String("src-mesh", &options.src_mesh, "HxG@h",
+               "source mesh: H hosts x first G devices, from host h");
+  flags.String("src-devices", &options.src_devices, "IDS",
+               "source mesh as a device list, e.g. 0,1,4,5 (with --src-shape)");
+  flags.String("src-shape", &options.src_shape, "AxB",
+               "shape of the --src-devices mesh, e.g. 2x2");
+  flags.String("src-spec", &options.src_spec, "SPEC",
+               "source sharding spec, e.g. S0RR (required)");
+  flags.String("dst-mesh", &options.dst_mesh, "HxG@h",
+               "destination mesh, as --src-mesh");
+  flags.String("dst-devices", &options.dst_devices, "IDS",
+               "destination mesh as a device list (with --dst-shape)");
+  flags.String("dst-shape", &options.dst_shape, "AxB",
+               "shape of the --dst-devices mesh");
+  flags.String("dst-spec", &options.dst_spec, "SPEC",
+               "destination sharding spec, e.g. S0RR (required)");
+  flags.String("strategy", &options.strategy, "NAME",
+               "auto (lowest predicted time) or one of send_recv,\n"
+               "local_allgather, broadcast, broadcast_lb, meshcast");
+  flags.Choice("output", &options.output, {"table", "json"},
+               "table: compare strategies; json: the chosen plan as one "
+               "object");
+  flags.Bool("verify", &options.verify,
+             "check every plan delivers all data from devices that hold it");
+}
+
+struct PlanInputs {
+  Topology topology;
+  ReshardProblem problem;
+  bool auto_strategy = true;
+  Strategy strategy = Strategy::kAuto;
+};
+
+absl::Status Flagged(absl::string_view flag, const absl::Status& status) {
+  if (status.ok()) return status;
+  // Library messages sometimes name the field already ("strategy: ...");
+  // the flag replaces that name rather than repeating it.
+  absl::string_view message = status.message();
+  absl::ConsumePrefix(&message, absl::StrCat(flag.substr(2), ": "));
+  return absl::Status(status.code(), absl::StrCat(flag, ": ", message));
+}
+
+absl::Status Required(const FlagSet& flags, absl::string_view name,
+                      absl::string_view example) {
+  if (flags.IsSet(name)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", name, ": required, e.g. --", name, " ", example));
+}
+
+absl::Status CheckPositive(absl::string_view flag, double value, bool zero_ok) {
+  if (value > 0 || (zero_ok && value == 0)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      flag, ": must be ", zero_ok ? ">= 0" : "> 0", ", got ", value));
+}
+
+absl::StatusOr<DeviceMesh> BuildMesh(const FlagSet& flags,
+                                     const Topology& topology,
+                                     absl::string_view side,
+                                     const std::string& mesh_text,
+                                     const std::string& devices,
+                                     const std::string& shape) {
+  const std::string mesh_flag = absl::StrCat("--", side, "-mesh");
+  const std::string devices_flag = absl::StrCat("--", side, "-devices");
+  const std::string shape_flag = absl::StrCat("--", side, "-shape");
+  const bool has_mesh = flags.IsSet(mesh_flag.substr(2));
+  const bool has_devices = flags.IsSet(devices_flag.substr(2));
+  const bool has_shape = flags.IsSet(shape_flag.substr(2));
+  if (has_mesh && (has_devices || has_shape)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(mesh_flag, ": give either ", mesh_flag, " or ",
+                     devices_flag, " with ", shape_flag, ", not both"));
+  }
+  if (has_mesh) return ParseMesh(mesh_text, topology, mesh_flag);
+  if (has_devices != has_shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        has_devices ? shape_flag : devices_flag, ": required with ",
+        has_devices ? devices_flag : shape_flag, ", e.g. ", devices_flag,
+        " 0,1,4,5 ", shape_flag, " 2x2"));
+  }
+  if (!has_devices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(mesh_flag, ": required (HxG@h, e.g. 2x4@0), or ",
+                     devices_flag, " with ", shape_flag));
+  }
+  return MeshFromDevices(devices, shape, topology, devices_flag);
+}
+
+absl::StatusOr<PlanInputs> BuildInputs(const FlagSet& flags,
+                                       const PlanOptions& options) {
+  if (!flags.positional().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", flags.positional().front(),
+                     "'; every input is a flag, see 'meshctl plan --help'"));
+  }
+  RETURN_IF_ERROR(Required(flags, "cluster", "5x4"));
+  RETURN_IF_ERROR(Required(flags, "shape", "1024x1024x512"));
+  RETURN_IF_ERROR(Required(flags, "src-spec", "S0RR"));
+  RETURN_IF_ERROR(Required(flags, "dst-spec", "S0RR"));
+
+  PlanInputs inputs;
+  auto cluster = ParseClusterShape(options.cluster);
+  RETURN_IF_ERROR(Flagged("--cluster", cluster.status()));
+  RETURN_IF_ERROR(CheckPositive("--inter-gbps", options.inter_gbps, false));
+  RETURN_IF_ERROR(CheckPositive("--intra-gbps", options.intra_gbps, false));
+  RETURN_IF_ERROR(
+      CheckPositive("--inter-latency-us", options.inter_latency_us, true));
+  RETURN_IF_ERROR(
+      CheckPositive("--intra-latency-us", options.intra_latency_us, true));
+  inputs.topology = Topology::FromGbps(cluster->first, cluster->second,
+                                       options.inter_gbps, options.intra_gbps);
+  inputs.topology.inter_host_latency = options.inter_latency_us * 1e-6;
+  inputs.topology.intra_host_latency = options.intra_latency_us * 1e-6;
+  RETURN_IF_ERROR(Flagged("--cluster", inputs.topology.Validate()));
+
+  ReshardProblem& problem = inputs.problem;
+  auto shape = ParseShape(options.shape);
+  RETURN_IF_ERROR(Flagged("--shape", shape.status()));
+  problem.tensor.shape = *std::move(shape);
+  auto dtype = ParseDType(options.dtype);
+  RETURN_IF_ERROR(Flagged("--dtype", dtype.status()));
+  problem.tensor.dtype = *dtype;
+
+  ASSIGN_OR_RETURN(problem.src_mesh,
+                   BuildMesh(flags, inputs.topology, "src", options.src_mesh,
+                             options.src_devices, options.src_shape));
+  ASSIGN_OR_RETURN(problem.dst_mesh,
+                   BuildMesh(flags, inputs.topology, "dst", options.dst_mesh,
+                             options.dst_devices, options.dst_shape));
+
+  auto src_spec = ShardingSpec::Parse(options.src_spec);
+  RETURN_IF_ERROR(Flagged("--src-spec", src_spec.status()));
+  problem.src_spec = *std::move(src_spec);
+  RETURN_IF_ERROR(Flagged("--src-spec", problem.src_spec.Validate(
+                                            problem.tensor, problem.src_mesh)));
+  auto dst_spec = ShardingSpec::Parse(options.dst_spec);
+  RETURN_IF_ERROR(Flagged("--dst-spec", dst_spec.status()));
+  problem.dst_spec = *std::move(dst_spec);
+  RETURN_IF_ERROR(Flagged("--dst-spec", problem.dst_spec.Validate(
+                                            problem.tensor, problem.dst_mesh)));
+  RETURN_IF_ERROR(problem.Validate(inputs.topology));
+
+  auto strategy = ParseStrategy(options.strategy);
+  RETURN_IF_ERROR(Flagged("--strategy", strategy.status()));
+  inputs.strategy = *strategy;
+  inputs.auto_strategy = *strategy == Strategy::kAuto;
+  return inputs;
+}
+
+std::string DescribeMesh(const DeviceMesh& mesh) {
+  return absl::StrCat(absl::StrJoin(mesh.shape, "x"), " [devices ",
+                      FormatDeviceRanges(mesh.devices), "]");
+}
+
+double EffectiveGbps(int64_t bytes, double seconds) {
+  return seconds > 0 ? bytes * 8.0 / seconds / 1e9 : 0;
+}
+
+double Ratio(double seconds, double bound) {
+  return bound > 0 ? seconds / bound : 1.0;
+}
+
+Json MeshJson(const DeviceMesh& mesh) {
+  return Json{{"shape", mesh.shape}, {"devices", mesh.devices}};
+}
+
+Json TransfersJson(const ReshardPlan& plan) {
+  Json transfers = Json::array();
+  for (const Transfer& transfer : plan.transfers) {
+    Json slice = Json::array();
+    for (const Interval& interval : transfer.slice) {
+      slice.push_back(Json::array({interval.begin, interval.end}));
+    }
+    transfers.push_back(Json{{"slice", std::move(slice)},
+                             {"src_device", transfer.src_device},
+                             {"dst_devices", transfer.dst_devices},
+                             {"bytes", transfer.bytes},
+                             {"stage", transfer.stage},
+                             {"deps", transfer.deps}});
+  }
+  return transfers;
+}
+
+std::string RenderJson(const PlanInputs& inputs, const StrategyComparison& cmp,
+                       int chosen, size_t unit_tasks, bool verified) {
+  const ReshardProblem& problem = inputs.problem;
+  const Topology& topology = inputs.topology;
+  const StrategyEvaluation& row = cmp.rows[chosen];
+  Json strategies = Json::array();
+  for (size_t i = 0; i < cmp.rows.size(); ++i) {
+    const StrategyEvaluation& r = cmp.rows[i];
+    strategies.push_back(
+        Json{{"strategy", StrategyName(r.strategy)},
+             {"predicted_seconds", r.predicted_seconds},
+             {"lower_bound_seconds", r.lower_bound_seconds},
+             {"ratio_to_lower_bound",
+              Ratio(r.predicted_seconds, r.lower_bound_seconds)},
+             {"num_transfers", r.plan.transfers.size()},
+             {"transfer_bytes", r.plan.total_bytes()},
+             {"chosen", static_cast<int>(i) == chosen}});
+  }
+  Json out{
+      {"strategy", StrategyName(row.strategy)},
+      {"requested_strategy",
+       inputs.auto_strategy ? "auto" : StrategyName(inputs.strategy)},
+      {"predicted_seconds", row.predicted_seconds},
+      {"lower_bound_seconds", row.lower_bound_seconds},
+      {"ratio_to_lower_bound",
+       Ratio(row.predicted_seconds, row.lower_bound_seconds)},
+      {"effective_bytes_per_second",
+       row.predicted_seconds > 0
+           ? problem.tensor.num_bytes() / row.predicted_seconds
+           : 0.0},
+      {"moved_bytes", row.moved_bytes},
+      {"unit_tasks", unit_tasks},
+      {"num_transfers", row.plan.transfers.size()},
+      {"topology",
+       Json{{"num_hosts", topology.num_hosts},
+            {"devices_per_host", topology.devices_per_host},
+            {"inter_host_bandwidth_bytes_per_second",
+             topology.inter_host_bandwidth},
+            {"intra_host_bandwidth_bytes_per_second",
+             topology.intra_host_bandwidth},
+            {"inter_host_latency_seconds", topology.inter_host_latency},
+            {"intra_host_latency_seconds", topology.intra_host_latency}}},
+      {"tensor", Json{{"shape", problem.tensor.shape},
+                      {"dtype", DTypeName(problem.tensor.dtype)},
+                      {"bytes", problem.tensor.num_bytes()}}},
+      {"src_mesh", MeshJson(problem.src_mesh)},
+      {"src_spec", problem.src_spec.ToString()},
+      {"dst_mesh", MeshJson(problem.dst_mesh)},
+      {"dst_spec", problem.dst_spec.ToString()},
+      {"strategies", std::move(strategies)},
+  };
+  if (verified) out["verified"] = true;
+  out["transfers"] = TransfersJson(row.plan);
+  return out.dump() + "\n";
+}
+
+std::string RenderTable(const PlanInputs& inputs, const StrategyComparison& cmp,
+                        int chosen, size_t unit_tasks, bool verified) {
+  const ReshardProblem& problem = inputs.problem;
+  const int64_t tensor_bytes = problem.tensor.num_bytes();
+  std::string out;
+  absl::StrAppend(&out, "topology:    ", inputs.topology.ToString(), "\n");
+  absl::StrAppend(
+      &out, "tensor:      ", absl::StrJoin(problem.tensor.shape, "x"), " ",
+      DTypeName(problem.tensor.dtype), " (", FormatBytes(tensor_bytes), ")\n");
+  absl::StrAppend(&out, "source:      ", DescribeMesh(problem.src_mesh), " ",
+                  problem.src_spec.ToString(), "\n");
+  absl::StrAppend(&out, "destination: ", DescribeMesh(problem.dst_mesh), " ",
+                  problem.dst_spec.ToString(), "\n");
+  const int64_t moved = cmp.rows.empty() ? 0 : cmp.rows[0].moved_bytes;
+  absl::StrAppend(&out, "unit tasks:  ", unit_tasks, " (", FormatBytes(moved),
+                  " to deliver to destination devices)\n\n");
+
+  TextTable table(
+      {"  strategy", "predicted", "eff. Gbps", "x lower bound", "transfers"},
+      {TextTable::kLeft});
+  double lower_bound = 0;
+  for (size_t i = 0; i < cmp.rows.size(); ++i) {
+    const StrategyEvaluation& row = cmp.rows[i];
+    lower_bound = std::max(lower_bound, row.lower_bound_seconds);
+    table.AddRow({absl::StrCat(static_cast<int>(i) == chosen ? "* " : "  ",
+                               StrategyName(row.strategy)),
+                  FormatSeconds(row.predicted_seconds),
+                  absl::StrFormat("%.2f", EffectiveGbps(tensor_bytes,
+                                                        row.predicted_seconds)),
+                  absl::StrFormat("%.3f", Ratio(row.predicted_seconds,
+                                                row.lower_bound_seconds)),
+                  absl::StrCat(row.plan.transfers.size())});
+  }
+  table.AddRow(
+      {"  lower bound", FormatSeconds(lower_bound),
+       absl::StrFormat("%.2f", EffectiveGbps(tensor_bytes, lower_bound)),
+       "1.000", ""});
+  out += table.Render();
+  absl::StrAppend(
+      &out, "\n* chosen: ", StrategyName(cmp.rows[chosen].strategy),
+      inputs.auto_strategy ? " (auto: lowest predicted time)" : " (--strategy)",
+      "\n");
+  absl::StrAppend(&out,
+                  "eff. Gbps = tensor bits / predicted time; x lower bound = "
+                  "predicted / lower bound on any plan\n");
+  if (verified) {
+    absl::StrAppend(&out, "verified: all ", cmp.rows.size(),
+                    " plans deliver every element from devices holding it\n");
+  }
+  return out;
+}
+
+CommandResult Fail(int code, absl::string_view message) {
+  CommandResult result;
+  result.exit_code = code;
+  result.err = absl::StrCat(kCommand, ": ", message, "\n");
+  return result;
+}
+
+}  // namespace
+
+CommandResult RunPlanCommand(const std::vector<std::string>& args) {
+  PlanOptions options;
+  FlagSet flags(kCommand, kDescription);
+  RegisterFlags(flags, options);
+  absl::Status parsed = flags.Parse(args);
+  if (flags.help_requested()) {
+    return CommandResult{kExitOk, flags.Usage(), ""};
+  }
+  if (!parsed.ok()) return Fail(kExitUsage, parsed.message());
+  absl::StatusOr<PlanInputs> inputs = BuildInputs(flags, options);
+  if (!inputs.ok()) return Fail(kExitUsage, inputs.status().message());
+
+  absl::StatusOr<std::vector<UnitTask>> tasks =
+      ComputeUnitTasks(inputs->problem);
+  if (!tasks.ok()) {
+    return Fail(kExitFailure, absl::StrCat("computing unit tasks: ",
+                                           tasks.status().message()));
+  }
+  absl::StatusOr<StrategyComparison> comparison =
+      CompareStrategies({inputs->problem}, inputs->topology);
+  if (!comparison.ok()) {
+    return Fail(kExitFailure, absl::StrCat("planning failed: ",
+                                           comparison.status().ToString()));
+  }
+  if (comparison->rows.empty()) {
+    return Fail(kExitFailure, "planning failed: no strategy produced a plan");
+  }
+  int chosen = comparison->chosen;
+  if (!inputs->auto_strategy) {
+    chosen = -1;
+    for (size_t i = 0; i < comparison->rows.size(); ++i) {
+      if (comparison->rows[i].strategy == inputs->strategy) {
+        chosen = static_cast<int>(i);
+      }
+    }
+    if (chosen < 0) {
+      return Fail(kExitFailure,
+                  absl::StrCat("planning failed: strategy ",
+                               StrategyName(inputs->strategy),
+                               " is missing from the comparison"));
+    }
+  }
+  if (options.verify) {
+    for (const StrategyEvaluation& row : comparison->rows) {
+      absl::Status status = VerifyPlan(row.plan, inputs->topology);
+      if (!status.ok()) {
+        return Fail(kExitFailure,
+                    absl::StrCat("--verify: the ", StrategyName(row.strategy),
+                                 " plan is invalid: ", status.message()));
+      }
+    }
+  }
+  CommandResult result;
+  result.out = options.output == "json"
+                   ? RenderJson(*inputs, *comparison, chosen, tasks->size(),
+                                options.verify)
+                   : RenderTable(*inputs, *comparison, chosen, tasks->size(),
+                                 options.verify);
+  return result;
+}
+
+}  // namespace meshcast::cli

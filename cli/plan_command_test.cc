@@ -1,0 +1,263 @@
+#include "cli/plan_command.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace meshcast::cli {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// The example of the issue: case 1 of the public suite.
+std::vector<std::string> Case1Args() {
+  return {"--cluster",    "5x4",   "--inter-gbps", "10",
+          "--intra-gbps", "1200",  "--shape",      "1024x1024x512",
+          "--dtype",      "int32", "--src-mesh",   "2x4@0",
+          "--src-spec",   "S0RR",  "--dst-mesh",   "2x4@2",
+          "--dst-spec",   "S0RR"};
+}
+
+// Replaces (or appends) a flag's value in an argument list.
+std::vector<std::string> With(std::vector<std::string> args,
+                              const std::string& flag,
+                              const std::string& value) {
+  auto it = std::find(args.begin(), args.end(), flag);
+  if (it != args.end()) {
+    *(it + 1) = value;
+  } else {
+    args.push_back(flag);
+    args.push_back(value);
+  }
+  return args;
+}
+
+std::vector<std::string> Without(std::vector<std::string> args,
+                                 const std::string& flag) {
+  auto it = std::find(args.begin(), args.end(), flag);
+  if (it != args.end()) args.erase(it, it + 2);
+  return args;
+}
+
+// Runs a command expected to fail on input and returns its one error line.
+std::string UsageError(const std::vector<std::string>& args) {
+  const CommandResult result = RunPlanCommand(args);
+  EXPECT_EQ(result.exit_code, kExitUsage) << result.out << result.err;
+  EXPECT_TRUE(result.out.empty());
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
+      << result.err;
+  EXPECT_THAT(result.err, StartsWith("meshctl plan: "));
+  return result.err;
+}
+
+TEST(PlanCommandTest, HelpExplainsEveryFlag) {
+  const CommandResult result = RunPlanCommand({"--help"});
+  EXPECT_EQ(result.exit_code, kExitOk);
+  for (const char* flag : {"--cluster",
+                           "--inter-gbps",
+                           "--intra-gbps",
+                           "--inter-latency-us",
+                           "--intra-latency-us",
+                           "--shape",
+                           "--dtype",
+                           "--src-mesh",
+                           "--src-devices",
+                           "--src-shape",
+                           "--src-spec",
+                           "--dst-mesh",
+                           "--dst-devices",
+                           "--dst-shape",
+                           "--dst-spec",
+                           "--strategy",
+                           "--output",
+                           "--verify",
+                           "S01",
+                           "host*G + local",
+                           "exit codes",
+                           "send_recv",
+                           "broadcast_lb",
+                           "meshcast",
+                           "lower bound"}) {
+    EXPECT_THAT(result.out, HasSubstr(flag));
+  }
+}
+
+TEST(PlanCommandTest, BadSpecNamesFlagTokenAndAllowedForms) {
+  const std::string err = UsageError(With(Case1Args(), "--src-spec", "S0XR"));
+  EXPECT_THAT(err, StartsWith("meshctl plan: --src-spec: unknown token 'X' "
+                              "at position 3"));
+  EXPECT_THAT(err, HasSubstr("allowed: R"));
+  EXPECT_THAT(err, HasSubstr("S0, S1, S01"));
+  EXPECT_THAT(UsageError(With(Case1Args(), "--dst-spec", "S0S0R")),
+              HasSubstr("--dst-spec: duplicate mesh axis 0"));
+  EXPECT_THAT(UsageError(With(Case1Args(), "--dst-spec", "S0R")),
+              HasSubstr("--dst-spec: spec S0R has 2 dimension(s)"));
+  EXPECT_THAT(UsageError(With(Case1Args(), "--src-spec", "S2RR")),
+              HasSubstr("--src-spec: spec S2RR shards tensor dimension 0 over "
+                        "mesh axis 2"));
+}
+
+TEST(PlanCommandTest, MissingAndMalformedFlags) {
+  EXPECT_THAT(UsageError(Without(Case1Args(), "--cluster")),
+              HasSubstr("--cluster: required, e.g. --cluster 5x4"));
+  EXPECT_THAT(UsageError(Without(Case1Args(), "--shape")),
+              HasSubstr("--shape: required"));
+  EXPECT_THAT(UsageError(Without(Case1Args(), "--dst-spec")),
+              HasSubstr("--dst-spec: required"));
+  EXPECT_THAT(UsageError(Without(Case1Args(), "--src-mesh")),
+              HasSubstr("--src-mesh: required"));
+  EXPECT_THAT(UsageError(With(Case1Args(), "--cluster", "5by4")),
+              HasSubstr("--cluster: cannot parse cluster shape"));
+  EXPECT_THAT(UsageError(With(Case1Args(), "--shape", "1024x0")),
+              HasSubstr("--shape: cannot parse shape"));
+  EXPECT_THAT(UsageError(With(Case1Args(), "--dtype", "int3")),
+              HasSubstr("--dtype: unknown dtype 'int3'; allowed: int8"));
+  EXPECT_THAT(UsageError(With(Case1Args(), "--inter-gbps", "fast")),
+              HasSubstr("--inter-gbps: 'fast' is not a finite number"));
+  EXPECT_THAT(UsageError(With(Case1Args(), "--intra-gbps", "0")),
+              HasSubstr("--intra-gbps: must be > 0"));
+  EXPECT_THAT(UsageError(With(Case1Args(), "--inter-latency-us", "-1")),
+              HasSubstr("--inter-latency-us: must be >= 0"));
+  EXPECT_THAT(UsageError(With(Case1Args(), "--output", "xml")),
+              HasSubstr("--output: unknown value 'xml'; allowed: table, json"));
+  EXPECT_THAT(UsageError(With(Case1Args(), "--bogus", "1")),
+              HasSubstr("unknown flag --bogus"));
+  std::vector<std::string> extra = Case1Args();
+  extra.push_back("stray");
+  EXPECT_THAT(UsageError(extra), HasSubstr("unexpected argument 'stray'"));
+}
+
+TEST(PlanCommandTest, MeshErrorsNameTheFlag) {
+  std::string err = UsageError(With(Case1Args(), "--dst-mesh", "2x4@4"));
+  EXPECT_THAT(err, HasSubstr("--dst-mesh: mesh 2x4@4 needs hosts 4..5"));
+  EXPECT_THAT(err, HasSubstr("5 hosts"));
+  EXPECT_THAT(UsageError(With(Case1Args(), "--src-mesh", "2x8")),
+              HasSubstr("--src-mesh: mesh 2x8 needs 8 devices per host"));
+  EXPECT_THAT(UsageError(With(Case1Args(), "--src-devices", "0,1")),
+              HasSubstr("--src-mesh: give either --src-mesh or --src-devices"));
+  EXPECT_THAT(UsageError(With(Without(Case1Args(), "--dst-mesh"),
+                              "--dst-devices", "8,9")),
+              HasSubstr("--dst-shape: required with --dst-devices"));
+  EXPECT_THAT(UsageError(With(With(Without(Case1Args(), "--dst-mesh"),
+                                   "--dst-devices", "8,9,99"),
+                              "--dst-shape", "3")),
+              HasSubstr("--dst-devices: mesh 3[8,9,99]: device 99 is outside"));
+}
+
+// The success paths below need planner/strategy.cc and cost_model.cc.
+nlohmann::json RunJson(const std::vector<std::string>& args) {
+  std::vector<std::string> json_args = args;
+  json_args.push_back("--output");
+  json_args.push_back("json");
+  const CommandResult result = RunPlanCommand(json_args);
+  EXPECT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_EQ(std::count(result.out.begin(), result.out.end(), '\n'), 1);
+  return nlohmann::json::parse(result.out, nullptr, /*allow_exceptions=*/false);
+}
+
+TEST(PlanCommandTest, TableComparesEveryStrategy) {
+  const CommandResult result = RunPlanCommand(Case1Args());
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_TRUE(result.err.empty());
+  for (const char* text :
+       {"send_recv", "local_allgather", "broadcast", "broadcast_lb", "meshcast",
+        "lower bound", "* chosen: ", "x lower bound", "eff. Gbps",
+        "unit tasks:  2", "2x4 [devices 8-15] S0RR"}) {
+    EXPECT_THAT(result.out, HasSubstr(text));
+  }
+  // Exactly one row is marked.
+  int marked = 0;
+  for (size_t pos = 0;
+       (pos = result.out.find("\n* ", pos)) != std::string::npos; ++pos) {
+    if (result.out.compare(pos, 9, "\n* chosen") != 0) ++marked;
+  }
+  EXPECT_EQ(marked, 1) << result.out;
+}
+
+TEST(PlanCommandTest, JsonHasThePlanAndItsContext) {
+  std::vector<std::string> args = Case1Args();
+  args.push_back("--verify=true");
+  const nlohmann::json plan = RunJson(args);
+  ASSERT_TRUE(plan.is_object());
+  for (const char* key :
+       {"strategy", "predicted_seconds", "lower_bound_seconds", "transfers",
+        "topology", "tensor", "src_mesh", "dst_mesh", "src_spec", "dst_spec",
+        "strategies", "unit_tasks"}) {
+    EXPECT_TRUE(plan.contains(key)) << key;
+  }
+  EXPECT_EQ(plan["verified"], true);
+  EXPECT_EQ(plan["tensor"]["bytes"], int64_t{2} << 30);
+  EXPECT_EQ(plan["tensor"]["dtype"], "int32");
+  EXPECT_EQ(plan["src_spec"], "S0RR");
+  EXPECT_EQ(plan["unit_tasks"], 2);
+  EXPECT_EQ(plan["topology"]["inter_host_bandwidth_bytes_per_second"], 1.25e9);
+  EXPECT_GE(plan["predicted_seconds"].get<double>(),
+            plan["lower_bound_seconds"].get<double>() * (1 - 1e-9));
+  // 2 GiB leave hosts 0 and 1 over two 10 Gbps NICs in parallel: >= 0.86 s.
+  EXPECT_GT(plan["lower_bound_seconds"].get<double>(), 0.85);
+  ASSERT_TRUE(plan["transfers"].is_array());
+  ASSERT_FALSE(plan["transfers"].empty());
+  for (const auto& transfer : plan["transfers"]) {
+    ASSERT_EQ(transfer["slice"].size(), 3u);
+    int64_t elements = 1;
+    for (const auto& range : transfer["slice"]) {
+      ASSERT_EQ(range.size(), 2u);
+      EXPECT_LT(range[0].get<int64_t>(), range[1].get<int64_t>());
+      elements *= range[1].get<int64_t>() - range[0].get<int64_t>();
+    }
+    EXPECT_EQ(transfer["bytes"].get<int64_t>(), elements * 4);
+    EXPECT_GE(transfer["src_device"].get<int>(), 0);
+    EXPECT_LT(transfer["src_device"].get<int>(), 8);  // source mesh
+    for (const auto& dst : transfer["dst_devices"]) {
+      EXPECT_GE(dst.get<int>(), 8);
+    }
+    EXPECT_GE(transfer["stage"].get<int>(), 0);
+  }
+  int chosen = 0;
+  for (const auto& row : plan["strategies"]) {
+    if (row["chosen"].get<bool>()) {
+      ++chosen;
+      EXPECT_EQ(row["strategy"], plan["strategy"]);
+    }
+  }
+  EXPECT_EQ(chosen, 1);
+  EXPECT_EQ(plan["strategies"].size(), 5u);
+}
+
+TEST(PlanCommandTest, ExplicitStrategyAndDeviceLists) {
+  nlohmann::json plan = RunJson(With(Case1Args(), "--strategy", "send_recv"));
+  EXPECT_EQ(plan["strategy"], "send_recv");
+  EXPECT_EQ(plan["requested_strategy"], "send_recv");
+  // send_recv: one point-to-point copy per receiving device.
+  for (const auto& transfer : plan["transfers"]) {
+    EXPECT_EQ(transfer["dst_devices"].size(), 1u);
+  }
+  EXPECT_THAT(UsageError(With(Case1Args(), "--strategy", "fastest")),
+              HasSubstr("--strategy: "));
+
+  std::vector<std::string> args = Without(Case1Args(), "--src-mesh");
+  args = With(args, "--src-devices", "0,1,4,5");
+  args = With(args, "--src-shape", "2x2");
+  plan = RunJson(args);
+  EXPECT_EQ(plan["src_mesh"]["devices"], nlohmann::json({0, 1, 4, 5}));
+  EXPECT_EQ(plan["src_mesh"]["shape"], nlohmann::json({2, 2}));
+}
+
+TEST(PlanCommandTest, UnevenShapeAndOverlappingMeshesVerify) {
+  std::vector<std::string> args = With(Case1Args(), "--shape", "1000x7x3");
+  args = With(args, "--dst-mesh", "3x4@1");
+  args = With(args, "--dst-spec", "S01RR");
+  args.push_back("--verify");
+  const CommandResult result = RunPlanCommand(args);
+  EXPECT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("verified: all 5 plans"));
+}
+
+}  // namespace
+}  // namespace meshcast::cli
