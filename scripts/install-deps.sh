@@ -10,7 +10,7 @@ PACKAGES=(
   libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libsqlite3-dev sqlite3 nlohmann-json3-dev libyaml-cpp-dev libcivetweb-dev
-  prometheus iproute2 python3 curl procps
+  prometheus iproute2 python3 python3-yaml curl procps
 )
 
 missing=()
