@@ -19,7 +19,7 @@ if(NOT MESHCAST_CUDA STREQUAL "OFF")
     endif()
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
-    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 has no CUDA20 for nvcc
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     add_library(meshcast_nccl INTERFACE)
     target_include_directories(meshcast_nccl INTERFACE ${MESHCAST_NCCL_INCLUDE})

@@ -1,0 +1,84 @@
+// BufferSet: the tiles of one job on this worker's (virtual CPU) devices.
+//
+// Create() allocates a TileBuffer per buffer of the program, fills SOURCE
+// tiles with the pattern, poisons DESTINATION tiles, and pre-copies into
+// each destination the part that the same device's source tile of the same
+// tensor already holds (docs/dataplane.md). Steps then look tiles up:
+// a sender reads from its source tile when that holds the slice, else from
+// its destination tile (received in an earlier step); receivers write into
+// their destination tile. VerifyDestinations checks every destination
+// element against the pattern at the end.
+//
+//   ASSIGN_OR_RETURN(BufferSet buffers, BufferSet::Create(program, cancel));
+//   ASSIGN_OR_RETURN(const TileBuffer* from, buffers.SenderTile(d, t, slice));
+//
+// Fill and verification run tiles in parallel on up to `threads` threads.
+// Thread safety: lookups are safe concurrently; tiles follow TileBuffer's
+// rules (concurrent steps write disjoint regions, ordered by deps).
+#ifndef MESHCAST_WORKER_BUFFER_SET_H_
+#define MESHCAST_WORKER_BUFFER_SET_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "worker/cancellation.h"
+#include "worker/program.h"
+#include "worker/tile_buffer.h"
+
+namespace meshcast::worker {
+
+// Destination bytes before any data arrives: 0xFF is a NaN in every float
+// type (never a pattern value) and an unlikely integer pattern value.
+inline constexpr uint8_t kPoisonByte = 0xFF;
+
+struct VerificationSummary {
+  int64_t elements = 0;
+  int64_t mismatches = 0;
+  // "device 3 tensor 0 index 1234: expected ..., found ..." for the first
+  // mismatching buffer, empty if none.
+  std::string first_mismatch;
+};
+
+class BufferSet {
+ public:
+  // `program` must outlive the set.
+  static absl::StatusOr<BufferSet> Create(const ParsedProgram& program,
+                                          const Cancellation& cancellation,
+                                          int threads = 4);
+
+  BufferSet(BufferSet&&) = default;
+  BufferSet& operator=(BufferSet&&) = default;
+
+  // Null if the device has no tile of that tensor and role.
+  TileBuffer* Find(int device, int tensor, BufferRole role) const;
+
+  // The tile a sender reads `slice` from; FailedPrecondition naming the
+  // device and slice if neither its source nor destination tile holds it.
+  absl::StatusOr<const TileBuffer*> SenderTile(int device, int tensor,
+                                               const Box& slice) const;
+  // The destination tile a receiver writes `slice` into.
+  absl::StatusOr<TileBuffer*> ReceiverTile(int device, int tensor,
+                                           const Box& slice) const;
+
+  absl::StatusOr<VerificationSummary> VerifyDestinations(int threads = 4) const;
+
+  int64_t total_bytes() const;
+
+ private:
+  using Key = std::tuple<int, int, BufferRole>;  // device, tensor, role
+
+  BufferSet() = default;
+
+  const ParsedProgram* program_ = nullptr;
+  // unique_ptr keeps tile addresses stable for concurrent steps.
+  absl::flat_hash_map<Key, std::unique_ptr<TileBuffer>> tiles_;
+};
+
+}  // namespace meshcast::worker
+
+#endif  // MESHCAST_WORKER_BUFFER_SET_H_

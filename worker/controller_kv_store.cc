@@ -1,0 +1,55 @@
+#include "worker/controller_kv_store.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/client_context.h"
+
+namespace meshcast::worker {
+
+absl::Status FromGrpcStatus(const grpc::Status& status,
+                            absl::string_view what) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      absl::StrCat(what, ": ", status.error_message()));
+}
+
+ControllerKvStore::ControllerKvStore(std::shared_ptr<grpc::Channel> channel,
+                                     absl::Duration rpc_slack)
+    : stub_(v1::Controller::NewStub(std::move(channel))),
+      rpc_slack_(rpc_slack) {}
+
+absl::Status ControllerKvStore::Set(const std::string& key,
+                                    const std::string& value) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_slack_));
+  v1::KvSetRequest request;
+  request.set_key(key);
+  request.set_value(value);
+  v1::KvSetResponse response;
+  return FromGrpcStatus(stub_->KvSet(&context, request, &response),
+                        absl::StrCat("controller KvSet '", key, "'"));
+}
+
+absl::StatusOr<std::string> ControllerKvStore::Get(const std::string& key,
+                                                   absl::Duration timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout + rpc_slack_));
+  v1::KvGetRequest request;
+  request.set_key(key);
+  request.set_timeout_seconds(absl::ToDoubleSeconds(timeout));
+  v1::KvGetResponse response;
+  grpc::Status status = stub_->KvGet(&context, request, &response);
+  if (status.error_code() == grpc::StatusCode::NOT_FOUND ||
+      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "key '", key, "' was not set within ", absl::FormatDuration(timeout),
+        " (controller: ", status.error_message(), ")"));
+  }
+  if (!status.ok()) {
+    return FromGrpcStatus(status, absl::StrCat("controller KvGet '", key, "'"));
+  }
+  return std::move(*response.mutable_value());
+}
+
+}  // namespace meshcast::worker

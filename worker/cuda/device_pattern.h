@@ -1,0 +1,48 @@
+// Fill and verify the deterministic pattern in GPU memory, with
+// absl::Status errors: the host-side wrappers of pattern_kernels.h.
+//
+//   ASSIGN_OR_RETURN(PatternTile tile, MakePatternTile(box, spec));
+//   RETURN_IF_ERROR(FillBoxOnDevice(device_ptr, box, spec, t, stream));
+//   ASSIGN_OR_RETURN(int64_t bad, CountMismatchesOnDevice(device_ptr, box,
+//                                                         spec, t, stream));
+//
+// CountMismatchesOnDevice synchronizes `stream`; FillBoxOnDevice does not.
+// GpuCount() is 0 (never an error) where there is no usable GPU.
+// Thread safety: as the CUDA runtime.
+#ifndef MESHCAST_WORKER_CUDA_DEVICE_PATTERN_H_
+#define MESHCAST_WORKER_CUDA_DEVICE_PATTERN_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "planner/tensor.h"
+#include "worker/cuda/pattern_kernels.h"
+
+namespace meshcast::worker::cuda {
+
+// Number of visible CUDA devices; 0 if the runtime reports none or fails.
+int GpuCount();
+
+// A CUDA error as a Status naming `what`.
+absl::Status CudaStatus(cudaError_t error, absl::string_view what);
+
+// The kernels' view of `box` in a tensor of `spec`. InvalidArgument for a
+// box outside the tensor or a rank above kMaxPatternRank.
+absl::StatusOr<PatternTile> MakePatternTile(const Box& box,
+                                            const TensorSpec& spec);
+
+absl::Status FillBoxOnDevice(void* data, const Box& box, const TensorSpec& spec,
+                             int tensor_index, cudaStream_t stream);
+
+absl::StatusOr<int64_t> CountMismatchesOnDevice(const void* data,
+                                                const Box& box,
+                                                const TensorSpec& spec,
+                                                int tensor_index,
+                                                cudaStream_t stream);
+
+}  // namespace meshcast::worker::cuda
+
+#endif  // MESHCAST_WORKER_CUDA_DEVICE_PATTERN_H_

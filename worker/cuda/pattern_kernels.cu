@@ -1,0 +1,143 @@
+#include <algorithm>
+
+#include "worker/cuda/pattern_kernels.h"
+
+namespace meshcast::worker::cuda {
+namespace {
+
+template <int kSize>
+struct WordOf;
+template <>
+struct WordOf<1> {
+  using Type = uint8_t;
+};
+template <>
+struct WordOf<2> {
+  using Type = uint16_t;
+};
+template <>
+struct WordOf<4> {
+  using Type = uint32_t;
+};
+template <>
+struct WordOf<8> {
+  using Type = unsigned long long;
+};
+
+// Global row-major index of tile element `e`.
+__device__ uint64_t GlobalIndex(const PatternTile& tile, int64_t e) {
+  uint64_t global = 0;
+  for (int d = tile.rank - 1; d >= 0; --d) {
+    const int64_t i = e % tile.box_size[d];
+    e /= tile.box_size[d];
+    global += static_cast<uint64_t>(tile.box_begin[d] + i) *
+              static_cast<uint64_t>(tile.tensor_stride[d]);
+  }
+  return global;
+}
+
+template <PatternType kType>
+__global__ void FillKernel(typename WordOf<PatternTypeSize(kType)>::Type* out,
+                           PatternTile tile, uint32_t tensor) {
+  using Word = typename WordOf<PatternTypeSize(kType)>::Type;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       e < tile.elements; e += stride) {
+    out[e] =
+        static_cast<Word>(PatternBits(kType, GlobalIndex(tile, e), tensor));
+  }
+}
+
+template <PatternType kType>
+__global__ void VerifyKernel(
+    const typename WordOf<PatternTypeSize(kType)>::Type* in, PatternTile tile,
+    uint32_t tensor, unsigned long long* mismatches) {
+  using Word = typename WordOf<PatternTypeSize(kType)>::Type;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  unsigned long long local = 0;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       e < tile.elements; e += stride) {
+    const Word expected =
+        static_cast<Word>(PatternBits(kType, GlobalIndex(tile, e), tensor));
+    if (in[e] != expected) ++local;
+  }
+  // One atomic per thread that found something, not per element.
+  if (local != 0) atomicAdd(mismatches, local);
+}
+
+constexpr int kThreads = 256;
+
+int Blocks(int64_t elements) {
+  const int64_t needed = (elements + kThreads - 1) / kThreads;
+  return static_cast<int>(std::clamp<int64_t>(needed, 1, 65535));
+}
+
+template <PatternType kType>
+cudaError_t Fill(void* data, const PatternTile& tile, uint32_t tensor,
+                 cudaStream_t stream) {
+  using Word = typename WordOf<PatternTypeSize(kType)>::Type;
+  FillKernel<kType><<<Blocks(tile.elements), kThreads, 0, stream>>>(
+      static_cast<Word*>(data), tile, tensor);
+  return cudaGetLastError();
+}
+
+template <PatternType kType>
+cudaError_t Verify(const void* data, const PatternTile& tile, uint32_t tensor,
+                   unsigned long long* mismatches, cudaStream_t stream) {
+  using Word = typename WordOf<PatternTypeSize(kType)>::Type;
+  VerifyKernel<kType><<<Blocks(tile.elements), kThreads, 0, stream>>>(
+      static_cast<const Word*>(data), tile, tensor, mismatches);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+#define MESHCAST_DISPATCH_PATTERN_TYPE(type, CALL) \
+  switch (type) {                                  \
+    case PatternType::kInt8:                       \
+      return CALL(PatternType::kInt8);             \
+    case PatternType::kUInt8:                      \
+      return CALL(PatternType::kUInt8);            \
+    case PatternType::kInt32:                      \
+      return CALL(PatternType::kInt32);            \
+    case PatternType::kInt64:                      \
+      return CALL(PatternType::kInt64);            \
+    case PatternType::kFloat16:                    \
+      return CALL(PatternType::kFloat16);          \
+    case PatternType::kBFloat16:                   \
+      return CALL(PatternType::kBFloat16);         \
+    case PatternType::kFloat32:                    \
+      return CALL(PatternType::kFloat32);          \
+    case PatternType::kFloat64:                    \
+      return CALL(PatternType::kFloat64);          \
+  }                                                \
+  return cudaErrorInvalidValue
+
+cudaError_t LaunchFillPattern(void* data, const PatternTile& tile,
+                              PatternType type, uint32_t tensor,
+                              cudaStream_t stream) {
+  if (tile.rank < 0 || tile.rank > kMaxPatternRank) {
+    return cudaErrorInvalidValue;
+  }
+  if (tile.elements == 0) return cudaSuccess;
+#define MESHCAST_FILL(t) Fill<t>(data, tile, tensor, stream)
+  MESHCAST_DISPATCH_PATTERN_TYPE(type, MESHCAST_FILL);
+#undef MESHCAST_FILL
+}
+
+cudaError_t LaunchVerifyPattern(const void* data, const PatternTile& tile,
+                                PatternType type, uint32_t tensor,
+                                unsigned long long* mismatches,
+                                cudaStream_t stream) {
+  if (tile.rank < 0 || tile.rank > kMaxPatternRank) {
+    return cudaErrorInvalidValue;
+  }
+  if (tile.elements == 0) return cudaSuccess;
+#define MESHCAST_VERIFY(t) Verify<t>(data, tile, tensor, mismatches, stream)
+  MESHCAST_DISPATCH_PATTERN_TYPE(type, MESHCAST_VERIFY);
+#undef MESHCAST_VERIFY
+}
+
+#undef MESHCAST_DISPATCH_PATTERN_TYPE
+
+}  // namespace meshcast::worker::cuda

@@ -1,0 +1,202 @@
+#include "worker/executor.h"
+
+#include <memory>
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "util/status_macros.h"
+#include "worker/buffer_set.h"
+
+namespace meshcast::worker {
+
+void Executor::Abort(absl::string_view reason) {
+  cancellation_.Cancel(reason);
+  absl::MutexLock lock(&mu_);
+  if (comm_ != nullptr) comm_->Abort(reason);
+}
+
+void Executor::Fail(const absl::Status& status) {
+  // Peers blocked on this worker learn about it from the closed
+  // connections; local steps from the cancellation.
+  cancellation_.Cancel(status.message());
+  absl::MutexLock lock(&mu_);
+  if (comm_ != nullptr) comm_->Abort(status.message());
+}
+
+ExecutorTimings Executor::timings() const {
+  absl::MutexLock lock(&mu_);
+  return timings_;
+}
+
+absl::StatusOr<v1::JobResult> Executor::Run(const ParsedProgram& program,
+                                            Communicator* comm) {
+  {
+    absl::MutexLock lock(&mu_);
+    comm_ = comm;
+  }
+  // An Abort that came before `comm_` was set did not reach the
+  // communicator; it does not need to, as nothing was posted yet.
+  RETURN_IF_ERROR(cancellation_.status());
+
+  const absl::Time setup_start = absl::Now();
+  ASSIGN_OR_RETURN(BufferSet buffers, BufferSet::Create(program, cancellation_,
+                                                        options_.fill_threads));
+  const absl::Time setup_end = absl::Now();
+  if (comm != nullptr && comm->size() > 1) {
+    absl::Status barrier = Barrier(*comm);
+    if (!barrier.ok()) {
+      RETURN_IF_ERROR(cancellation_.status());
+      return absl::Status(barrier.code(),
+                          absl::StrCat("waiting for the job's other workers "
+                                       "to finish set-up: ",
+                                       barrier.message()));
+    }
+  }
+  const absl::Time steps_start = absl::Now();
+
+  RelayEnvironment env;
+  env.program = &program;
+  env.buffers = &buffers;
+  env.comm = comm;
+  env.cancellation = &cancellation_;
+  env.options = options_.relay;
+  v1::JobResult result;
+  result.set_predicted_seconds(program.predicted_seconds);
+  result.set_lower_bound_seconds(program.lower_bound_seconds);
+  absl::Status steps = RunSteps(program, env, result);
+  const absl::Time steps_end = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    comm_ = nullptr;
+  }
+  RETURN_IF_ERROR(steps);
+  result.set_seconds(absl::ToDoubleSeconds(steps_end - steps_start));
+
+  ASSIGN_OR_RETURN(VerificationSummary verification,
+                   buffers.VerifyDestinations(options_.fill_threads));
+  result.set_elements_verified(verification.elements);
+  result.set_mismatches(verification.mismatches);
+  {
+    absl::MutexLock lock(&mu_);
+    timings_.setup_seconds = absl::ToDoubleSeconds(setup_end - setup_start);
+    timings_.barrier_seconds = absl::ToDoubleSeconds(steps_start - setup_end);
+    timings_.steps_seconds = result.seconds();
+    timings_.verify_seconds = absl::ToDoubleSeconds(absl::Now() - steps_end);
+    timings_.tile_bytes = buffers.total_bytes();
+    timings_.first_mismatch = verification.first_mismatch;
+  }
+  return result;
+}
+
+absl::Status Executor::Barrier(Communicator& comm) {
+  uint8_t outgoing = 1;
+  std::vector<uint8_t> incoming(comm.size());
+  std::vector<std::unique_ptr<CommRequest>> requests;
+  for (int peer = 0; peer < comm.size(); ++peer) {
+    if (peer == comm.rank()) continue;
+    ASSIGN_OR_RETURN(
+        requests.emplace_back(),
+        comm.StartRecv(absl::MakeSpan(&incoming[peer], 1), peer, kBarrierTag));
+    ASSIGN_OR_RETURN(
+        requests.emplace_back(),
+        comm.StartSend(absl::MakeConstSpan(&outgoing, 1), peer, kBarrierTag));
+  }
+  for (auto& request : requests) RETURN_IF_ERROR(request->Wait());
+  return absl::OkStatus();
+}
+
+absl::Status Executor::RunSteps(const ParsedProgram& program,
+                                const RelayEnvironment& env,
+                                v1::JobResult& result) {
+  const int n = static_cast<int>(program.steps.size());
+  absl::flat_hash_map<int, int> index_of;
+  for (int i = 0; i < n; ++i) index_of[program.steps[i].id] = i;
+  std::vector<int> missing_deps(n);
+  std::vector<std::vector<int>> dependents(n);
+  // Ready steps by (stage, id): every worker starts shared steps in the
+  // same order.
+  std::set<std::pair<int, int>> ready;
+  for (int i = 0; i < n; ++i) {
+    const StepDesc& step = program.steps[i];
+    missing_deps[i] = step.deps.size();
+    for (int dep : step.deps) dependents[index_of.at(dep)].push_back(i);
+    if (missing_deps[i] == 0) ready.insert({step.stage, i});
+  }
+
+  absl::Mutex mu;
+  absl::CondVar changed;
+  int running = 0;
+  int finished = 0;
+  absl::Status first_error;
+  std::vector<double> seconds(n, 0);
+  std::vector<std::thread> threads;
+
+  auto run_step = [&](int i) {
+    const absl::Time start = absl::Now();
+    absl::Status status = ExecuteRelayStep(program.steps[i], env);
+    const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
+    if (!status.ok()) Fail(status);
+    absl::MutexLock lock(&mu);
+    --running;
+    ++finished;
+    seconds[i] = elapsed;
+    if (!status.ok()) {
+      if (first_error.ok()) first_error = status;
+    } else {
+      for (int j : dependents[i]) {
+        if (--missing_deps[j] == 0) {
+          ready.insert({program.steps[j].stage, j});
+        }
+      }
+    }
+    changed.SignalAll();
+  };
+
+  {
+    absl::MutexLock lock(&mu);
+    while (finished < n) {
+      const bool stopping = !first_error.ok() || cancellation_.cancelled();
+      if (stopping && running == 0) break;
+      while (!stopping && !ready.empty() &&
+             running < options_.max_concurrent_steps) {
+        const int i = ready.begin()->second;
+        ready.erase(ready.begin());
+        ++running;
+        threads.emplace_back(run_step, i);
+      }
+      if (running == 0 && ready.empty()) {
+        // Unreachable for an acyclic program (ParseProgram checks it).
+        first_error = absl::InternalError("no step can start");
+        break;
+      }
+      // Wakes on step completion; the timeout re-checks cancellation.
+      changed.WaitWithTimeout(&mu, absl::Milliseconds(100));
+    }
+  }
+  for (std::thread& thread : threads) thread.join();
+
+  if (!first_error.ok()) return first_error;
+  RETURN_IF_ERROR(cancellation_.status());
+
+  int64_t received_bytes = 0;
+  for (int i = 0; i < n; ++i) {
+    const StepDesc& step = program.steps[i];
+    v1::StepResult* step_result = result.add_steps();
+    step_result->set_step(step.id);
+    step_result->set_worker(program.worker);
+    step_result->set_bytes(step.bytes);
+    step_result->set_seconds(seconds[i]);
+    for (size_t p = 1; p < step.chain.size(); ++p) {
+      if (program.IsLocal(step.chain[p])) received_bytes += step.bytes;
+    }
+  }
+  result.set_bytes_moved(received_bytes);
+  return absl::OkStatus();
+}
+
+}  // namespace meshcast::worker

@@ -1,0 +1,86 @@
+// Executor: runs one job's WorkerProgram on this worker's CPU devices.
+//
+// Run() builds and fills the tiles (BufferSet), waits until every worker
+// of the job has done so (a barrier, so that step timings measure data
+// movement rather than a peer's set-up), runs the step DAG — every step on its
+// own thread as soon as its deps in the program have finished, lowest (stage,
+// id) first — with ExecuteRelayStep, verifies every destination element, and
+// returns this worker's JobResult: per-step bytes and seconds, elements
+// verified, mismatches. The first failing step aborts the others and the
+// communicator, so peers fail fast too.
+//
+//   Executor executor(options);
+//   absl::StatusOr<v1::JobResult> result = executor.Run(program, comm);
+//   // from another thread: executor.Abort("job cancelled");
+//
+// Steps get a thread each (up to max_concurrent_steps) rather than a small
+// pool: a step blocked on a peer must never keep another step that the peer
+// waits for from starting, or two workers could wait on each other.
+// Thread safety: Run once; Abort from any thread, any time.
+#ifndef MESHCAST_WORKER_EXECUTOR_H_
+#define MESHCAST_WORKER_EXECUTOR_H_
+
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "meshcast/v1/job.pb.h"
+#include "worker/cancellation.h"
+#include "worker/communicator.h"
+#include "worker/program.h"
+#include "worker/relay_step.h"
+
+namespace meshcast::worker {
+
+struct ExecutorOptions {
+  RelayOptions relay;
+  // Steps running at once; must exceed the number of steps that can be
+  // simultaneously ready on any worker (see above).
+  int max_concurrent_steps = 1024;
+  // Threads that fill and verify tiles.
+  int fill_threads = 4;
+};
+
+// What Run measured besides the JobResult (for logs).
+struct ExecutorTimings {
+  double setup_seconds = 0;    // allocate, fill, pre-copy
+  double barrier_seconds = 0;  // waiting for the other workers' set-up
+  double steps_seconds = 0;    // the DAG
+  double verify_seconds = 0;   // destination checks
+  int64_t tile_bytes = 0;      // memory held by the tiles
+  std::string first_mismatch;
+};
+
+class Executor {
+ public:
+  explicit Executor(ExecutorOptions options) : options_(options) {}
+
+  // Blocks until the program finished, failed or was aborted. `comm` may be
+  // null when no step crosses workers; it must outlive Run. Mismatches are
+  // reported in the result, not as an error.
+  absl::StatusOr<v1::JobResult> Run(const ParsedProgram& program,
+                                    Communicator* comm);
+
+  // Makes Run return CANCELLED(reason) promptly, aborting the communicator.
+  void Abort(absl::string_view reason);
+
+  ExecutorTimings timings() const;
+
+ private:
+  // Exchanges a token with every other rank.
+  absl::Status Barrier(Communicator& comm);
+  absl::Status RunSteps(const ParsedProgram& program,
+                        const RelayEnvironment& env, v1::JobResult& result);
+  void Fail(const absl::Status& status);
+
+  const ExecutorOptions options_;
+  Cancellation cancellation_;
+  mutable absl::Mutex mu_;
+  Communicator* comm_ ABSL_GUARDED_BY(mu_) = nullptr;
+  ExecutorTimings timings_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace meshcast::worker
+
+#endif  // MESHCAST_WORKER_EXECUTOR_H_

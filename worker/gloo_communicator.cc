@@ -1,0 +1,320 @@
+#include "worker/gloo_communicator.h"
+
+#include <chrono>
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gloo/common/error.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/store.h"
+#include "gloo/transport/tcp/device.h"
+#include "gloo/transport/unbound_buffer.h"
+
+namespace meshcast::worker {
+namespace {
+
+std::chrono::milliseconds ToMillis(absl::Duration d) {
+  return std::chrono::milliseconds(
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
+}
+
+// Adapts a KvStore (plus a key prefix) to Gloo's rendezvous Store. Gloo
+// expects exceptions from a store; the adapter throws gloo::IoException and
+// remembers the Status so Create can return the real cause.
+class KvGlooStore : public gloo::rendezvous::Store {
+ public:
+  KvGlooStore(KvStore& kv, std::string prefix, const GlooOptions& options,
+              std::function<bool()> cancelled)
+      : kv_(kv),
+        prefix_(std::move(prefix)),
+        options_(options),
+        cancelled_(std::move(cancelled)) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    absl::Status status =
+        kv_.Set(prefix_ + key, std::string(data.begin(), data.end()));
+    if (!status.ok()) Fail(status);
+  }
+
+  std::vector<char> get(const std::string& key) override {
+    wait({key});
+    const std::string& value = values_.at(key);
+    return std::vector<char>(value.begin(), value.end());
+  }
+
+  void wait(const std::vector<std::string>& keys) override {
+    wait(keys, std::chrono::milliseconds(
+                   absl::ToInt64Milliseconds(options_.rendezvous_timeout)));
+  }
+
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    const absl::Time deadline =
+        absl::Now() +
+        std::min(absl::FromChrono(timeout), options_.rendezvous_timeout);
+    for (const std::string& key : keys) {
+      while (!values_.contains(key)) {
+        if (cancelled_ && cancelled_()) {
+          Fail(absl::CancelledError("rendezvous cancelled"));
+        }
+        const absl::Duration left = deadline - absl::Now();
+        if (left <= absl::ZeroDuration()) {
+          Fail(absl::DeadlineExceededError(absl::StrCat(
+              "rendezvous: key '", prefix_, key,
+              "' (published by a peer worker) did not appear within ",
+              absl::FormatDuration(options_.rendezvous_timeout))));
+        }
+        const absl::Time attempt_start = absl::Now();
+        absl::StatusOr<std::string> value =
+            kv_.Get(prefix_ + key, std::min(left, options_.poll_interval));
+        if (value.ok()) {
+          values_[key] = *std::move(value);
+          break;
+        }
+        const absl::StatusCode code = value.status().code();
+        if (code != absl::StatusCode::kDeadlineExceeded &&
+            code != absl::StatusCode::kNotFound &&
+            code != absl::StatusCode::kUnavailable) {
+          Fail(value.status());
+        }
+        // A store that fails fast (controller restarting) must not turn
+        // this into a busy loop.
+        const absl::Duration spent = absl::Now() - attempt_start;
+        if (spent < options_.poll_interval) {
+          absl::SleepFor(
+              std::min(options_.poll_interval - spent, deadline - absl::Now()));
+        }
+      }
+    }
+  }
+
+  const absl::Status& status() const { return status_; }
+
+ private:
+  [[noreturn]] void Fail(absl::Status status) {
+    status_ = status;
+    throw gloo::IoException(status.ToString());
+  }
+
+  KvStore& kv_;
+  const std::string prefix_;
+  const GlooOptions options_;
+  const std::function<bool()> cancelled_;
+  // Gloo calls the store from the rendezvous thread only.
+  absl::flat_hash_map<std::string, std::string> values_;
+  absl::Status status_;
+};
+
+absl::Status FromException(absl::string_view what, const std::exception& e) {
+  const std::string message = absl::StrCat(what, ": ", e.what());
+  if (absl::StrContains(e.what(), "imed out") ||
+      absl::StrContains(e.what(), "imeout")) {
+    return absl::DeadlineExceededError(message);
+  }
+  return absl::UnavailableError(message);
+}
+
+}  // namespace
+
+class GlooRequest;
+
+struct GlooCommunicator::State {
+  State(std::shared_ptr<gloo::rendezvous::Context> context,
+        std::shared_ptr<gloo::transport::Device> device,
+        absl::Duration op_timeout)
+      : device(std::move(device)),
+        context(std::move(context)),
+        op_timeout(op_timeout) {}
+
+  // The device owns Gloo's event loop thread; it must outlive the context.
+  const std::shared_ptr<gloo::transport::Device> device;
+  const std::shared_ptr<gloo::rendezvous::Context> context;
+  const absl::Duration op_timeout;
+
+  absl::Mutex mu;
+  bool aborted ABSL_GUARDED_BY(mu) = false;
+  std::string abort_reason ABSL_GUARDED_BY(mu);
+  // Requests between their start and the end of their Wait (or their
+  // destruction): the ones Abort must wake.
+  absl::flat_hash_set<GlooRequest*> pending ABSL_GUARDED_BY(mu);
+
+  absl::Status AbortedStatus() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return absl::CancelledError(
+        absl::StrCat("communicator aborted: ", abort_reason));
+  }
+};
+
+class GlooRequest : public CommRequest {
+ public:
+  GlooRequest(std::shared_ptr<GlooCommunicator::State> state,
+              std::unique_ptr<gloo::transport::UnboundBuffer> buffer,
+              bool is_send, int peer, uint64_t tag)
+      : state_(std::move(state)),
+        buffer_(std::move(buffer)),
+        is_send_(is_send),
+        peer_(peer),
+        tag_(tag) {}
+
+  ~GlooRequest() override { Unregister(); }
+
+  // Wakes a Wait in progress (or the next one) with "aborted".
+  void AbortWait() {
+    if (!buffer_) return;
+    if (is_send_) {
+      buffer_->abortWaitSend();
+    } else {
+      buffer_->abortWaitRecv();
+    }
+  }
+
+  absl::Status Wait() override {
+    if (!buffer_) return absl::OkStatus();  // zero-byte transfer
+    absl::Status status;
+    try {
+      const auto timeout = ToMillis(state_->op_timeout);
+      const bool completed =
+          is_send_ ? buffer_->waitSend(timeout) : buffer_->waitRecv(timeout);
+      if (!completed) {
+        absl::MutexLock lock(&state_->mu);
+        status = state_->AbortedStatus();
+      }
+    } catch (const std::exception& e) {
+      absl::MutexLock lock(&state_->mu);
+      status = state_->aborted ? state_->AbortedStatus()
+                               : FromException(Describe(), e);
+    }
+    Unregister();
+    return status;
+  }
+
+ private:
+  std::string Describe() const {
+    return absl::StrCat(is_send_ ? "send to" : "receive from", " rank ", peer_,
+                        " (tag ", tag_, ", ", buffer_->size, " bytes)");
+  }
+
+  void Unregister() {
+    absl::MutexLock lock(&state_->mu);
+    state_->pending.erase(this);
+  }
+
+  const std::shared_ptr<GlooCommunicator::State> state_;
+  const std::unique_ptr<gloo::transport::UnboundBuffer> buffer_;
+  const bool is_send_;
+  const int peer_;
+  const uint64_t tag_;
+};
+
+absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
+    KvStore& kv, const std::string& key_prefix, int rank, int size,
+    const GlooOptions& options, std::function<bool()> cancelled) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(absl::StrCat("communicator rank ", rank,
+                                                   " of size ", size,
+                                                   ": need 0 <= rank < size"));
+  }
+  if (options.hostname.empty()) {
+    return absl::InvalidArgumentError(
+        "communicator hostname (the worker's --data-address) is empty");
+  }
+  KvGlooStore store(kv, key_prefix, options, std::move(cancelled));
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.hostname;
+    std::shared_ptr<gloo::transport::Device> device =
+        gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    context->setTimeout(ToMillis(options.rendezvous_timeout));
+    context->connectFullMesh(store, device);
+    context->setTimeout(ToMillis(options.op_timeout));
+    auto state = std::make_shared<State>(std::move(context), std::move(device),
+                                         options.op_timeout);
+    return std::unique_ptr<GlooCommunicator>(
+        new GlooCommunicator(rank, size, std::move(state)));
+  } catch (const std::exception& e) {
+    if (!store.status().ok()) return store.status();
+    return FromException(absl::StrCat("connecting rank ", rank, " of ", size,
+                                      " on ", options.hostname),
+                         e);
+  }
+}
+
+GlooCommunicator::GlooCommunicator(int rank, int size,
+                                   std::shared_ptr<State> state)
+    : rank_(rank), size_(size), state_(std::move(state)) {}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+absl::StatusOr<std::unique_ptr<CommRequest>> GlooCommunicator::StartSend(
+    absl::Span<const uint8_t> data, int peer, uint64_t tag) {
+  // Gloo's buffer type is not const-aware; a send only reads it.
+  return Start(/*is_send=*/true, const_cast<uint8_t*>(data.data()), data.size(),
+               peer, tag);
+}
+
+absl::StatusOr<std::unique_ptr<CommRequest>> GlooCommunicator::StartRecv(
+    absl::Span<uint8_t> data, int peer, uint64_t tag) {
+  return Start(/*is_send=*/false, data.data(), data.size(), peer, tag);
+}
+
+absl::StatusOr<std::unique_ptr<CommRequest>> GlooCommunicator::Start(
+    bool is_send, uint8_t* data, size_t size, int peer, uint64_t tag) {
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("peer rank ", peer, " is not another rank of [0, ", size_,
+                     ") (this is rank ", rank_, ")"));
+  }
+  if (size == 0) {
+    return std::make_unique<GlooRequest>(state_, nullptr, is_send, peer, tag);
+  }
+  {
+    absl::MutexLock lock(&state_->mu);
+    if (state_->aborted) return state_->AbortedStatus();
+  }
+  std::unique_ptr<GlooRequest> request;
+  try {
+    std::unique_ptr<gloo::transport::UnboundBuffer> buffer =
+        state_->context->createUnboundBuffer(data, size);
+    if (is_send) {
+      buffer->send(peer, tag);
+    } else {
+      buffer->recv(peer, tag);
+    }
+    request = std::make_unique<GlooRequest>(state_, std::move(buffer), is_send,
+                                            peer, tag);
+  } catch (const std::exception& e) {
+    return FromException(absl::StrCat(is_send ? "send to" : "receive from",
+                                      " rank ", peer, " (tag ", tag, ")"),
+                         e);
+  }
+  absl::MutexLock lock(&state_->mu);
+  // Posted outside the lock so concurrent steps do not serialize on it; an
+  // Abort that ran meanwhile did not see this request, so wake it here.
+  if (state_->aborted) request->AbortWait();
+  state_->pending.insert(request.get());
+  return std::unique_ptr<CommRequest>(std::move(request));
+}
+
+void GlooCommunicator::Abort(absl::string_view reason) {
+  {
+    absl::MutexLock lock(&state_->mu);
+    if (state_->aborted) return;
+    state_->aborted = true;
+    state_->abort_reason = std::string(reason);
+    for (GlooRequest* request : state_->pending) request->AbortWait();
+  }
+  try {
+    state_->context->closeConnections();
+  } catch (const std::exception&) {
+    // Already broken connections are what Abort wants anyway.
+  }
+}
+
+}  // namespace meshcast::worker

@@ -1,0 +1,86 @@
+// GlooCommunicator: the Communicator over Gloo's TCP transport, for CPU
+// workers.
+//
+// Create() bootstraps a full mesh of TCP pairs between the job's workers:
+// each rank publishes its listening addresses in the rendezvous KvStore
+// under `key_prefix` (e.g. "job/<job_id>/gloo/") and connects to every other
+// rank. Messages are Gloo unbound buffers: a send to (peer, tag) matches the
+// receive of the same tag from this rank; the tag is the Gloo slot.
+//
+//   ASSIGN_OR_RETURN(auto comm, GlooCommunicator::Create(
+//       kv, "job/j1/gloo/", rank, world_size, GlooOptions{}));
+//   RETURN_IF_ERROR(comm->Send(bytes, peer, tag));
+//
+// Gloo reports failures with exceptions; none escape this class: every
+// failure becomes an absl::Status. Bounded waits: the rendezvous and the
+// connects are bounded by rendezvous_timeout, each Wait by op_timeout, a
+// peer that dies closes its sockets and fails the operations on it at once,
+// and Abort wakes every pending Wait and closes the connections.
+// Thread safety: thread-safe (see communicator.h).
+#ifndef MESHCAST_WORKER_GLOO_COMMUNICATOR_H_
+#define MESHCAST_WORKER_GLOO_COMMUNICATOR_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/communicator.h"
+#include "worker/kv_store.h"
+
+namespace meshcast::worker {
+
+struct GlooOptions {
+  // Address of this host that peers connect to (the worker's
+  // --data-address); Gloo listens on an ephemeral port of it.
+  std::string hostname = "127.0.0.1";
+  // Bound on waiting for the other ranks' addresses and on TCP connects.
+  absl::Duration rendezvous_timeout = absl::Seconds(60);
+  // Bound on each CommRequest::Wait.
+  absl::Duration op_timeout = absl::Seconds(120);
+  // How often the rendezvous re-checks `cancelled` while waiting.
+  absl::Duration poll_interval = absl::Milliseconds(200);
+};
+
+class GlooCommunicator : public Communicator {
+ public:
+  // Connects rank `rank` of `size` to all others. `cancelled` (optional) is
+  // polled while waiting for peers; when it returns true the call fails with
+  // CANCELLED. Errors: InvalidArgument for bad rank/size/hostname,
+  // DEADLINE_EXCEEDED naming the key of a rank that never showed up,
+  // UNAVAILABLE for connection failures.
+  static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(
+      KvStore& kv, const std::string& key_prefix, int rank, int size,
+      const GlooOptions& options, std::function<bool()> cancelled = nullptr);
+
+  ~GlooCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  absl::StatusOr<std::unique_ptr<CommRequest>> StartSend(
+      absl::Span<const uint8_t> data, int peer, uint64_t tag) override;
+  absl::StatusOr<std::unique_ptr<CommRequest>> StartRecv(
+      absl::Span<uint8_t> data, int peer, uint64_t tag) override;
+  void Abort(absl::string_view reason) override;
+
+  // Shared by the communicator and its requests so a request outliving the
+  // communicator stays valid; defined in the .cc.
+  struct State;
+
+ private:
+  GlooCommunicator(int rank, int size, std::shared_ptr<State> state);
+
+  absl::StatusOr<std::unique_ptr<CommRequest>> Start(bool is_send,
+                                                     uint8_t* data, size_t size,
+                                                     int peer, uint64_t tag);
+
+  const int rank_;
+  const int size_;
+  const std::shared_ptr<State> state_;
+};
+
+}  // namespace meshcast::worker
+
+#endif  // MESHCAST_WORKER_GLOO_COMMUNICATOR_H_

@@ -1,0 +1,255 @@
+#include "worker/gloo_communicator.h"
+
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+#include "worker/controller_kv_store.h"
+#include "worker/in_memory_kv_store.h"
+#include "worker/testing/fake_controller.h"
+
+extern char** environ;
+
+namespace meshcast::worker {
+namespace {
+
+GlooOptions FastOptions() {
+  GlooOptions options;
+  options.rendezvous_timeout = absl::Seconds(10);
+  options.op_timeout = absl::Seconds(10);
+  options.poll_interval = absl::Milliseconds(20);
+  return options;
+}
+
+// Connects `size` communicators in threads over 127.0.0.1.
+std::vector<std::unique_ptr<GlooCommunicator>> ConnectAll(
+    KvStore& kv, int size, const GlooOptions& options) {
+  std::vector<std::unique_ptr<GlooCommunicator>> comms(size);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto comm =
+          GlooCommunicator::Create(kv, "job/t/gloo/", rank, size, options);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      comms[rank] = *std::move(comm);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return comms;
+}
+
+std::vector<uint8_t> Message(int from, int to, size_t bytes) {
+  std::vector<uint8_t> data;
+  data.reserve(bytes);
+  for (size_t i = 0; i < bytes; ++i) {
+    data.push_back(static_cast<uint8_t>(from * 31 + to * 7 + i));
+  }
+  return data;
+}
+
+TEST(GlooCommunicatorTest, ThreeRanksExchangeWithEveryPeer) {
+  InMemoryKvStore kv;
+  auto comms = ConnectAll(kv, 3, FastOptions());
+  for (auto& comm : comms) ASSERT_NE(comm, nullptr);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 3; ++rank) {
+    threads.emplace_back([&, rank] {
+      GlooCommunicator& comm = *comms[rank];
+      EXPECT_EQ(comm.rank(), rank);
+      EXPECT_EQ(comm.size(), 3);
+      std::vector<std::vector<uint8_t>> outgoing, incoming;
+      std::vector<std::unique_ptr<CommRequest>> requests;
+      for (int peer = 0; peer < 3; ++peer) {
+        if (peer == rank) continue;
+        outgoing.push_back(Message(rank, peer, 300000 + peer));
+        incoming.emplace_back(300000 + rank);
+      }
+      int k = 0;
+      for (int peer = 0; peer < 3; ++peer) {
+        if (peer == rank) continue;
+        auto recv = comm.StartRecv(absl::MakeSpan(incoming[k]), peer, 7);
+        ASSERT_TRUE(recv.ok()) << recv.status();
+        requests.push_back(*std::move(recv));
+        auto send = comm.StartSend(outgoing[k], peer, 7);
+        ASSERT_TRUE(send.ok()) << send.status();
+        requests.push_back(*std::move(send));
+        ++k;
+      }
+      for (auto& request : requests) {
+        absl::Status status = request->Wait();
+        EXPECT_TRUE(status.ok()) << status;
+      }
+      k = 0;
+      for (int peer = 0; peer < 3; ++peer) {
+        if (peer == rank) continue;
+        EXPECT_EQ(incoming[k], Message(peer, rank, 300000 + rank));
+        ++k;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+// Receives are matched by tag, not by posting order.
+TEST(GlooCommunicatorTest, TagsMatchOutOfOrder) {
+  InMemoryKvStore kv;
+  auto comms = ConnectAll(kv, 2, FastOptions());
+  ASSERT_NE(comms[0], nullptr);
+  ASSERT_NE(comms[1], nullptr);
+  constexpr int kMessages = 8;
+  std::thread sender([&] {
+    std::vector<std::vector<uint8_t>> data;
+    std::vector<std::unique_ptr<CommRequest>> sends;
+    for (int tag = kMessages - 1; tag >= 0; --tag) {
+      data.push_back(Message(tag, 0, 1000 + tag));
+    }
+    for (int k = 0; k < kMessages; ++k) {
+      sends.push_back(*comms[0]->StartSend(data[k], 1, kMessages - 1 - k));
+    }
+    for (auto& send : sends) EXPECT_TRUE(send->Wait().ok());
+  });
+  for (int tag = 0; tag < kMessages; ++tag) {
+    std::vector<uint8_t> data(1000 + tag);
+    ASSERT_TRUE(comms[1]->Recv(absl::MakeSpan(data), 0, tag).ok());
+    EXPECT_EQ(data, Message(tag, 0, 1000 + tag));
+  }
+  sender.join();
+}
+
+TEST(GlooCommunicatorTest, RejectsBadPeers) {
+  InMemoryKvStore kv;
+  auto comms = ConnectAll(kv, 2, FastOptions());
+  ASSERT_NE(comms[0], nullptr);
+  std::vector<uint8_t> data(4);
+  EXPECT_EQ(comms[0]->Send(data, 0, 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(comms[0]->Send(data, 2, 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(GlooCommunicator::Create(kv, "x/", 2, 2, FastOptions()).ok());
+}
+
+TEST(GlooCommunicatorTest, RendezvousWithoutPeersTimesOut) {
+  InMemoryKvStore kv;
+  GlooOptions options = FastOptions();
+  options.rendezvous_timeout = absl::Milliseconds(300);
+  const absl::Time start = absl::Now();
+  auto comm = GlooCommunicator::Create(kv, "job/lonely/gloo/", 0, 2, options);
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << comm.status();
+  EXPECT_NE(comm.status().message().find("job/lonely/gloo/"),
+            std::string::npos);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(GlooCommunicatorTest, RendezvousCanBeCancelled) {
+  InMemoryKvStore kv;
+  std::atomic<bool> cancelled{false};
+  std::thread canceller([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    cancelled = true;
+  });
+  const absl::Time start = absl::Now();
+  auto comm = GlooCommunicator::Create(kv, "job/c/gloo/", 1, 2, FastOptions(),
+                                       [&] { return cancelled.load(); });
+  canceller.join();
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(GlooCommunicatorTest, AbortWakesAPendingReceive) {
+  InMemoryKvStore kv;
+  auto comms = ConnectAll(kv, 2, FastOptions());
+  ASSERT_NE(comms[0], nullptr);
+  std::vector<uint8_t> data(100);
+  auto recv = comms[0]->StartRecv(absl::MakeSpan(data), 1, 3);
+  ASSERT_TRUE(recv.ok());
+  std::thread aborter([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    comms[0]->Abort("job cancelled by test");
+  });
+  const absl::Time start = absl::Now();
+  absl::Status status = (*recv)->Wait();
+  aborter.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  EXPECT_NE(status.message().find("job cancelled by test"), std::string::npos);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  // Later operations fail at once.
+  EXPECT_EQ(comms[0]->Send(data, 1, 4).code(), absl::StatusCode::kCancelled);
+}
+
+TEST(GlooCommunicatorTest, PeerGoingAwayFailsPendingReceive) {
+  InMemoryKvStore kv;
+  auto comms = ConnectAll(kv, 2, FastOptions());
+  ASSERT_NE(comms[1], nullptr);
+  std::vector<uint8_t> data(100);
+  auto recv = comms[0]->StartRecv(absl::MakeSpan(data), 1, 3);
+  ASSERT_TRUE(recv.ok());
+  std::thread killer([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    comms[1]->Abort("peer dies");
+    comms[1].reset();
+  });
+  const absl::Time start = absl::Now();
+  absl::Status status = (*recv)->Wait();
+  killer.join();
+  EXPECT_FALSE(status.ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << status;
+}
+
+TEST(GlooCommunicatorTest, WaitIsBoundedByTheOperationTimeout) {
+  InMemoryKvStore kv;
+  GlooOptions options = FastOptions();
+  options.op_timeout = absl::Milliseconds(200);
+  auto comms = ConnectAll(kv, 2, options);
+  ASSERT_NE(comms[0], nullptr);
+  std::vector<uint8_t> data(100);
+  const absl::Time start = absl::Now();
+  absl::Status status = comms[0]->Recv(absl::MakeSpan(data), 1, 9);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+// Rank 1 runs in a separate process (gloo_peer_for_test) and both
+// rendezvous through a controller's KvSet/KvGet.
+TEST(GlooCommunicatorTest, TwoProcessesThroughTheControllerStore) {
+  testing::FakeController controller;
+  ASSERT_TRUE(controller.Start().ok());
+  const std::string binary = MESHCAST_GLOO_PEER_BINARY;
+  std::vector<std::string> args = {binary, controller.address(),
+                                   "job/procs/gloo/", "1", "2"};
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  pid_t child;
+  ASSERT_EQ(posix_spawn(&child, binary.c_str(), nullptr, nullptr, argv.data(),
+                        environ),
+            0);
+
+  ControllerKvStore kv(grpc::CreateChannel(controller.address(),
+                                           grpc::InsecureChannelCredentials()));
+  auto comm =
+      GlooCommunicator::Create(kv, "job/procs/gloo/", 0, 2, FastOptions());
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  std::vector<uint8_t> incoming(1 << 20);
+  auto recv = (*comm)->StartRecv(absl::MakeSpan(incoming), 1, 5);
+  ASSERT_TRUE(recv.ok());
+  ASSERT_TRUE((*comm)->Send(Message(0, 1, 1 << 20), 1, 5).ok());
+  ASSERT_TRUE((*recv)->Wait().ok());
+  EXPECT_EQ(incoming, Message(1, 0, 1 << 20));
+
+  int wait_status = 0;
+  ASSERT_EQ(waitpid(child, &wait_status, 0), child);
+  EXPECT_TRUE(WIFEXITED(wait_status));
+  EXPECT_EQ(WEXITSTATUS(wait_status), 0);
+}
+
+}  // namespace
+}  // namespace meshcast::worker

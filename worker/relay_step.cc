@@ -1,0 +1,219 @@
+#include "worker/relay_step.h"
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "util/status_macros.h"
+
+namespace meshcast::worker {
+namespace {
+
+// A run of consecutive chain positions on this worker, with its staging
+// slots (one chunk each) and the transfers in flight on them.
+struct Segment {
+  int first = 0;  // chain positions [first, last]
+  int last = 0;
+  int source_rank = -1;  // worker that feeds position `first`; -1: none
+  int next_rank = -1;    // worker of position last + 1; -1: none
+  std::vector<std::vector<uint8_t>> slots;
+  std::vector<std::unique_ptr<CommRequest>> receives;  // by slot
+  std::vector<std::unique_ptr<CommRequest>> sends;     // by slot
+};
+
+class RelayRun {
+ public:
+  RelayRun(const StepDesc& step, const RelayEnvironment& env)
+      : step_(step), env_(env) {}
+
+  absl::Status Run() {
+    const ParsedProgram& program = *env_.program;
+    const int length = static_cast<int>(step_.chain.size());
+    element_size_ = DTypeSize(program.tensors[step_.tensor].dtype);
+    elements_ = NumElements(step_.slice);
+    if (elements_ == 0) return absl::OkStatus();
+
+    // Resolve the tiles of the local positions.
+    destinations_.assign(length, nullptr);
+    bool all_local = true;
+    for (int p = 0; p < length; ++p) {
+      const int device = step_.chain[p];
+      if (!program.IsLocal(device)) {
+        all_local = false;
+        continue;
+      }
+      if (p == 0) {
+        ASSIGN_OR_RETURN(sender_, env_.buffers->SenderTile(device, step_.tensor,
+                                                           step_.slice));
+      } else {
+        ASSIGN_OR_RETURN(
+            destinations_[p],
+            env_.buffers->ReceiverTile(device, step_.tensor, step_.slice));
+      }
+    }
+    if (all_local) return CopyAlongChain();
+    if (env_.comm == nullptr) {
+      return absl::FailedPreconditionError(
+          "the chain crosses workers but this job has no communicator");
+    }
+    return Pipeline();
+  }
+
+ private:
+  // Every hop is a copy from the previous device's tile.
+  absl::Status CopyAlongChain() {
+    const TileBuffer* previous = sender_;
+    for (size_t p = 1; p < step_.chain.size(); ++p) {
+      RETURN_IF_ERROR(env_.cancellation->status());
+      RETURN_IF_ERROR(destinations_[p]->CopyRegionFrom(*previous, step_.slice));
+      previous = destinations_[p];
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Pipeline() {
+    const ParsedProgram& program = *env_.program;
+    const int length = static_cast<int>(step_.chain.size());
+    chunk_elements_ =
+        std::max<int64_t>(1, env_.options.chunk_bytes / element_size_);
+    chunks_ = (elements_ + chunk_elements_ - 1) / chunk_elements_;
+    if (chunks_ > kMaxChunksPerStep) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slice needs ", chunks_, " chunks of ", env_.options.chunk_bytes,
+          " bytes; at most ", kMaxChunksPerStep, " fit in a message tag"));
+    }
+    depth_ = static_cast<int>(
+        std::clamp<int64_t>(env_.options.pipeline_depth, 1, chunks_));
+    const int64_t slot_bytes =
+        std::min(chunk_elements_, elements_) * element_size_;
+
+    for (int p = 0; p < length; ++p) {
+      if (!program.IsLocal(step_.chain[p])) continue;
+      if (p > 0 && program.IsLocal(step_.chain[p - 1])) {
+        segments_.back().last = p;
+        continue;
+      }
+      Segment segment;
+      segment.first = segment.last = p;
+      if (p > 0) segment.source_rank = program.RankOf(step_.chain[p - 1]);
+      segments_.push_back(std::move(segment));
+    }
+    for (Segment& segment : segments_) {
+      if (segment.last + 1 < length) {
+        segment.next_rank = program.RankOf(step_.chain[segment.last + 1]);
+      }
+      segment.slots.assign(depth_, std::vector<uint8_t>(slot_bytes));
+      segment.receives.resize(depth_);
+      segment.sends.resize(depth_);
+      if (segment.source_rank >= 0) {
+        for (int64_t c = 0; c < depth_; ++c) {
+          RETURN_IF_ERROR(PostReceive(segment, c));
+        }
+      }
+    }
+
+    for (int64_t c = 0; c < chunks_; ++c) {
+      RETURN_IF_ERROR(env_.cancellation->status());
+      for (Segment& segment : segments_) {
+        RETURN_IF_ERROR(ProcessChunk(segment, c));
+      }
+    }
+    for (Segment& segment : segments_) {
+      for (int slot = 0; slot < depth_; ++slot) {
+        RETURN_IF_ERROR(WaitSend(segment, slot));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  int64_t ChunkBegin(int64_t c) const { return c * chunk_elements_; }
+  int64_t ChunkEnd(int64_t c) const {
+    return std::min(elements_, (c + 1) * chunk_elements_);
+  }
+  absl::Span<uint8_t> SlotSpan(Segment& segment, int64_t c) {
+    return absl::MakeSpan(segment.slots[c % depth_].data(),
+                          (ChunkEnd(c) - ChunkBegin(c)) * element_size_);
+  }
+
+  absl::Status PostReceive(Segment& segment, int64_t c) {
+    ASSIGN_OR_RETURN(
+        segment.receives[c % depth_],
+        env_.comm->StartRecv(SlotSpan(segment, c), segment.source_rank,
+                             MessageTag(step_.id, segment.first, c)));
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitSend(Segment& segment, int slot) {
+    std::unique_ptr<CommRequest> send = std::move(segment.sends[slot]);
+    return send ? send->Wait() : absl::OkStatus();
+  }
+
+  absl::Status ProcessChunk(Segment& segment, int64_t c) {
+    const int slot = static_cast<int>(c % depth_);
+    const absl::Span<uint8_t> data = SlotSpan(segment, c);
+    // 1. Get chunk c into its slot; the slot's previous send must be done.
+    if (segment.source_rank >= 0) {
+      if (!segment.receives[slot]) {
+        RETURN_IF_ERROR(WaitSend(segment, slot));
+        RETURN_IF_ERROR(PostReceive(segment, c));
+      }
+      std::unique_ptr<CommRequest> receive = std::move(segment.receives[slot]);
+      RETURN_IF_ERROR(receive->Wait());
+    } else {
+      RETURN_IF_ERROR(WaitSend(segment, slot));
+      RETURN_IF_ERROR(
+          sender_->PackSlice(step_.slice, ChunkBegin(c), ChunkEnd(c), data));
+    }
+    // 2. Forward before the local copies, to keep the chain moving.
+    if (segment.next_rank >= 0) {
+      ASSIGN_OR_RETURN(
+          segment.sends[slot],
+          env_.comm->StartSend(data, segment.next_rank,
+                               MessageTag(step_.id, segment.last + 1, c)));
+    }
+    // 3. Local receivers (position 0 is the sender, not a receiver).
+    for (int p = std::max(1, segment.first); p <= segment.last; ++p) {
+      RETURN_IF_ERROR(destinations_[p]->UnpackSlice(step_.slice, ChunkBegin(c),
+                                                    ChunkEnd(c), data));
+    }
+    // 4. Keep `depth_` receives posted: re-post into the slot freed last
+    // (a forwarding segment frees a slot only when its send is done).
+    if (segment.source_rank >= 0) {
+      const int64_t next = c + depth_ - (segment.next_rank >= 0 ? 1 : 0);
+      if (next > c && next < chunks_ && !segment.receives[next % depth_]) {
+        RETURN_IF_ERROR(WaitSend(segment, next % depth_));
+        RETURN_IF_ERROR(PostReceive(segment, next));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  const StepDesc& step_;
+  const RelayEnvironment& env_;
+  int element_size_ = 1;
+  int64_t elements_ = 0;
+  int64_t chunk_elements_ = 1;
+  int64_t chunks_ = 0;
+  int depth_ = 1;
+  const TileBuffer* sender_ = nullptr;
+  std::vector<TileBuffer*> destinations_;  // by chain position
+  // Declared last: destroyed first, so no transfer outlives its slot.
+  std::vector<Segment> segments_;
+};
+
+}  // namespace
+
+absl::Status ExecuteRelayStep(const StepDesc& step,
+                              const RelayEnvironment& env) {
+  absl::Status status = RelayRun(step, env).Run();
+  if (status.ok()) return status;
+  return absl::Status(
+      status.code(),
+      absl::StrCat("step ", step.id, " (tensor ", step.tensor, " slice ",
+                   BoxToString(step.slice), " chain ",
+                   absl::StrJoin(step.chain, "->"), "): ", status.message()));
+}
+
+}  // namespace meshcast::worker

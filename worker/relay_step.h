@@ -1,0 +1,64 @@
+// ExecuteRelayStep: this worker's part of one relay-chain step.
+//
+// A step moves `slice` along chain[0] -> chain[1] -> ... (docs/dataplane.md).
+// This worker handles the positions of the chain whose devices it drives,
+// which form one or more runs of consecutive positions ("segments"). For
+// each segment, in chunk order: get chunk c (pack it from the sender's tile
+// at position 0, or receive it from the previous worker), start forwarding
+// it to the next worker at once, then unpack it into the destination tile
+// of every local receiver in the segment (the local hops are these copies).
+// Up to `pipeline_depth` chunks per segment are in flight, so a relay
+// receives chunk c+1 while it forwards chunk c. A chain entirely on this
+// worker is plain tile-to-tile copies, no chunking.
+//
+// Messages carry MessageTag(step, hop, chunk), hop p being the link into
+// chain position p, so concurrent steps and chunks never mix.
+//
+// Thread safety: runs on the calling thread; concurrent calls for different
+// steps are safe (they share the Communicator, which is thread-safe).
+#ifndef MESHCAST_WORKER_RELAY_STEP_H_
+#define MESHCAST_WORKER_RELAY_STEP_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "worker/buffer_set.h"
+#include "worker/cancellation.h"
+#include "worker/communicator.h"
+#include "worker/program.h"
+
+namespace meshcast::worker {
+
+inline constexpr int64_t kMaxChunksPerStep = int64_t{1} << 28;
+
+// 24 bits of step id, 12 bits of hop, 28 bits of chunk.
+constexpr uint64_t MessageTag(int step_id, int hop, int64_t chunk) {
+  return (static_cast<uint64_t>(step_id) << 40) |
+         (static_cast<uint64_t>(hop) << 28) | static_cast<uint64_t>(chunk);
+}
+
+// Tag of the executor's start barrier: the step-id field no step may use.
+inline constexpr uint64_t kBarrierTag = MessageTag(kMaxStepId + 1, 0, 0);
+
+struct RelayOptions {
+  int64_t chunk_bytes = int64_t{1} << 20;
+  int pipeline_depth = 4;
+};
+
+struct RelayEnvironment {
+  const ParsedProgram* program = nullptr;
+  const BufferSet* buffers = nullptr;
+  // May be null when every step of the program stays on this worker.
+  Communicator* comm = nullptr;
+  const Cancellation* cancellation = nullptr;
+  RelayOptions options;
+};
+
+// Runs the local part of `step`; returns when its local receivers hold the
+// slice and its forwards have been sent. Errors name the step.
+absl::Status ExecuteRelayStep(const StepDesc& step,
+                              const RelayEnvironment& env);
+
+}  // namespace meshcast::worker
+
+#endif  // MESHCAST_WORKER_RELAY_STEP_H_

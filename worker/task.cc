@@ -1,0 +1,54 @@
+#include "worker/task.h"
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "util/status_macros.h"
+#include "worker/program.h"
+
+namespace meshcast::worker {
+
+Task::Task(v1::WorkerProgram program, KvStore* kv, TaskOptions options)
+    : program_(std::move(program)),
+      kv_(kv),
+      options_(std::move(options)),
+      executor_(options_.executor) {}
+
+void Task::Abort(absl::string_view reason) {
+  cancellation_.Cancel(reason);
+  executor_.Abort(reason);
+  absl::MutexLock lock(&mu_);
+  if (comm_ != nullptr) comm_->Abort(reason);
+}
+
+absl::StatusOr<v1::JobResult> Task::Run() {
+  ASSIGN_OR_RETURN(const ParsedProgram program, ParseProgram(program_));
+  RETURN_IF_ERROR(cancellation_.status());
+  std::unique_ptr<GlooCommunicator> comm;
+  if (program.world_size > 1) {
+    if (kv_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "the job spans workers but this worker has no rendezvous store");
+    }
+    absl::StatusOr<std::unique_ptr<GlooCommunicator>> created =
+        GlooCommunicator::Create(
+            *kv_, absl::StrCat("job/", program.job_id, "/gloo/"), program.rank,
+            program.world_size, options_.gloo,
+            [this] { return cancellation_.cancelled(); });
+    // A cancelled rendezvous reports the reason it was cancelled for.
+    RETURN_IF_ERROR(cancellation_.status());
+    if (!created.ok()) return created.status();
+    comm = *std::move(created);
+    absl::MutexLock lock(&mu_);
+    comm_ = comm.get();
+  }
+  // An Abort before comm_ was set has cancelled the executor already.
+  absl::StatusOr<v1::JobResult> result = executor_.Run(program, comm.get());
+  {
+    absl::MutexLock lock(&mu_);
+    comm_ = nullptr;
+  }
+  return result;
+}
+
+}  // namespace meshcast::worker

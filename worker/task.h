@@ -1,0 +1,57 @@
+// Task: one job's run on this worker, from program to result: parse the
+// program, bootstrap the job's communicator through the rendezvous store
+// (keys "job/<job_id>/gloo/", only when world_size > 1), execute, close.
+// Abort works in every phase (rendezvous, fill, steps, verification).
+//
+//   Task task(request.program(), &kv, options);
+//   absl::StatusOr<v1::JobResult> result = task.Run();   // blocks
+//   task.Abort("cancelled by the controller");           // any thread
+//
+// Thread safety: Run once, from one thread; Abort from any thread.
+#ifndef MESHCAST_WORKER_TASK_H_
+#define MESHCAST_WORKER_TASK_H_
+
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "meshcast/v1/job.pb.h"
+#include "meshcast/v1/plan.pb.h"
+#include "worker/cancellation.h"
+#include "worker/executor.h"
+#include "worker/gloo_communicator.h"
+#include "worker/kv_store.h"
+
+namespace meshcast::worker {
+
+struct TaskOptions {
+  ExecutorOptions executor;
+  GlooOptions gloo;
+};
+
+class Task {
+ public:
+  // `kv` must outlive the task; it may be null if no job spans workers.
+  Task(v1::WorkerProgram program, KvStore* kv, TaskOptions options);
+
+  absl::StatusOr<v1::JobResult> Run();
+  void Abort(absl::string_view reason);
+
+  const std::string& job_id() const { return program_.job_id(); }
+  // Valid after Run returned a result.
+  ExecutorTimings timings() const { return executor_.timings(); }
+
+ private:
+  const v1::WorkerProgram program_;
+  KvStore* const kv_;
+  const TaskOptions options_;
+  Cancellation cancellation_;
+  Executor executor_;
+  absl::Mutex mu_;
+  Communicator* comm_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
+}  // namespace meshcast::worker
+
+#endif  // MESHCAST_WORKER_TASK_H_

@@ -1,0 +1,209 @@
+#include "worker/testing/test_job.h"
+
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "worker/gloo_communicator.h"
+#include "worker/in_memory_kv_store.h"
+
+namespace meshcast::worker::testing {
+namespace {
+
+v1::DType ToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kInt8:
+      return v1::DTYPE_INT8;
+    case DType::kUInt8:
+      return v1::DTYPE_UINT8;
+    case DType::kInt32:
+      return v1::DTYPE_INT32;
+    case DType::kInt64:
+      return v1::DTYPE_INT64;
+    case DType::kFloat16:
+      return v1::DTYPE_FLOAT16;
+    case DType::kBFloat16:
+      return v1::DTYPE_BFLOAT16;
+    case DType::kFloat32:
+      return v1::DTYPE_FLOAT32;
+    case DType::kFloat64:
+      return v1::DTYPE_FLOAT64;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+void SetBox(const Box& box,
+            google::protobuf::RepeatedPtrField<v1::Interval>* out) {
+  for (const Interval& interval : box) {
+    v1::Interval* proto = out->Add();
+    proto->set_begin(interval.begin);
+    proto->set_end(interval.end);
+  }
+}
+
+Box FromProto(const google::protobuf::RepeatedPtrField<v1::Interval>& in) {
+  Box box;
+  for (const v1::Interval& interval : in) {
+    box.push_back({interval.begin(), interval.end()});
+  }
+  return box;
+}
+
+}  // namespace
+
+TestJob::TestJob(int workers, int devices_per_worker, std::string job_id)
+    : workers_(workers),
+      devices_per_worker_(devices_per_worker),
+      job_id_(std::move(job_id)) {}
+
+int TestJob::AddTensor(const TensorSpec& spec) {
+  v1::TensorSpec* tensor = plan_.add_tensors();
+  for (int64_t extent : spec.shape) tensor->add_shape(extent);
+  tensor->set_dtype(ToProto(spec.dtype));
+  return plan_.tensors_size() - 1;
+}
+
+void TestJob::AddBuffer(int device, int tensor, const Box& box,
+                        BufferRole role) {
+  v1::Buffer* buffer = plan_.add_buffers();
+  buffer->set_id(plan_.buffers_size() - 1);
+  buffer->set_tensor(tensor);
+  buffer->set_device(device);
+  SetBox(box, buffer->mutable_box());
+  buffer->set_role(role == BufferRole::kSource ? v1::Buffer::ROLE_SOURCE
+                                               : v1::Buffer::ROLE_DESTINATION);
+}
+
+int TestJob::AddTransfer(int tensor, const Box& slice, std::vector<int> chain,
+                         std::vector<int> deps, int stage) {
+  v1::CommGroup* group = plan_.add_groups();
+  group->set_id(plan_.groups_size() - 1);
+  for (int device : chain) group->add_devices(device);
+  v1::Step* step = plan_.add_steps();
+  step->set_id(plan_.steps_size() - 1);
+  step->set_op(chain.size() == 2 ? v1::Step::OP_SEND_RECV
+                                 : v1::Step::OP_BROADCAST);
+  step->set_group(group->id());
+  step->set_tensor(tensor);
+  SetBox(slice, step->mutable_slice());
+  step->set_stage(stage);
+  for (int dep : deps) step->add_deps(dep);
+  step_chains_.push_back(std::move(chain));
+  return step->id();
+}
+
+void TestJob::AddSendRecvTransfers(int tensor) {
+  const v1::Plan snapshot = plan_;
+  for (const v1::Buffer& dst : snapshot.buffers()) {
+    if (dst.tensor() != tensor || dst.role() != v1::Buffer::ROLE_DESTINATION) {
+      continue;
+    }
+    for (const v1::Buffer& src : snapshot.buffers()) {
+      if (src.tensor() != tensor || src.role() != v1::Buffer::ROLE_SOURCE ||
+          src.device() == dst.device()) {
+        continue;
+      }
+      Box overlap = Intersect(FromProto(src.box()), FromProto(dst.box()));
+      // Covered by the destination device's own source tile?
+      bool held_locally = false;
+      for (const v1::Buffer& own : snapshot.buffers()) {
+        if (own.tensor() == tensor && own.device() == dst.device() &&
+            own.role() == v1::Buffer::ROLE_SOURCE &&
+            Contains(FromProto(own.box()), overlap)) {
+          held_locally = true;
+        }
+      }
+      if (IsEmpty(overlap) || held_locally) continue;
+      // Source layouts here are disjoint shards: one sender per element.
+      AddTransfer(tensor, overlap, {src.device(), dst.device()});
+    }
+  }
+}
+
+Box TestJob::ShardBox(const std::vector<int64_t>& shape, int dim, int parts,
+                      int k) {
+  Box box;
+  for (int64_t extent : shape) box.push_back({0, extent});
+  const int64_t chunk = (shape[dim] + parts - 1) / parts;
+  box[dim].begin = std::min(shape[dim], k * chunk);
+  box[dim].end = std::min(shape[dim], (k + 1) * chunk);
+  return box;
+}
+
+Box TestJob::FullBox(int tensor) const {
+  Box box;
+  for (int64_t extent : plan_.tensors(tensor).shape())
+    box.push_back({0, extent});
+  return box;
+}
+
+v1::WorkerProgram TestJob::ProgramFor(int worker) const {
+  v1::WorkerProgram program;
+  program.set_job_id(job_id_);
+  program.set_worker(absl::StrCat("worker", worker));
+  program.set_world_size(workers_);
+  program.set_rank(worker);
+  for (int d = 0; d < workers_ * devices_per_worker_; ++d) {
+    (*program.mutable_device_rank())[d] = WorkerOf(d);
+    if (WorkerOf(d) == worker) program.add_local_devices(d);
+  }
+  v1::Plan* plan = program.mutable_plan();
+  *plan->mutable_tensors() = plan_.tensors();
+  plan->set_strategy(plan_.strategy());
+  for (const v1::Buffer& buffer : plan_.buffers()) {
+    if (WorkerOf(buffer.device()) == worker) *plan->add_buffers() = buffer;
+  }
+  for (int s = 0; s < plan_.steps_size(); ++s) {
+    bool touches = false;
+    for (int device : step_chains_[s]) touches |= WorkerOf(device) == worker;
+    if (!touches) continue;
+    *plan->add_steps() = plan_.steps(s);
+    *plan->add_groups() = plan_.groups(plan_.steps(s).group());
+  }
+  return program;
+}
+
+TestJobOutcome RunTestJob(const TestJob& job, const ExecutorOptions& options) {
+  const int n = job.workers();
+  InMemoryKvStore kv;
+  TestJobOutcome outcome;
+  outcome.results.resize(n, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int w = 0; w < n; ++w) {
+    threads.emplace_back([&, w] {
+      const v1::WorkerProgram proto = job.ProgramFor(w);
+      absl::StatusOr<ParsedProgram> program = ParseProgram(proto);
+      if (!program.ok()) {
+        outcome.results[w] = program.status();
+        return;
+      }
+      std::unique_ptr<GlooCommunicator> comm;
+      if (n > 1) {
+        GlooOptions gloo;
+        gloo.rendezvous_timeout = absl::Seconds(20);
+        gloo.op_timeout = absl::Seconds(20);
+        auto created = GlooCommunicator::Create(
+            kv, absl::StrCat("job/", proto.job_id(), "/gloo/"), w, n, gloo);
+        if (!created.ok()) {
+          outcome.results[w] = created.status();
+          return;
+        }
+        comm = *std::move(created);
+      }
+      Executor executor(options);
+      outcome.results[w] = executor.Run(*program, comm.get());
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const auto& result : outcome.results) {
+    if (!result.ok()) {
+      outcome.all_ok = false;
+      continue;
+    }
+    outcome.mismatches += result->mismatches();
+    outcome.elements_verified += result->elements_verified();
+  }
+  return outcome;
+}
+
+}  // namespace meshcast::worker::testing

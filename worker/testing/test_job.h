@@ -1,0 +1,77 @@
+// TestJob: hand-built global plans for worker tests, projected into one
+// WorkerProgram per simulated worker the way the controller does it
+// (docs/dataplane.md), plus RunTestJob, which runs every worker's program
+// in its own thread with a Gloo communicator over 127.0.0.1.
+//
+//   TestJob job(/*workers=*/2, /*devices_per_worker=*/3);
+//   int t = job.AddTensor({{64, 33}, DType::kFloat32});
+//   job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
+//   job.AddTransfer(t, job.FullBox(t), {0, 1, 3});
+//   TestJobOutcome outcome = RunTestJob(job, options);
+//
+// Device d lives on worker d / devices_per_worker.
+// Thread safety: not thread-safe; RunTestJob uses its own threads.
+#ifndef MESHCAST_WORKER_TESTING_TEST_JOB_H_
+#define MESHCAST_WORKER_TESTING_TEST_JOB_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "meshcast/v1/job.pb.h"
+#include "meshcast/v1/plan.pb.h"
+#include "planner/tensor.h"
+#include "worker/executor.h"
+#include "worker/program.h"
+
+namespace meshcast::worker::testing {
+
+class TestJob {
+ public:
+  TestJob(int workers, int devices_per_worker, std::string job_id = "test-job");
+
+  int AddTensor(const TensorSpec& spec);
+  void AddBuffer(int device, int tensor, const Box& box, BufferRole role);
+  // Returns the step id.
+  int AddTransfer(int tensor, const Box& slice, std::vector<int> chain,
+                  std::vector<int> deps = {}, int stage = 0);
+  // For every destination buffer and every source buffer of another device
+  // that overlaps it, a point-to-point transfer of the overlap (what a
+  // send/recv strategy would plan); overlaps on the same device are left to
+  // the local pre-copy.
+  void AddSendRecvTransfers(int tensor);
+
+  // Boxes of `shape` split like torch.chunk along `dim` into `parts`.
+  static Box ShardBox(const std::vector<int64_t>& shape, int dim, int parts,
+                      int k);
+  Box FullBox(int tensor) const;
+
+  int workers() const { return workers_; }
+  int WorkerOf(int device) const { return device / devices_per_worker_; }
+
+  v1::Plan& plan() { return plan_; }
+  // The program of `worker`: its devices, buffers, the steps touching them.
+  v1::WorkerProgram ProgramFor(int worker) const;
+
+ private:
+  const int workers_;
+  const int devices_per_worker_;
+  const std::string job_id_;
+  v1::Plan plan_;
+  std::vector<std::vector<int>> step_chains_;
+};
+
+struct TestJobOutcome {
+  std::vector<absl::StatusOr<v1::JobResult>> results;  // by worker
+  int64_t mismatches = 0;         // over the workers that succeeded
+  int64_t elements_verified = 0;  // over the workers that succeeded
+  bool all_ok = true;
+};
+
+// Runs each worker's program on its own thread (Gloo communicators through
+// an in-memory store when there are several workers).
+TestJobOutcome RunTestJob(const TestJob& job, const ExecutorOptions& options);
+
+}  // namespace meshcast::worker::testing
+
+#endif  // MESHCAST_WORKER_TESTING_TEST_JOB_H_

@@ -1,0 +1,106 @@
+#include "worker/tile_buffer.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "util/status_macros.h"
+#include "worker/box_runs.h"
+
+namespace meshcast::worker {
+namespace {
+
+absl::Status CheckPackedSize(size_t size, int64_t first, int64_t last,
+                             int element_size) {
+  const int64_t expected = (last - first) * element_size;
+  if (static_cast<int64_t>(size) != expected) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("packed buffer has ", size, " bytes, expected ", expected,
+                     " for elements [", first, ", ", last, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TileBuffer> TileBuffer::Create(DType dtype, Box box) {
+  for (size_t d = 0; d < box.size(); ++d) {
+    if (box[d].begin > box[d].end || box[d].begin < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tile box ", BoxToString(box),
+          " has a negative begin or begin > end in dimension ", d));
+    }
+  }
+  return TileBuffer(dtype, std::move(box));
+}
+
+TileBuffer::TileBuffer(DType dtype, Box box)
+    : dtype_(dtype),
+      box_(std::move(box)),
+      element_size_(DTypeSize(dtype)),
+      num_elements_(NumElements(box_)) {
+  // Uninitialized on purpose: tiles are filled right away (pattern or
+  // poison), and zeroing gigabytes first would double the set-up cost.
+  if (size_bytes() > 0) {
+    data_ = std::make_unique_for_overwrite<uint8_t[]>(size_bytes());
+  }
+}
+
+void TileBuffer::Fill(uint8_t value) {
+  if (size_bytes() > 0) std::memset(data_.get(), value, size_bytes());
+}
+
+absl::Status TileBuffer::PackSlice(const Box& slice, int64_t first,
+                                   int64_t last,
+                                   absl::Span<uint8_t> out) const {
+  RETURN_IF_ERROR(CheckRegionInBox(slice, box_, "slice"));
+  RETURN_IF_ERROR(CheckElementRange(slice, first, last));
+  RETURN_IF_ERROR(CheckPackedSize(out.size(), first, last, element_size_));
+  const int64_t size = element_size_;
+  ForEachRun(slice, box_, slice, first, last,
+             [&](int64_t in_tile, int64_t in_slice, int64_t length) {
+               std::memcpy(out.data() + (in_slice - first) * size,
+                           data_.get() + in_tile * size, length * size);
+             });
+  return absl::OkStatus();
+}
+
+absl::Status TileBuffer::UnpackSlice(const Box& slice, int64_t first,
+                                     int64_t last,
+                                     absl::Span<const uint8_t> in) {
+  RETURN_IF_ERROR(CheckRegionInBox(slice, box_, "slice"));
+  RETURN_IF_ERROR(CheckElementRange(slice, first, last));
+  RETURN_IF_ERROR(CheckPackedSize(in.size(), first, last, element_size_));
+  const int64_t size = element_size_;
+  ForEachRun(slice, box_, slice, first, last,
+             [&](int64_t in_tile, int64_t in_slice, int64_t length) {
+               std::memcpy(data_.get() + in_tile * size,
+                           in.data() + (in_slice - first) * size,
+                           length * size);
+             });
+  return absl::OkStatus();
+}
+
+absl::Status TileBuffer::CopyRegionFrom(const TileBuffer& source,
+                                        const Box& region) {
+  if (source.dtype_ != dtype_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot copy ", DTypeName(source.dtype_), " into a ",
+                     DTypeName(dtype_), " tile"));
+  }
+  if (&source == this) {
+    return absl::InvalidArgumentError("cannot copy a tile into itself");
+  }
+  RETURN_IF_ERROR(CheckRegionInBox(region, box_, "region"));
+  RETURN_IF_ERROR(CheckRegionInBox(region, source.box_, "region"));
+  const int64_t size = element_size_;
+  ForEachRun(region, box_, source.box_, 0, NumElements(region),
+             [&](int64_t in_this, int64_t in_source, int64_t length) {
+               std::memcpy(data_.get() + in_this * size,
+                           source.data_.get() + in_source * size,
+                           length * size);
+             });
+  return absl::OkStatus();
+}
+
+}  // namespace meshcast::worker

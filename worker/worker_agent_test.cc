@@ -1,0 +1,97 @@
+#include "worker/worker_agent.h"
+
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+#include "worker/testing/fake_controller.h"
+
+namespace meshcast::worker {
+namespace {
+
+WorkerAgentOptions Options() {
+  WorkerAgentOptions options;
+  options.name = "node-a";
+  options.address = "127.0.0.1:5555";
+  options.data_address = "127.0.0.1";
+  options.num_devices = 3;
+  options.rpc_timeout = absl::Milliseconds(500);
+  return options;
+}
+
+// Polls `condition` for up to 10 s.
+bool Eventually(const std::function<bool()>& condition) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    if (condition()) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return condition();
+}
+
+TEST(WorkerAgentTest, RegistersWithItsInfoAndHeartbeats) {
+  testing::FakeController controller;
+  ASSERT_TRUE(controller.Start().ok());
+  WorkerAgent agent(grpc::CreateChannel(controller.address(),
+                                        grpc::InsecureChannelCredentials()),
+                    Options());
+  agent.Start();
+  ASSERT_TRUE(agent.WaitUntilRegistered(absl::Seconds(10)));
+  const v1::WorkerInfo info = controller.worker("node-a");
+  EXPECT_EQ(info.address(), "127.0.0.1:5555");
+  EXPECT_EQ(info.data_address(), "127.0.0.1");
+  EXPECT_EQ(info.num_devices(), 3);
+  EXPECT_EQ(info.device_kind(), "cpu");
+  // The controller asks for a heartbeat every 50 ms.
+  EXPECT_TRUE(Eventually([&] { return controller.heartbeats() >= 3; }));
+  EXPECT_EQ(controller.registrations(), 1);
+  agent.Stop();
+  const int heartbeats = controller.heartbeats();
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(controller.heartbeats(), heartbeats);
+}
+
+TEST(WorkerAgentTest, RegistersAgainWhenTheControllerForgetsIt) {
+  testing::FakeController controller;
+  ASSERT_TRUE(controller.Start().ok());
+  WorkerAgent agent(grpc::CreateChannel(controller.address(),
+                                        grpc::InsecureChannelCredentials()),
+                    Options());
+  agent.Start();
+  ASSERT_TRUE(agent.WaitUntilRegistered(absl::Seconds(10)));
+  controller.Forget();
+  EXPECT_TRUE(Eventually([&] { return controller.registrations() == 2; }));
+  EXPECT_EQ(controller.worker("node-a").name(), "node-a");
+  EXPECT_EQ(agent.registrations(), 2);
+}
+
+TEST(WorkerAgentTest, WaitsForAControllerThatStartsLateAndComesBack) {
+  // Reserve a port, then free it: the controller is "down" at first.
+  int port = 0;
+  {
+    testing::FakeController probe;
+    ASSERT_TRUE(probe.Start().ok());
+    port = probe.port();
+  }
+  WorkerAgentOptions options = Options();
+  options.heartbeat_interval = absl::Milliseconds(50);
+  WorkerAgent agent(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                        grpc::InsecureChannelCredentials()),
+                    options);
+  agent.Start();
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_FALSE(agent.registered());
+
+  auto controller = std::make_unique<testing::FakeController>();
+  ASSERT_TRUE(controller->Start(port).ok());
+  ASSERT_TRUE(agent.WaitUntilRegistered(absl::Seconds(10)));
+
+  // The controller restarts with an empty registry on the same port.
+  controller.reset();
+  controller = std::make_unique<testing::FakeController>();
+  ASSERT_TRUE(controller->Start(port).ok());
+  EXPECT_TRUE(Eventually([&] { return controller->registrations() >= 1; }));
+  EXPECT_GE(agent.registrations(), 2);
+}
+
+}  // namespace
+}  // namespace meshcast::worker

@@ -1,0 +1,172 @@
+#include "worker/worker_service.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
+#include "grpcpp/server_context.h"
+#include "worker/log.h"
+
+namespace meshcast::worker {
+namespace {
+
+void Reject(v1::RunTaskResponse* response, const std::string& job_id,
+            const std::string& error) {
+  Log(absl::StrCat("job ", job_id, ": rejected: ", error));
+  response->set_ok(false);
+  response->set_error(error);
+}
+
+}  // namespace
+
+WorkerService::WorkerService(WorkerServiceOptions options, KvStore* kv)
+    : options_(std::move(options)), kv_(kv) {}
+
+grpc::Status WorkerService::RunTask(grpc::ServerContext* context,
+                                    const v1::RunTaskRequest* request,
+                                    v1::RunTaskResponse* response) {
+  const v1::WorkerProgram& program = request->program();
+  const std::string& job_id = program.job_id();
+  if (job_id.empty()) {
+    Reject(response, job_id, "program.job_id is empty");
+    return grpc::Status::OK;
+  }
+  if (program.local_devices_size() > options_.num_devices) {
+    Reject(
+        response, job_id,
+        absl::StrCat("program.local_devices has ", program.local_devices_size(),
+                     " devices but this worker drives ", options_.num_devices));
+    return grpc::Status::OK;
+  }
+  auto task = std::make_shared<Task>(program, kv_, options_.task);
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) {
+      Reject(response, job_id,
+             absl::StrCat("worker is shutting down: ", shutdown_reason_));
+      return grpc::Status::OK;
+    }
+    if (!running_.emplace(job_id, task).second) {
+      Reject(response, job_id,
+             absl::StrCat("job ", job_id, " is already running here"));
+      return grpc::Status::OK;
+    }
+  }
+  Log(absl::StrFormat(
+      "job %s: started (rank %d of %d, %d devices, %d buffers, %d steps)",
+      job_id, program.rank(), std::max(1, program.world_size()),
+      program.local_devices_size(), program.plan().buffers_size(),
+      program.plan().steps_size()));
+
+  absl::StatusOr<v1::JobResult> result = RunWatched(context, *task);
+  {
+    absl::MutexLock lock(&mu_);
+    running_.erase(job_id);
+  }
+
+  if (!result.ok()) {
+    Log(absl::StrCat("job ", job_id, ": failed: ", result.status().ToString()));
+    response->set_ok(false);
+    response->set_error(result.status().ToString());
+    return grpc::Status::OK;
+  }
+  const ExecutorTimings timings = task->timings();
+  *response->mutable_result() = *result;
+  Log(absl::StrFormat(
+      "job %s: data plane %.3f s, %d bytes received, %d elements verified, "
+      "%d mismatches (set-up %.3f s, waiting for peers %.3f s, verify %.3f "
+      "s, %d tile bytes)",
+      job_id, result->seconds(), result->bytes_moved(),
+      result->elements_verified(), result->mismatches(), timings.setup_seconds,
+      timings.barrier_seconds, timings.verify_seconds, timings.tile_bytes));
+  if (result->mismatches() > 0) {
+    response->set_ok(false);
+    response->set_error(
+        absl::StrCat("verification failed: ", result->mismatches(),
+                     " mismatching elements; first: ", timings.first_mismatch));
+    Log(absl::StrCat("job ", job_id, ": ", response->error()));
+    return grpc::Status::OK;
+  }
+  response->set_ok(true);
+  Log(absl::StrCat("job ", job_id, ": succeeded"));
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<v1::JobResult> WorkerService::RunWatched(
+    grpc::ServerContext* context, Task& task) {
+  absl::StatusOr<v1::JobResult> result;
+  absl::Notification done;
+  std::thread runner([&] {
+    result = task.Run();
+    done.Notify();
+  });
+  bool aborted = false;
+  while (!done.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
+    if (!aborted && context != nullptr && context->IsCancelled()) {
+      aborted = true;
+      Log(absl::StrCat("job ", task.job_id(),
+                       ": RunTask call cancelled by the caller; aborting"));
+      task.Abort("RunTask call cancelled by the controller");
+    }
+  }
+  runner.join();
+  return result;
+}
+
+grpc::Status WorkerService::AbortTask(grpc::ServerContext*,
+                                      const v1::AbortTaskRequest* request,
+                                      v1::AbortTaskResponse* response) {
+  std::shared_ptr<Task> task;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = running_.find(request->job_id());
+    if (it != running_.end()) task = it->second;
+  }
+  response->set_found(task != nullptr);
+  if (task == nullptr) {
+    Log(absl::StrCat("job ", request->job_id(),
+                     ": abort requested but it is not running here"));
+    return grpc::Status::OK;
+  }
+  const std::string reason = request->reason().empty()
+                                 ? "aborted by the controller"
+                                 : request->reason();
+  Log(absl::StrCat("job ", request->job_id(), ": aborting: ", reason));
+  task->Abort(reason);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::GetStatus(grpc::ServerContext*,
+                                      const v1::GetStatusRequest*,
+                                      v1::GetStatusResponse* response) {
+  response->set_name(options_.name);
+  response->set_num_devices(options_.num_devices);
+  for (const std::string& job : RunningJobs()) response->add_running_jobs(job);
+  return grpc::Status::OK;
+}
+
+void WorkerService::Shutdown(absl::string_view reason) {
+  std::vector<std::shared_ptr<Task>> tasks;
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
+    shutdown_reason_ = std::string(reason);
+    for (const auto& [job, task] : running_) tasks.push_back(task);
+  }
+  for (const auto& task : tasks) {
+    Log(absl::StrCat("job ", task->job_id(), ": aborting: ", reason));
+    task->Abort(reason);
+  }
+}
+
+std::vector<std::string> WorkerService::RunningJobs() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> jobs;
+  for (const auto& [job, task] : running_) jobs.push_back(job);
+  std::sort(jobs.begin(), jobs.end());
+  return jobs;
+}
+
+}  // namespace meshcast::worker

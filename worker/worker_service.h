@@ -1,0 +1,76 @@
+// WorkerService: the gRPC Worker service (proto/meshcast/v1/worker.proto),
+// a thin layer over Task.
+//
+// - RunTask runs the program and blocks until it finished. Failures are
+//   answered with ok=false and `error` (gRPC status OK), so the controller
+//   reads one shape of reply. A run that verified with mismatches is also
+//   ok=false (error names the first mismatch) but carries the full result.
+//   If the controller cancels the call, the task is aborted.
+// - AbortTask aborts a running job (found=false if none by that id).
+// - GetStatus: name, devices, running jobs.
+// Each task's start and end are logged to stderr.
+//
+//   WorkerService service(options, &kv);
+//   builder.RegisterService(&service);
+//
+// Thread safety: thread-safe (gRPC calls it from many threads).
+#ifndef MESHCAST_WORKER_WORKER_SERVICE_H_
+#define MESHCAST_WORKER_WORKER_SERVICE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "meshcast/v1/worker.grpc.pb.h"
+#include "worker/kv_store.h"
+#include "worker/task.h"
+
+namespace meshcast::worker {
+
+struct WorkerServiceOptions {
+  std::string name;
+  int num_devices = 0;
+  TaskOptions task;
+};
+
+class WorkerService final : public v1::Worker::Service {
+ public:
+  // `kv` (the controller's rendezvous store) must outlive the service.
+  WorkerService(WorkerServiceOptions options, KvStore* kv);
+
+  grpc::Status RunTask(grpc::ServerContext* context,
+                       const v1::RunTaskRequest* request,
+                       v1::RunTaskResponse* response) override;
+  grpc::Status AbortTask(grpc::ServerContext* context,
+                         const v1::AbortTaskRequest* request,
+                         v1::AbortTaskResponse* response) override;
+  grpc::Status GetStatus(grpc::ServerContext* context,
+                         const v1::GetStatusRequest* request,
+                         v1::GetStatusResponse* response) override;
+
+  // Aborts every running task (daemon shutdown); new tasks are refused.
+  void Shutdown(absl::string_view reason);
+
+  std::vector<std::string> RunningJobs() const;
+
+ private:
+  // Runs the task on its own thread while watching `context` for
+  // cancellation; returns its result.
+  absl::StatusOr<v1::JobResult> RunWatched(grpc::ServerContext* context,
+                                           Task& task);
+
+  const WorkerServiceOptions options_;
+  KvStore* const kv_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Task>> running_
+      ABSL_GUARDED_BY(mu_);
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::string shutdown_reason_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace meshcast::worker
+
+#endif  // MESHCAST_WORKER_WORKER_SERVICE_H_

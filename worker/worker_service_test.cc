@@ -1,0 +1,203 @@
+#include "worker/worker_service.h"
+
+#include <memory>
+#include <thread>
+
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "gtest/gtest.h"
+#include "worker/controller_kv_store.h"
+#include "worker/testing/fake_controller.h"
+#include "worker/testing/test_job.h"
+
+namespace meshcast::worker {
+namespace {
+
+using testing::TestJob;
+
+// One worker daemon's service stack on 127.0.0.1, without the agent.
+class ServedWorker {
+ public:
+  ServedWorker(const std::string& name, int devices,
+               const std::string& controller)
+      : kv_(grpc::CreateChannel(controller,
+                                grpc::InsecureChannelCredentials())),
+        service_(Options(name, devices), &kv_) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port_);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    stub_ = v1::Worker::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
+  }
+  ~ServedWorker() {
+    service_.Shutdown("test over");
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::seconds(1));
+  }
+
+  v1::Worker::Stub& stub() { return *stub_; }
+  WorkerService& service() { return service_; }
+
+  v1::RunTaskResponse RunTask(const v1::WorkerProgram& program) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(30));
+    v1::RunTaskRequest request;
+    *request.mutable_program() = program;
+    v1::RunTaskResponse response;
+    grpc::Status status = stub_->RunTask(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  }
+
+ private:
+  static WorkerServiceOptions Options(const std::string& name, int devices) {
+    WorkerServiceOptions options;
+    options.name = name;
+    options.num_devices = devices;
+    options.task.executor.relay.chunk_bytes = 4096;
+    options.task.gloo.rendezvous_timeout = absl::Seconds(10);
+    options.task.gloo.op_timeout = absl::Seconds(10);
+    return options;
+  }
+
+  ControllerKvStore kv_;
+  WorkerService service_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Worker::Stub> stub_;
+};
+
+TestJob TwoWorkerBroadcast(const std::string& job_id) {
+  TestJob job(2, 2, job_id);
+  const int t = job.AddTensor({{128, 100}, DType::kFloat16});
+  job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
+  for (int d : {1, 2, 3}) {
+    job.AddBuffer(d, t, job.FullBox(t), BufferRole::kDestination);
+  }
+  job.AddTransfer(t, job.FullBox(t), {0, 1, 2, 3});
+  return job;
+}
+
+TEST(WorkerServiceTest, RunsAJobAcrossTwoWorkersLikeTheController) {
+  testing::FakeController controller;
+  ASSERT_TRUE(controller.Start().ok());
+  ServedWorker a("a", 2, controller.address());
+  ServedWorker b("b", 2, controller.address());
+  TestJob job = TwoWorkerBroadcast("job-1");
+  v1::RunTaskResponse responses[2];
+  std::thread other([&] { responses[1] = b.RunTask(job.ProgramFor(1)); });
+  responses[0] = a.RunTask(job.ProgramFor(0));
+  other.join();
+  for (const v1::RunTaskResponse& response : responses) {
+    EXPECT_TRUE(response.ok()) << response.error();
+    EXPECT_EQ(response.result().mismatches(), 0);
+    ASSERT_EQ(response.result().steps_size(), 1);
+    EXPECT_EQ(response.result().steps(0).bytes(), 128 * 100 * 2);
+  }
+  EXPECT_EQ(responses[0].result().elements_verified(), 128 * 100);
+  EXPECT_EQ(responses[1].result().elements_verified(), 2 * 128 * 100);
+  EXPECT_TRUE(a.service().RunningJobs().empty());
+}
+
+TEST(WorkerServiceTest, MismatchesMakeTheTaskFailWithTheResult) {
+  testing::FakeController controller;
+  ASSERT_TRUE(controller.Start().ok());
+  ServedWorker a("a", 2, controller.address());
+  TestJob job(1, 2, "job-bad");
+  const int t = job.AddTensor({{10}, DType::kInt32});
+  job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
+  job.AddBuffer(1, t, job.FullBox(t), BufferRole::kDestination);
+  job.AddTransfer(t, {{0, 7}}, {0, 1});
+  v1::RunTaskResponse response = a.RunTask(job.ProgramFor(0));
+  EXPECT_FALSE(response.ok());
+  EXPECT_EQ(response.result().mismatches(), 3);
+  EXPECT_NE(response.error().find("3 mismatching"), std::string::npos)
+      << response.error();
+}
+
+TEST(WorkerServiceTest, RejectsProgramsItCannotRun) {
+  testing::FakeController controller;
+  ASSERT_TRUE(controller.Start().ok());
+  ServedWorker a("a", 1, controller.address());
+  TestJob job = TwoWorkerBroadcast("job-2");
+  v1::RunTaskResponse too_many_devices = a.RunTask(job.ProgramFor(0));
+  EXPECT_FALSE(too_many_devices.ok());
+  EXPECT_NE(too_many_devices.error().find("local_devices"), std::string::npos);
+
+  v1::WorkerProgram unsupported = TestJob(1, 1, "job-3").ProgramFor(0);
+  unsupported.mutable_plan()->add_tensors()->set_dtype(v1::DTYPE_UNSPECIFIED);
+  v1::RunTaskResponse bad_dtype = a.RunTask(unsupported);
+  EXPECT_FALSE(bad_dtype.ok());
+  EXPECT_NE(bad_dtype.error().find("plan.tensors[0]"), std::string::npos)
+      << bad_dtype.error();
+}
+
+TEST(WorkerServiceTest, AbortTaskStopsARunningJobAndGetStatusListsIt) {
+  testing::FakeController controller;
+  ASSERT_TRUE(controller.Start().ok());
+  ServedWorker a("node-a", 2, controller.address());
+  TestJob job = TwoWorkerBroadcast("job-stuck");
+  // Worker 1 never runs: worker 0 waits in the rendezvous.
+  v1::RunTaskResponse response;
+  std::thread run([&] { response = a.RunTask(job.ProgramFor(0)); });
+
+  v1::GetStatusResponse status;
+  for (int i = 0; i < 200 && status.running_jobs_size() == 0; ++i) {
+    grpc::ClientContext context;
+    ASSERT_TRUE(a.stub().GetStatus(&context, {}, &status).ok());
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(status.name(), "node-a");
+  EXPECT_EQ(status.num_devices(), 2);
+  ASSERT_EQ(status.running_jobs_size(), 1);
+  EXPECT_EQ(status.running_jobs(0), "job-stuck");
+
+  const absl::Time start = absl::Now();
+  grpc::ClientContext context;
+  v1::AbortTaskRequest abort;
+  abort.set_job_id("job-stuck");
+  abort.set_reason("cancelled by user");
+  v1::AbortTaskResponse aborted;
+  ASSERT_TRUE(a.stub().AbortTask(&context, abort, &aborted).ok());
+  EXPECT_TRUE(aborted.found());
+  run.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_FALSE(response.ok());
+  EXPECT_NE(response.error().find("CANCELLED"), std::string::npos)
+      << response.error();
+
+  grpc::ClientContext again;
+  ASSERT_TRUE(a.stub().AbortTask(&again, abort, &aborted).ok());
+  EXPECT_FALSE(aborted.found());
+}
+
+TEST(WorkerServiceTest, CancelledRunTaskCallAbortsTheTask) {
+  testing::FakeController controller;
+  ASSERT_TRUE(controller.Start().ok());
+  ServedWorker a("a", 2, controller.address());
+  TestJob job = TwoWorkerBroadcast("job-cancelled-call");
+  grpc::ClientContext context;
+  v1::RunTaskRequest request;
+  *request.mutable_program() = job.ProgramFor(0);
+  v1::RunTaskResponse response;
+  std::thread canceller([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    context.TryCancel();
+  });
+  grpc::Status status = a.stub().RunTask(&context, request, &response);
+  canceller.join();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  // The task goes away soon after.
+  for (int i = 0; i < 300 && !a.service().RunningJobs().empty(); ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_TRUE(a.service().RunningJobs().empty());
+}
+
+}  // namespace
+}  // namespace meshcast::worker
