@@ -22,6 +22,16 @@ namespace {
 // trigger a single rate recomputation instead of one each.
 constexpr double kRelativeEpsilon = 1e-9;
 
+// Above this many concurrent flows, completions within kWindow (relative) of
+// the first one are batched too: each such flow still finishes at its own
+// time, but the bandwidth it frees is shared out at the end of the window.
+// Every flow keeps a feasible rate throughout, so the result stays a valid
+// schedule (never below the lower bound); it is at most about kWindow
+// pessimistic per batch, and bounds the number of rate recomputations of
+// huge plans whose flows all finish at different times.
+constexpr size_t kExactFlows = 1024;
+constexpr double kWindow = 1e-3;
+
 // Resource numbering: host NIC egress, host NIC ingress, device port egress,
 // device port ingress, each block indexed by host or device id.
 class ResourceLayout {
@@ -31,9 +41,7 @@ class ResourceLayout {
   int HostEgress(int host) const { return host; }
   int HostIngress(int host) const { return hosts_ + host; }
   int DeviceEgress(int device) const { return 2 * hosts_ + device; }
-  int DeviceIngress(int device) const {
-    return 2 * hosts_ + devices_ + device;
-  }
+  int DeviceIngress(int device) const { return 2 * hosts_ + devices_ + device; }
   int size() const { return 2 * (hosts_ + devices_); }
   bool IsHostResource(int resource) const { return resource < 2 * hosts_; }
 
@@ -54,10 +62,9 @@ struct FlowPaths {
 absl::Status CheckPlan(const ReshardPlan& plan, const Topology& topology) {
   const int num_devices = topology.num_devices();
   const auto bad_device = [&](size_t t, absl::string_view field, int device) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("transfer ", t, ": ", field, " ", device,
-                     " is not a device of the topology (allowed 0..",
-                     num_devices - 1, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "transfer ", t, ": ", field, " ", device,
+        " is not a device of the topology (allowed 0..", num_devices - 1, ")"));
   };
   std::vector<int> seen_in(num_devices, -1);
   for (size_t t = 0; t < plan.transfers.size(); ++t) {
@@ -108,9 +115,8 @@ FlowPaths BuildFlowPaths(const ReshardPlan& plan, const Topology& topology,
   for (const Transfer& transfer : plan.transfers) {
     uses.clear();
     double tail = 0;
-    const double chunk =
-        std::min(static_cast<double>(transfer.bytes),
-                 topology.pipeline_chunk_bytes);
+    const double chunk = std::min(static_cast<double>(transfer.bytes),
+                                  topology.pipeline_chunk_bytes);
     int from = transfer.src_device;
     for (size_t hop = 0; hop < transfer.dst_devices.size(); ++hop) {
       const int to = transfer.dst_devices[hop];
@@ -156,7 +162,6 @@ class RateSolver {
         capacity_(std::move(capacity)),
         capacity_left_(capacity_.size(), 0),
         weight_left_(capacity_.size(), 0),
-        version_(capacity_.size(), 0),
         touched_(capacity_.size(), 0),
         list_begin_(capacity_.size(), 0),
         position_(capacity_.size(), 0),
@@ -200,10 +205,14 @@ class RateSolver {
         flows_of_resource_[list_begin_[r] + fill_[slot]++] = flow;
       }
     }
+    // A min-heap of resources by fair share. Freezing flows at the smallest
+    // share only raises the shares of the other resources, so an entry's
+    // key is a lower bound of its resource's current share: a popped entry
+    // whose share has grown meanwhile goes back with the new key (one entry
+    // per resource at any time, no decrease-key needed).
     heap_.clear();
     for (int r : touched_list_) {
-      ++version_[r];
-      heap_.push_back({capacity_left_[r] / weight_left_[r], r, version_[r]});
+      heap_.push_back({capacity_left_[r] / weight_left_[r], r});
     }
     std::make_heap(heap_.begin(), heap_.end(), std::greater<>());
     while (!heap_.empty()) {
@@ -211,8 +220,13 @@ class RateSolver {
       const Entry entry = heap_.back();
       heap_.pop_back();
       const int r = entry.resource;
-      if (entry.version != version_[r] || weight_left_[r] <= 0) continue;
-      const double share = entry.share;
+      if (weight_left_[r] <= 0) continue;
+      const double share = capacity_left_[r] / weight_left_[r];
+      if (share > entry.share * (1 + 1e-12)) {
+        heap_.push_back({share, r});
+        std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
+        continue;
+      }
       const int slot = position_[r];
       for (int i = 0; i < fill_[slot]; ++i) {
         const int flow = flows_of_resource_[list_begin_[r] + i];
@@ -225,12 +239,6 @@ class RateSolver {
           capacity_left_[other] =
               std::max(0.0, capacity_left_[other] - share * w);
           weight_left_[other] -= w;
-          ++version_[other];
-          if (other != r && weight_left_[other] > 0) {
-            heap_.push_back({capacity_left_[other] / weight_left_[other],
-                             other, version_[other]});
-            std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
-          }
         }
       }
     }
@@ -241,7 +249,6 @@ class RateSolver {
   struct Entry {
     double share;
     int resource;
-    uint32_t version;
     bool operator>(const Entry& other) const {
       if (share != other.share) return share > other.share;
       return resource > other.resource;
@@ -251,7 +258,6 @@ class RateSolver {
   std::vector<double> capacity_;
   std::vector<double> capacity_left_;
   std::vector<int> weight_left_;
-  std::vector<uint32_t> version_;
   std::vector<char> touched_;
   std::vector<int> touched_list_;
   // Per touched resource: offset of its flows in flows_of_resource_, its
@@ -303,17 +309,30 @@ absl::StatusOr<SimulationResult> Simulate(const ReshardPlan& plan,
   std::vector<double> remaining(n, 0);
   std::vector<double> rate(n, 0);
   std::vector<int> active;
-  // Transfers whose last byte left the network, waiting out their latency
-  // and pipeline fill: (finish time, transfer), earliest first.
+  // Transfers with dependents whose last byte left the network, waiting out
+  // their latency and pipeline fill: (finish time, transfer), earliest
+  // first. Transfers without dependents finish on the spot: their tail
+  // changes nothing else, so it need not be an event.
   using Tail = std::pair<double, int>;
   std::priority_queue<Tail, std::vector<Tail>, std::greater<>> tails;
   double now = 0;
+  int finished = 0;
+  const auto data_done = [&](int t, double time) {
+    const double finish = time + paths.tail_seconds[t];
+    if (dependents_begin[t] == dependents_begin[t + 1]) {
+      result.transfer_finish[t] = finish;
+      result.seconds = std::max(result.seconds, finish);
+      ++finished;
+    } else {
+      tails.push({finish, t});
+    }
+  };
   bool active_changed = false;
 
   const auto start = [&](int t) {
     result.transfer_start[t] = now;
     if (plan.transfers[t].bytes == 0) {
-      tails.push({now + paths.tail_seconds[t], t});
+      data_done(t, now);
       return;
     }
     remaining[t] = static_cast<double>(plan.transfers[t].bytes);
@@ -324,46 +343,53 @@ absl::StatusOr<SimulationResult> Simulate(const ReshardPlan& plan,
     if (pending[t] == 0) start(t);
   }
 
-  int finished = 0;
   while (finished < n) {
     if (active_changed) {
       solver.Solve(active, rate);
       active_changed = false;
     }
-    double next = std::numeric_limits<double>::infinity();
+    double next_done = std::numeric_limits<double>::infinity();
     int first_done = -1;
     for (int t : active) {
       const double done = now + remaining[t] / rate[t];
-      if (done < next) {
-        next = done;
+      if (done < next_done) {
+        next_done = done;
         first_done = t;
       }
     }
-    if (!tails.empty() && tails.top().first <= next) {
-      next = tails.top().first;
+    const double next_tail = tails.empty()
+                                 ? std::numeric_limits<double>::infinity()
+                                 : tails.top().first;
+    double horizon = next_done;
+    if (next_tail <= next_done) {
+      horizon = next_tail;
       first_done = -1;
+    } else if (active.size() > kExactFlows) {
+      horizon = std::min(next_done * (1 + kWindow), next_tail);
     }
-    if (!std::isfinite(next)) {
+    if (!std::isfinite(horizon)) {
       return absl::InternalError(
           "simulation stalled: transfers wait on deps that never finish");
     }
-    const double dt = std::max(0.0, next - now);
-    now = std::max(now, next);
-    const double tolerance = kRelativeEpsilon * now;
-    // Advance every active flow; retire those done (up to the tolerance).
+    const double dt = std::max(0.0, horizon - now);
+    const double tolerance = kRelativeEpsilon * horizon;
+    // Advance every active flow; retire those whose last byte leaves by the
+    // horizon (up to the tolerance), each at its own time.
     for (size_t i = 0; i < active.size();) {
       const int t = active[i];
-      remaining[t] -= rate[t] * dt;
-      if (t == first_done || remaining[t] <= rate[t] * tolerance) {
+      const double done = now + remaining[t] / rate[t];
+      if (t == first_done || done <= horizon + tolerance) {
         remaining[t] = 0;
-        tails.push({now + paths.tail_seconds[t], t});
+        data_done(t, std::min(done, horizon));
         active[i] = active.back();
         active.pop_back();
         active_changed = true;
       } else {
+        remaining[t] -= rate[t] * dt;
         ++i;
       }
     }
+    now = std::max(now, horizon);
     // Finish transfers whose tail has elapsed and start their dependents;
     // zero-byte dependents may finish right away, hence the loop.
     while (!tails.empty() && tails.top().first <= now + tolerance) {
@@ -466,15 +492,15 @@ double LowerBoundSeconds(const std::vector<UnitTask>& tasks,
   for (double bytes : device_in) {
     bound = std::max(bound, bytes / topology.intra_host_bandwidth);
   }
-  bound = std::max(
-      bound, SetEgressBound(
-                 tasks, num_hosts,
-                 [&](int device) { return topology.HostOf(device); },
-                 topology.inter_host_bandwidth));
-  bound = std::max(bound, SetEgressBound(
-                              tasks, num_devices,
-                              [](int device) { return device; },
-                              topology.intra_host_bandwidth));
+  bound =
+      std::max(bound, SetEgressBound(
+                          tasks, num_hosts,
+                          [&](int device) { return topology.HostOf(device); },
+                          topology.inter_host_bandwidth));
+  bound =
+      std::max(bound, SetEgressBound(
+                          tasks, num_devices, [](int device) { return device; },
+                          topology.intra_host_bandwidth));
   return bound;
 }
 

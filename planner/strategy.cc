@@ -84,12 +84,13 @@ std::vector<Box> SplitBox(const Box& box, const std::vector<double>& weights) {
   int64_t begin = box[dim].begin;
   for (size_t i = 0; i < weights.size(); ++i) {
     cumulative += weights[i];
+    // (Degenerate weights put everything in the first piece.)
+    const double fraction = total > 0 ? cumulative / total : 1.0;
     int64_t end =
         i + 1 == weights.size()
             ? box[dim].end
-            : box[dim].begin +
-                  static_cast<int64_t>(std::llround(cumulative / total *
-                                                    static_cast<double>(extent)));
+            : box[dim].begin + static_cast<int64_t>(std::llround(
+                                   fraction * static_cast<double>(extent)));
     end = std::clamp(end, begin, box[dim].end);
     Box piece = box;
     piece[dim] = Interval{begin, end};
@@ -242,12 +243,13 @@ absl::StatusOr<ReshardPlan> PlanLocalAllGather(
   for (size_t p = 0; p < problems.size(); ++p) {
     const ReshardProblem& problem = problems[p];
     if (problem.dst_mesh.rank() > 2) continue;
-    ASSIGN_OR_RETURN(std::vector<Tile> tiles,
-                     ComputeTiles(problem.tensor, problem.dst_mesh,
-                                  problem.dst_spec));
+    ASSIGN_OR_RETURN(
+        std::vector<Tile> tiles,
+        ComputeTiles(problem.tensor, problem.dst_mesh, problem.dst_spec));
     bool within_hosts = true;
     for (const Tile& tile : tiles) {
-      within_hosts = within_hosts && HostsOf(tile.devices, topology).size() == 1;
+      within_hosts =
+          within_hosts && HostsOf(tile.devices, topology).size() == 1;
     }
     eligible[p] = within_hosts;
   }
@@ -348,8 +350,8 @@ std::vector<std::pair<int, int>> LoadBalanceOrder(
   while (!remaining.empty()) {
     const int64_t budget =
         kLoadBalanceVisitsPerRound / static_cast<int64_t>(remaining.size());
-    const int trials = static_cast<int>(
-        std::clamp<int64_t>(budget, 1, kLoadBalanceTrials));
+    const int trials =
+        static_cast<int>(std::clamp<int64_t>(budget, 1, kLoadBalanceTrials));
     const double max_load = *std::max_element(load.begin(), load.end());
     best_round.clear();
     double best_spread = 0;
@@ -541,10 +543,10 @@ class EgressLoads {
 
   // Seconds at which holder `i` would finish if it sent the whole task.
   double FinishWhole(const NetworkTask& task, size_t i) const {
-    return std::max(nic_[topology_->HostOf(task.holders[i])] +
-                        task.bytes / topology_->inter_host_bandwidth,
-                    port_[task.payer[i]] +
-                        task.bytes / topology_->intra_host_bandwidth);
+    return std::max(
+        nic_[topology_->HostOf(task.holders[i])] +
+            task.bytes / topology_->inter_host_bandwidth,
+        port_[task.payer[i]] + task.bytes / topology_->intra_host_bandwidth);
   }
 
   // Bytes the holders of `run` (one host) can send over the network before
@@ -591,6 +593,9 @@ class EgressLoads {
   double floor_ = 0;
 };
 
+// Bisection steps of a pour: the level to about 1e-15 of its range.
+constexpr int kPourSteps = 50;
+
 // Pours `bytes` onto the task's holders up to the lowest common level of
 // NIC and port loads that takes them all; returns bytes per holder.
 std::vector<double> Pour(const NetworkTask& task, double bytes,
@@ -599,8 +604,9 @@ std::vector<double> Pour(const NetworkTask& task, double bytes,
   double low = 0;
   double high = 0;
   for (size_t i = 0; i < task.holders.size(); ++i) {
-    high = std::max(high, std::max(loads.port(task.payer[i]),
-                                   loads.nic(topology.HostOf(task.holders[i]))));
+    high =
+        std::max(high, std::max(loads.port(task.payer[i]),
+                                loads.nic(topology.HostOf(task.holders[i]))));
   }
   high += bytes / std::min(topology.inter_host_bandwidth,
                            topology.intra_host_bandwidth);
@@ -609,7 +615,7 @@ std::vector<double> Pour(const NetworkTask& task, double bytes,
     for (const auto& run : task.runs) room += loads.HostRoom(task, run, level);
     return room;
   };
-  for (int iteration = 0; iteration < 60; ++iteration) {
+  for (int iteration = 0; iteration < kPourSteps; ++iteration) {
     const double mid = 0.5 * (low + high);
     if (room_at(mid) >= bytes) {
       high = mid;
@@ -659,13 +665,21 @@ std::vector<std::vector<double>> AssignEgress(
   double total_bytes = 0;
   int64_t work_per_pass = 1;
   for (int t : order) {
-    fractional[t] = Pour(tasks[t], tasks[t].bytes, loads, topology);
+    // Start from whole tasks, each where it finishes lowest.
+    fractional[t].assign(tasks[t].holders.size(), 0);
+    size_t best = 0;
+    for (size_t i = 1; i < tasks[t].holders.size(); ++i) {
+      if (loads.FinishWhole(tasks[t], i) < loads.FinishWhole(tasks[t], best)) {
+        best = i;
+      }
+    }
+    fractional[t][best] = tasks[t].bytes;
     Charge(tasks[t], fractional[t], +1, loads);
     total_bytes += tasks[t].bytes;
     if (tasks[t].holders.size() > 1) work_per_pass += tasks[t].holders.size();
   }
-  const int passes = static_cast<int>(
-      std::clamp<int64_t>(2000000 / work_per_pass, 1, 32));
+  const int passes = static_cast<int>(std::clamp<int64_t>(
+      30'000'000 / (kPourSteps * work_per_pass), 1, 32));
   for (int pass = 0; pass < passes; ++pass) {
     double moved = 0;
     for (int t : order) {
@@ -708,13 +722,12 @@ std::vector<std::vector<double>> AssignEgress(
     } else {
       runs_by_load.resize(task.runs.size());
       std::iota(runs_by_load.begin(), runs_by_load.end(), 0);
-      std::stable_sort(runs_by_load.begin(), runs_by_load.end(),
-                       [&](size_t a, size_t b) {
-                         return loads.nic(topology.HostOf(
-                                    task.holders[task.runs[a].first])) <
-                                loads.nic(topology.HostOf(
-                                    task.holders[task.runs[b].first]));
-                       });
+      std::stable_sort(
+          runs_by_load.begin(), runs_by_load.end(), [&](size_t a, size_t b) {
+            return loads.nic(
+                       topology.HostOf(task.holders[task.runs[a].first])) <
+                   loads.nic(topology.HostOf(task.holders[task.runs[b].first]));
+          });
       double left = task.bytes;
       for (size_t r : runs_by_load) {
         const double room = loads.HostRoom(task, task.runs[r], level);
@@ -916,9 +929,8 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
         for (int host : remote) remote_receivers += receivers_on[host].size();
         for (int host : remote) {
           for (int device : receivers_on[host]) {
-            loads.AddLocal(device,
-                           -ForwardShare(static_cast<double>(bytes),
-                                         remote_receivers));
+            loads.AddLocal(device, -ForwardShare(static_cast<double>(bytes),
+                                                 remote_receivers));
           }
         }
         std::stable_sort(remote.begin(), remote.end(), [&](int a, int b) {
@@ -984,7 +996,8 @@ absl::StatusOr<ReshardPlan> PlanConcrete(
     case Strategy::kAuto:
       break;
   }
-  return absl::InvalidArgumentError("strategy: auto is not a concrete strategy");
+  return absl::InvalidArgumentError(
+      "strategy: auto is not a concrete strategy");
 }
 
 absl::StatusOr<StrategyComparison> Compare(
@@ -1016,8 +1029,7 @@ absl::StatusOr<StrategyComparison> Compare(
     const double tolerance = 1e-9 * std::max(best, time);
     const bool faster = time < best - tolerance;
     const bool tie = !faster && time <= best + tolerance;
-    if (faster ||
-        (tie && comparison.rows[i].strategy == Strategy::kMeshcast)) {
+    if (faster || (tie && comparison.rows[i].strategy == Strategy::kMeshcast)) {
       chosen = i;
     }
   }

@@ -1,20 +1,42 @@
 // Resharding strategies: each turns reshard problems into a ReshardPlan.
 //
 //   send_recv        every receiver gets its own copy, point to point, from
-//                    the least-loaded replica (device-level greedy).
-//   local_allgather  Alpa's older method: one copy of each piece into each
-//                    receiving host over the network (receivers split the
-//                    slice), then an all-gather inside the host; falls back to
-//                    send_recv where not applicable.
-//   broadcast        one broadcast per unit task from its first replica.
+//                    the least-loaded replica (device-level greedy on bytes
+//                    sent, over the whole request); all copies concurrent.
+//   local_allgather  Alpa's older method: where every destination tile lies
+//                    inside one host on a mesh of rank <= 2, one copy of
+//                    each slice into each receiving host over the network,
+//                    cut into one piece per receiver (stage 0, cut along
+//                    tensor dimensions by gcd as Alpa does), then a ring
+//                    all-gather inside the host (stage 1, each piece relayed
+//                    through the other receivers); send_recv for the tasks
+//                    where that does not apply.
+//   broadcast        one broadcast per unit task from its first replica, in
+//                    the naive (destination tile, source slice) order.
 //   broadcast_lb     the cross-mesh resharding paper: sender host chosen to
 //                    balance load across hosts, tasks ordered in rounds of
-//                    host-disjoint broadcasts (randomized greedy, seeded).
+//                    host-disjoint broadcasts (Alpa's randomized greedy, up
+//                    to 100 trials per round, fixed seed); within the host,
+//                    the device that has sent least.
+//                    Both broadcast strategies model the paper's execution:
+//                    a relay chain [sender] + receivers in ascending device
+//                    order (NCCL's ring), and a host issues its broadcasts
+//                    one at a time, so each broadcast depends on the
+//                    previous one of every host it involves.
 //   meshcast         splits tasks across replica hosts so their NICs share
-//                    the egress, relays host to host so each byte crosses each
-//                    NIC at most once, balances device ports, and plans all
-//                    tensors of a request together.
+//                    the egress (a fractional assignment balancing NIC and
+//                    port egress over all tensors, kept whole wherever that
+//                    costs nothing), relays host to host so each byte
+//                    crosses each NIC at most once (the sending host's own
+//                    receivers first, then the remote hosts, the busiest
+//                    NIC last), feeds receivers on holder hosts from a local
+//                    replica, balances device ports, and runs everything
+//                    concurrently. Assumes device ports at least as fast as
+//                    NICs (NVLink, memory copies); elsewhere auto may pick
+//                    another strategy.
 //   auto             the strategy with the lowest simulated time.
+//
+// Every strategy lists relay chains host by host and is deterministic.
 //
 // Thread safety: pure functions.
 #ifndef MESHCAST_PLANNER_STRATEGY_H_
