@@ -1,0 +1,348 @@
+#include "controller/allocator.h"
+
+#include <algorithm>
+#include <array>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "util/status_macros.h"
+
+namespace meshcast {
+namespace {
+
+// What one placement attempt may use: devices other jobs hold and hosts that
+// are down. Empty for the "does it ever fit" check.
+struct Availability {
+  const absl::flat_hash_set<int>* busy = nullptr;
+  const absl::flat_hash_set<int>* unavailable_hosts = nullptr;
+
+  bool DeviceBusy(int device) const {
+    return busy != nullptr && busy->contains(device);
+  }
+  bool HostDown(int host) const {
+    return unavailable_hosts != nullptr && unavailable_hosts->contains(host);
+  }
+};
+
+std::string ClusterText(const Topology& topology) {
+  return absl::StrCat(topology.num_hosts, " hosts x ",
+                      topology.devices_per_host, " devices");
+}
+
+bool IsFixed(const MeshRequest& mesh) {
+  return !mesh.devices.empty() || mesh.first_host >= 1;
+}
+
+int64_t ShapeProduct(const std::vector<int>& shape) {
+  int64_t n = 1;
+  for (int d : shape) n *= d;
+  return n;
+}
+
+// Rows and columns of a mesh the controller lays out one row per host.
+std::pair<int, int> RowsCols(const MeshRequest& mesh) {
+  if (mesh.shape.size() == 1) return {1, mesh.shape[0]};
+  return {mesh.shape[0], mesh.shape[1]};
+}
+
+// A mesh placed so far, for the other mesh of the job to look at.
+struct PlacedMesh {
+  DeviceMesh mesh;
+  absl::flat_hash_set<int> hosts;
+  absl::flat_hash_set<int> devices;
+};
+
+// Structural checks that need no cluster state beyond its size.
+absl::Status CheckShape(absl::string_view name, const MeshRequest& mesh,
+                        const Topology& topology) {
+  if (mesh.shape.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ".shape is empty; give e.g. [2, 4]"));
+  }
+  for (int d : mesh.shape) {
+    if (d < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ".shape ", mesh.ToString(), " has an extent < 1"));
+    }
+  }
+  const bool placed_by_us = mesh.devices.empty() && mesh.shape.size() <= 2;
+  // Meshes the controller lays out get the more telling per-host messages
+  // below.
+  if (!placed_by_us && ShapeProduct(mesh.shape) > topology.num_devices()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " ", mesh.ToString(), " needs ", ShapeProduct(mesh.shape),
+        " devices; cluster has ", ClusterText(topology)));
+  }
+  if (!mesh.devices.empty()) {
+    if (static_cast<int64_t>(mesh.devices.size()) != ShapeProduct(mesh.shape)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ".devices has ", mesh.devices.size(), " ids but shape ",
+          absl::StrJoin(mesh.shape, "x"), " needs ", ShapeProduct(mesh.shape)));
+    }
+    absl::flat_hash_set<int> seen;
+    for (int d : mesh.devices) {
+      if (d < 0 || d >= topology.num_devices()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, ".devices: device ", d,
+                         " is outside the cluster (", ClusterText(topology),
+                         ": ids 0..", topology.num_devices() - 1, ")"));
+      }
+      if (!seen.insert(d).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, ".devices lists device ", d, " twice"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (mesh.shape.size() > 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " ", mesh.ToString(),
+        ": the controller places 1-D and 2-D meshes (hosts x devices); list "
+        "the devices of a ",
+        mesh.shape.size(), "-D mesh explicitly"));
+  }
+  const auto [rows, cols] = RowsCols(mesh);
+  if (cols > topology.devices_per_host) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " ", mesh.ToString(), " needs ", cols,
+                     " devices per host; cluster has ", ClusterText(topology)));
+  }
+  if (mesh.first_host >= 1) {
+    // 64-bit: a client may send first_host = INT_MAX.
+    const int64_t last_host = int64_t{mesh.first_host} + rows - 1;
+    if (last_host >= topology.num_hosts) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " ", mesh.ToString(), " needs hosts ", mesh.first_host, "..",
+          last_host, "; cluster has ", ClusterText(topology), " (hosts 0..",
+          topology.num_hosts - 1, ")"));
+    }
+  } else if (rows > topology.num_hosts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " ", mesh.ToString(), " needs ", rows, " hosts with ", cols,
+        " free devices; cluster has ", ClusterText(topology)));
+  }
+  return absl::OkStatus();
+}
+
+// Picks `cols` devices of `host` for one mesh row: free devices the other
+// mesh does not use first, then (overlap permitted) the other mesh's devices.
+// Returns false when the host has too few.
+bool PickRow(int host, int cols, const Topology& topology,
+             const Availability& avail, const PlacedMesh* other,
+             bool may_share_devices, std::vector<int>* row) {
+  std::vector<int> fresh, shared;
+  for (int local = 0; local < topology.devices_per_host; ++local) {
+    const int device = host * topology.devices_per_host + local;
+    const bool others = other != nullptr && other->devices.contains(device);
+    if (others) {
+      // The job's own other mesh does not make a device busy.
+      if (may_share_devices) shared.push_back(device);
+    } else if (!avail.DeviceBusy(device)) {
+      fresh.push_back(device);
+    }
+  }
+  if (static_cast<int>(fresh.size() + shared.size()) < cols) return false;
+  row->clear();
+  for (int d : fresh) {
+    if (static_cast<int>(row->size()) == cols) break;
+    row->push_back(d);
+  }
+  for (int d : shared) {
+    if (static_cast<int>(row->size()) == cols) break;
+    row->push_back(d);
+  }
+  std::sort(row->begin(), row->end());
+  return true;
+}
+
+// Places one mesh given the other (if already placed). Errors describe what
+// is missing; the caller decides whether that is "never" or "not now".
+absl::StatusOr<PlacedMesh> PlaceOne(
+    absl::string_view name, const MeshRequest& mesh, const Topology& topology,
+    const Availability& avail, const PlacedMesh* other,
+    absl::string_view other_name, const MeshRequest* other_request,
+    bool allow_overlap) {
+  PlacedMesh placed;
+  placed.mesh.shape = mesh.shape;
+  if (!mesh.devices.empty()) {
+    for (int d : mesh.devices) {
+      const int host = topology.HostOf(d);
+      if (avail.HostDown(host)) {
+        return absl::UnavailableError(absl::StrCat(
+            name, " device ", d, ": host ", host, " has no live worker"));
+      }
+      const bool own = other != nullptr && other->devices.contains(d);
+      if (!own && avail.DeviceBusy(d)) {
+        return absl::UnavailableError(
+            absl::StrCat(name, " device ", d, " is held by another job"));
+      }
+    }
+    placed.mesh.devices = mesh.devices;
+  } else {
+    const auto [rows, cols] = RowsCols(mesh);
+    // A mesh the user fixed may share hosts and devices with the other one;
+    // a mesh the controller places stays off the other's hosts unless the
+    // job allows overlap.
+    const bool fixed = mesh.first_host >= 1;
+    const bool avoid_other_hosts = !allow_overlap && !fixed;
+    if (fixed) {
+      for (int r = 0; r < rows; ++r) {
+        const int host = mesh.first_host + r;
+        if (avail.HostDown(host)) {
+          return absl::UnavailableError(absl::StrCat(name, " ", mesh.ToString(),
+                                                     ": host ", host,
+                                                     " has no live worker"));
+        }
+        std::vector<int> row;
+        if (!PickRow(host, cols, topology, avail, other, /*share=*/true,
+                     &row)) {
+          return absl::UnavailableError(
+              absl::StrCat(name, " ", mesh.ToString(), ": host ", host,
+                           " has fewer than ", cols, " free devices"));
+        }
+        placed.mesh.devices.insert(placed.mesh.devices.end(), row.begin(),
+                                   row.end());
+      }
+    } else {
+      int found = 0;
+      for (int host = 0; host < topology.num_hosts && found < rows; ++host) {
+        if (avail.HostDown(host)) continue;
+        if (avoid_other_hosts && other != nullptr &&
+            other->hosts.contains(host)) {
+          continue;
+        }
+        std::vector<int> row;
+        if (!PickRow(host, cols, topology, avail, other, allow_overlap, &row)) {
+          continue;
+        }
+        placed.mesh.devices.insert(placed.mesh.devices.end(), row.begin(),
+                                   row.end());
+        ++found;
+      }
+      if (found < rows) {
+        if (avoid_other_hosts && other != nullptr &&
+            rows + static_cast<int>(other->hosts.size()) > topology.num_hosts) {
+          // Would fit alone; the disjoint-hosts rule is what fails.
+          return absl::InvalidArgumentError(absl::StrCat(
+              name, " ", mesh.ToString(), " and ", other_name, " ",
+              other_request->ToString(), " on disjoint hosts need ",
+              rows + other->hosts.size(), " hosts; cluster has ",
+              ClusterText(topology), " (set allow_overlap to share hosts)"));
+        }
+        return absl::UnavailableError(
+            absl::StrCat(name, " ", mesh.ToString(), " needs ", rows,
+                         " live hosts with ", cols, " free devices",
+                         avoid_other_hosts && other != nullptr
+                             ? absl::StrCat(" apart from ", other_name, "'s")
+                             : std::string()));
+      }
+    }
+  }
+  for (int d : placed.mesh.devices) {
+    placed.devices.insert(d);
+    placed.hosts.insert(topology.HostOf(d));
+  }
+  return placed;
+}
+
+absl::StatusOr<Placement> PlaceImpl(const PlacementRequest& request,
+                                    const Topology& topology,
+                                    const Availability& avail) {
+  // Fixed meshes first, so that a placed mesh can steer around them.
+  const bool dst_first = IsFixed(request.dst) && !IsFixed(request.src);
+  const std::array<const MeshRequest*, 2> meshes = {&request.src, &request.dst};
+  const std::array<const char*, 2> names = {"src_mesh", "dst_mesh"};
+  const std::array<int, 2> order =
+      dst_first ? std::array<int, 2>{1, 0} : std::array<int, 2>{0, 1};
+  std::array<PlacedMesh, 2> placed;
+  for (int step = 0; step < 2; ++step) {
+    const int i = order[step];
+    const int o = 1 - i;
+    const PlacedMesh* other = step == 0 ? nullptr : &placed[o];
+    absl::StatusOr<PlacedMesh> mesh =
+        PlaceOne(names[i], *meshes[i], topology, avail, other, names[o],
+                 meshes[o], request.allow_overlap);
+    if (!mesh.ok()) return mesh.status();
+    placed[i] = *std::move(mesh);
+  }
+  Placement result;
+  result.src = std::move(placed[0].mesh);
+  result.dst = std::move(placed[1].mesh);
+  absl::flat_hash_set<int> devices(result.src.devices.begin(),
+                                   result.src.devices.end());
+  devices.insert(result.dst.devices.begin(), result.dst.devices.end());
+  result.devices.assign(devices.begin(), devices.end());
+  std::sort(result.devices.begin(), result.devices.end());
+  for (int d : result.devices) {
+    const int host = topology.HostOf(d);
+    if (result.hosts.empty() || result.hosts.back() != host) {
+      result.hosts.push_back(host);
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+std::string MeshRequest::ToString() const {
+  std::string text = absl::StrJoin(shape, "x");
+  if (!devices.empty()) {
+    absl::StrAppend(&text, "[", absl::StrJoin(devices, ","), "]");
+  } else if (first_host >= 1) {
+    absl::StrAppend(&text, "@", first_host);
+  }
+  return text;
+}
+
+absl::Status DeviceAllocator::CheckFits(const PlacementRequest& request,
+                                        const Topology& topology) {
+  return PlaceOnIdleCluster(request, topology).status();
+}
+
+absl::StatusOr<Placement> DeviceAllocator::PlaceOnIdleCluster(
+    const PlacementRequest& request, const Topology& topology) {
+  if (topology.num_hosts < 1 || topology.devices_per_host < 1) {
+    return absl::FailedPreconditionError(
+        "the cluster has no workers; start meshcast-worker on each host "
+        "first");
+  }
+  RETURN_IF_ERROR(CheckShape("src_mesh", request.src, topology));
+  RETURN_IF_ERROR(CheckShape("dst_mesh", request.dst, topology));
+  absl::StatusOr<Placement> placement =
+      PlaceImpl(request, topology, Availability{});
+  if (!placement.ok()) {
+    // On an idle cluster every shortage is permanent.
+    return absl::InvalidArgumentError(placement.status().message());
+  }
+  return placement;
+}
+
+absl::StatusOr<Placement> DeviceAllocator::Place(
+    const PlacementRequest& request, const Topology& topology,
+    const absl::flat_hash_set<int>& unavailable_hosts) const {
+  RETURN_IF_ERROR(CheckFits(request, topology));
+  absl::StatusOr<Placement> placement =
+      PlaceImpl(request, topology, Availability{&busy_, &unavailable_hosts});
+  if (!placement.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("waiting for devices: ", placement.status().message()));
+  }
+  return placement;
+}
+
+absl::StatusOr<Placement> DeviceAllocator::Acquire(
+    const PlacementRequest& request, const Topology& topology,
+    const absl::flat_hash_set<int>& unavailable_hosts) {
+  absl::StatusOr<Placement> placement =
+      Place(request, topology, unavailable_hosts);
+  if (placement.ok()) {
+    busy_.insert(placement->devices.begin(), placement->devices.end());
+  }
+  return placement;
+}
+
+void DeviceAllocator::Release(const std::vector<int>& devices) {
+  for (int d : devices) busy_.erase(d);
+}
+
+}  // namespace meshcast

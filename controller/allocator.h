@@ -1,0 +1,100 @@
+// Device allocation: lays a job's source and destination meshes out on the
+// cluster and tracks which devices running jobs hold.
+//
+// Placement rules (DESIGN.md, issue 3):
+//  - A mesh the controller places is 1-D (n = 1 x n) or 2-D (rows x cols):
+//    one mesh row per host, `cols` free devices of that host (lowest ids
+//    first), hosts in ascending order.
+//  - `first_host` >= 1 pins row 0 to that host (rows take consecutive hosts);
+//    < 0 means anywhere. 0 also means anywhere: proto3 cannot tell an unset
+//    first_host from host 0, so a mesh is pinned to host 0 by listing its
+//    devices.
+//  - An explicit device list is used as given (any shape).
+//  - Source and destination take disjoint hosts unless `allow_overlap`; with
+//    it, the destination may reuse the source's hosts and devices. Meshes the
+//    user fixed (explicit devices or a pinned host) are honoured even when
+//    they share hosts; the other mesh avoids them.
+//
+//   DeviceAllocator allocator;
+//   RETURN_IF_ERROR(DeviceAllocator::CheckFits(request, topology)); // submit
+//   absl::StatusOr<Placement> p = allocator.Acquire(request, topology, lost);
+//   if (absl::IsUnavailable(p.status())) { /* stay queued */ }
+//   ...
+//   allocator.Release(p->devices);
+//
+// Thread safety: not thread-safe; the JobManager calls it under its lock.
+#ifndef MESHCAST_CONTROLLER_ALLOCATOR_H_
+#define MESHCAST_CONTROLLER_ALLOCATOR_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "planner/mesh.h"
+#include "planner/topology.h"
+
+namespace meshcast {
+
+// A mesh as a job asks for it, before placement.
+struct MeshRequest {
+  std::vector<int> shape;    // e.g. {2, 4}
+  std::vector<int> devices;  // explicit global ids, or empty: place it
+  int first_host = -1;       // >= 1: pin row 0 to this host; else anywhere
+  // "2x4", "2x4@1" or "2x2[0,1,4,5]".
+  std::string ToString() const;
+};
+
+struct PlacementRequest {
+  MeshRequest src;
+  MeshRequest dst;
+  bool allow_overlap = false;
+};
+
+struct Placement {
+  DeviceMesh src;
+  DeviceMesh dst;
+  std::vector<int> devices;  // union of both meshes, ascending
+  std::vector<int> hosts;    // hosts of those devices, ascending
+};
+
+class DeviceAllocator {
+ public:
+  // OK when `request` can be placed on `topology` with every device free and
+  // every host alive; INVALID_ARGUMENT naming the mesh and the cluster size
+  // otherwise (e.g. "dst_mesh 3x4 needs 3 hosts with 4 free devices; cluster
+  // has 2 hosts x 4 devices"). FAILED_PRECONDITION when the cluster is empty.
+  static absl::Status CheckFits(const PlacementRequest& request,
+                                const Topology& topology);
+  // The placement CheckFits finds on the idle cluster (used to validate a
+  // job and for dry-run plans); same errors.
+  static absl::StatusOr<Placement> PlaceOnIdleCluster(
+      const PlacementRequest& request, const Topology& topology);
+
+  // Places the meshes on devices that are free now, on hosts not listed in
+  // `unavailable_hosts`, without reserving them. UNAVAILABLE (saying what it
+  // waits for) when the request fits the cluster but not right now; the
+  // CheckFits error when it never can.
+  absl::StatusOr<Placement> Place(
+      const PlacementRequest& request, const Topology& topology,
+      const absl::flat_hash_set<int>& unavailable_hosts) const;
+
+  // Place, then marks the placement's devices busy.
+  absl::StatusOr<Placement> Acquire(
+      const PlacementRequest& request, const Topology& topology,
+      const absl::flat_hash_set<int>& unavailable_hosts);
+
+  // Frees devices taken by Acquire.
+  void Release(const std::vector<int>& devices);
+
+  bool IsBusy(int device) const { return busy_.contains(device); }
+  int num_busy() const { return static_cast<int>(busy_.size()); }
+
+ private:
+  absl::flat_hash_set<int> busy_;
+};
+
+}  // namespace meshcast
+
+#endif  // MESHCAST_CONTROLLER_ALLOCATOR_H_

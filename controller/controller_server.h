@@ -1,0 +1,78 @@
+// ControllerServer: the whole controller in one object: job store, worker
+// registry (with its lease sweeper), key-value store, job manager and the
+// gRPC server. main.cc wraps it in a daemon; tests start it in-process on
+// 127.0.0.1:0 with fake workers.
+//
+//   ControllerConfig config;
+//   config.listen = "127.0.0.1:0";
+//   ASSIGN_OR_RETURN(std::unique_ptr<ControllerServer> server,
+//                    ControllerServer::Start(config));
+//   std::cout << server->port();
+//   ...
+//   server->Shutdown();   // also done by the destructor
+//
+// Thread safety: Start/Shutdown from one thread; port() from any.
+#ifndef MESHCAST_CONTROLLER_CONTROLLER_SERVER_H_
+#define MESHCAST_CONTROLLER_CONTROLLER_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "controller/clock.h"
+#include "controller/controller_service.h"
+#include "controller/job_manager.h"
+#include "controller/job_store.h"
+#include "controller/kv_store.h"
+#include "controller/reshard_planner.h"
+#include "controller/worker_client.h"
+#include "controller/worker_registry.h"
+
+namespace meshcast {
+
+struct ControllerConfig {
+  std::string listen = "127.0.0.1:50051";  // port 0 picks a free port
+  std::string db_path = "meshcast.db";     // ":memory:" for tests
+  WorkerRegistry::Options registry;
+  JobManager::Options jobs;
+};
+
+class ControllerServer {
+ public:
+  // `client` and `planner` default to GrpcWorkerClient and LibraryPlanner.
+  static absl::StatusOr<std::unique_ptr<ControllerServer>> Start(
+      const ControllerConfig& config,
+      std::unique_ptr<WorkerClient> client = nullptr,
+      std::unique_ptr<ReshardPlanner> planner = nullptr,
+      Clock* clock = Clock::Real());
+  ~ControllerServer();
+
+  int port() const { return port_; }
+  // Stops accepting RPCs, ends watchers and waiting KvGets, fails unfinished
+  // jobs ("controller shut down", aborting them on their workers).
+  // Idempotent.
+  void Shutdown();
+
+  JobManager& jobs() { return *jobs_; }
+  WorkerRegistry& registry() { return *registry_; }
+
+ private:
+  ControllerServer() = default;
+
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<KvStore> kv_;
+  std::unique_ptr<WorkerClient> client_;
+  std::unique_ptr<ReshardPlanner> planner_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<ControllerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace meshcast
+
+#endif  // MESHCAST_CONTROLLER_CONTROLLER_SERVER_H_

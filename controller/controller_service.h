@@ -1,0 +1,77 @@
+// ControllerService: the gRPC Controller service (proto/meshcast/v1/
+// controller.proto). A thin layer: it converts requests to domain calls on
+// WorkerRegistry, JobManager and KvStore, and absl::Status to grpc::Status
+// (same codes: INVALID_ARGUMENT for bad specs, NOT_FOUND for unknown job
+// ids, ...). No request can crash the daemon: every input is validated by
+// the domain classes.
+//
+// WatchJob streams the job's current state, then every event, and ends once
+// the job reaches a final state (or the client goes away, or Shutdown()).
+//
+// Thread safety: thread-safe; gRPC calls the methods from its own threads.
+#ifndef MESHCAST_CONTROLLER_CONTROLLER_SERVICE_H_
+#define MESHCAST_CONTROLLER_CONTROLLER_SERVICE_H_
+
+#include <atomic>
+
+#include "controller/job_manager.h"
+#include "controller/kv_store.h"
+#include "controller/worker_registry.h"
+#include "meshcast/v1/controller.grpc.pb.h"
+
+namespace meshcast {
+
+class ControllerService final : public v1::Controller::Service {
+ public:
+  // KvGet waits at most this long whatever the client asks.
+  static constexpr double kMaxKvWaitSeconds = 600;
+
+  ControllerService(WorkerRegistry* registry, JobManager* jobs, KvStore* kv);
+
+  // Ends WatchJob streams promptly (before the server shuts down).
+  void Shutdown() { shutting_down_ = true; }
+
+  grpc::Status RegisterWorker(grpc::ServerContext* context,
+                              const v1::RegisterWorkerRequest* request,
+                              v1::RegisterWorkerResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context,
+                         const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* response) override;
+  grpc::Status SubmitJob(grpc::ServerContext* context,
+                         const v1::SubmitJobRequest* request,
+                         v1::SubmitJobResponse* response) override;
+  grpc::Status GetJob(grpc::ServerContext* context,
+                      const v1::GetJobRequest* request,
+                      v1::GetJobResponse* response) override;
+  grpc::Status ListJobs(grpc::ServerContext* context,
+                        const v1::ListJobsRequest* request,
+                        v1::ListJobsResponse* response) override;
+  grpc::Status WatchJob(grpc::ServerContext* context,
+                        const v1::WatchJobRequest* request,
+                        grpc::ServerWriter<v1::JobEvent>* writer) override;
+  grpc::Status CancelJob(grpc::ServerContext* context,
+                         const v1::CancelJobRequest* request,
+                         v1::CancelJobResponse* response) override;
+  grpc::Status Plan(grpc::ServerContext* context,
+                    const v1::PlanRequest* request,
+                    v1::PlanResponse* response) override;
+  grpc::Status GetCluster(grpc::ServerContext* context,
+                          const v1::GetClusterRequest* request,
+                          v1::GetClusterResponse* response) override;
+  grpc::Status KvSet(grpc::ServerContext* context,
+                     const v1::KvSetRequest* request,
+                     v1::KvSetResponse* response) override;
+  grpc::Status KvGet(grpc::ServerContext* context,
+                     const v1::KvGetRequest* request,
+                     v1::KvGetResponse* response) override;
+
+ private:
+  WorkerRegistry* const registry_;
+  JobManager* const jobs_;
+  KvStore* const kv_;
+  std::atomic<bool> shutting_down_{false};
+};
+
+}  // namespace meshcast
+
+#endif  // MESHCAST_CONTROLLER_CONTROLLER_SERVICE_H_

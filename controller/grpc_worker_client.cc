@@ -1,0 +1,67 @@
+#include "controller/grpc_worker_client.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "meshcast/v1/worker.grpc.pb.h"
+
+namespace meshcast {
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+std::shared_ptr<grpc::Channel> GrpcWorkerClient::ChannelFor(
+    const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  auto it = channels_.find(address);
+  if (it != channels_.end()) return it->second;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  args.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+  auto channel = grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), args);
+  channels_[address] = channel;
+  return channel;
+}
+
+absl::StatusOr<v1::RunTaskResponse> GrpcWorkerClient::RunTask(
+    const WorkerEndpoint& worker, const v1::WorkerProgram& program,
+    absl::Time deadline, CallCanceller* canceller) {
+  auto stub = v1::Worker::NewStub(ChannelFor(worker.address));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  v1::RunTaskRequest request;
+  *request.mutable_program() = program;
+  v1::RunTaskResponse response;
+  // TryCancel is safe from another thread while the call blocks; Remove
+  // guarantees the hook is done before `context` goes away.
+  const int hook = canceller->Add([&context] { context.TryCancel(); });
+  grpc::Status status = stub->RunTask(&context, request, &response);
+  canceller->Remove(hook);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::Status GrpcWorkerClient::AbortTask(const WorkerEndpoint& worker,
+                                         const std::string& job_id,
+                                         const std::string& reason,
+                                         absl::Time deadline) {
+  auto stub = v1::Worker::NewStub(ChannelFor(worker.address));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  v1::AbortTaskRequest request;
+  request.set_job_id(job_id);
+  request.set_reason(reason);
+  v1::AbortTaskResponse response;
+  return FromGrpcStatus(stub->AbortTask(&context, request, &response));
+}
+
+}  // namespace meshcast

@@ -1,0 +1,51 @@
+// GrpcWorkerClient: the WorkerClient that calls the Worker service over gRPC
+// (one cached channel per worker address).
+//
+//   GrpcWorkerClient client;
+//   JobManager manager(..., &client, ...);
+//
+// Thread safety: thread-safe; calls may run concurrently.
+#ifndef MESHCAST_CONTROLLER_GRPC_WORKER_CLIENT_H_
+#define MESHCAST_CONTROLLER_GRPC_WORKER_CLIENT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "controller/worker_client.h"
+
+namespace meshcast {
+
+// Largest message either way: per-worker programs of big plans can exceed
+// gRPC's 4 MiB default.
+inline constexpr int kMaxGrpcMessageBytes = 256 << 20;
+
+// gRPC status <-> absl::Status (the code numbers agree by design).
+absl::Status FromGrpcStatus(const grpc::Status& status);
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+class GrpcWorkerClient : public WorkerClient {
+ public:
+  absl::StatusOr<v1::RunTaskResponse> RunTask(
+      const WorkerEndpoint& worker, const v1::WorkerProgram& program,
+      absl::Time deadline, CallCanceller* canceller) override;
+  absl::Status AbortTask(const WorkerEndpoint& worker,
+                         const std::string& job_id, const std::string& reason,
+                         absl::Time deadline) override;
+
+ private:
+  std::shared_ptr<grpc::Channel> ChannelFor(const std::string& address)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace meshcast
+
+#endif  // MESHCAST_CONTROLLER_GRPC_WORKER_CLIENT_H_

@@ -1,0 +1,658 @@
+#include "controller/job_manager.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "controller/log.h"
+#include "controller/program_builder.h"
+#include "util/status_macros.h"
+
+namespace meshcast {
+namespace {
+
+constexpr size_t kMaxJobNameLength = 256;
+// Progress milestones: planning is quick, the data-plane run is the rest.
+constexpr double kProgressPlanning = 0.05;
+constexpr double kProgressRunning = 0.1;
+
+std::string StateName(v1::JobState state) {
+  std::string name = v1::JobState_Name(state);
+  constexpr absl::string_view kPrefix = "JOB_STATE_";
+  if (absl::StartsWith(name, kPrefix)) name = name.substr(kPrefix.size());
+  return name;
+}
+
+bool IsFinal(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+std::string KvPrefix(absl::string_view job_id) {
+  return absl::StrCat("job/", job_id, "/");
+}
+
+// "2x4 on devices 8..15" style summary of a placed mesh.
+std::string DescribeMesh(const DeviceMesh& mesh) {
+  return absl::StrCat(absl::StrJoin(mesh.shape, "x"), " on devices [",
+                      absl::StrJoin(mesh.devices, ","), "]");
+}
+
+}  // namespace
+
+struct JobManager::ActiveJob {
+  v1::Job job;  // the latest state; guarded by the manager's mu_
+  // Set at Submit, read-only afterwards.
+  ReshardRequest request;
+  // Set by the scheduler before the job thread starts, read-only afterwards.
+  Placement placement;
+  Topology topology;
+  std::vector<WorkerSlot> slots;          // one per host of the job
+  std::vector<WorkerEndpoint> endpoints;  // parallel to slots
+  // Cancels the job's in-flight RunTask calls; thread-safe on its own.
+  CallCanceller canceller;
+  // The rest is guarded by the manager's mu_.
+  bool started = false;   // left the queue, holds devices, has a thread
+  bool finished = false;  // reached a final state
+  bool thread_done = false;
+  bool cancel_requested = false;
+  std::string failure;  // first reason the job must fail, if any
+  int workers_done = 0;
+  std::thread thread;
+};
+
+JobManager::JobManager(Options options, JobStore* store,
+                       WorkerRegistry* registry, KvStore* kv,
+                       WorkerClient* client, ReshardPlanner* planner,
+                       Clock* clock)
+    : options_(options),
+      store_(store),
+      registry_(registry),
+      kv_(kv),
+      client_(client),
+      planner_(planner),
+      clock_(clock) {}
+
+JobManager::~JobManager() { Shutdown("controller shut down"); }
+
+absl::Status JobManager::Start() {
+  ASSIGN_OR_RETURN(std::vector<std::string> failed,
+                   store_->FailUnfinishedJobs("controller restarted",
+                                              UnixSecondsOf(clock_->Now())));
+  for (const std::string& id : failed) {
+    LogWarning("job ", id,
+               " FAILED: controller restarted while it was unfinished "
+               "(resubmit it)");
+  }
+  registry_->AddListener([this](const WorkerEvent& e) { OnWorkerEvent(e); });
+  absl::MutexLock lock(&mu_);
+  if (started_) return absl::FailedPreconditionError("already started");
+  started_ = true;
+  scheduler_ = std::thread([this] { SchedulerLoop(); });
+  return absl::OkStatus();
+}
+
+void JobManager::Shutdown(absl::string_view reason) {
+  std::vector<ActiveJob*> to_cancel;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_) return;
+    shutdown_ = true;
+    for (const std::string& id : queue_) {
+      auto it = active_.find(id);
+      if (it == active_.end()) continue;
+      FinishLocked(it->second.get(), v1::JOB_STATE_FAILED, std::string(reason));
+      active_.erase(it);
+    }
+    queue_.clear();
+    for (auto& [id, job] : active_) {
+      if (job->finished) continue;
+      if (job->failure.empty()) job->failure = std::string(reason);
+      to_cancel.push_back(job.get());
+    }
+  }
+  for (ActiveJob* job : to_cancel) job->canceller.Cancel();
+  if (scheduler_.joinable()) scheduler_.join();
+  std::vector<std::thread> threads;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, job] : active_) {
+      if (job->thread.joinable()) threads.push_back(std::move(job->thread));
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  {
+    absl::MutexLock lock(&mu_);
+    active_.clear();
+  }
+  hub_.Shutdown();
+}
+
+absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
+  if (spec.kind_case() != v1::JobSpec::kReshard) {
+    return absl::InvalidArgumentError(
+        "spec.reshard is required (reshard is the only job kind)");
+  }
+  if (spec.name().size() > kMaxJobNameLength) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.name is longer than ", kMaxJobNameLength, " characters"));
+  }
+  ASSIGN_OR_RETURN(ReshardRequest request,
+                   ReshardRequestFromProto(spec.reshard()));
+  // Validate against the whole cluster now, so that a job that can never
+  // run is refused instead of waiting forever.
+  const Topology topology = registry_->topology();
+  ASSIGN_OR_RETURN(const Placement trial, DeviceAllocator::PlaceOnIdleCluster(
+                                              request.placement, topology));
+  absl::StatusOr<ReshardProblem> problem =
+      MakeProblem(request, trial, topology);
+  if (!problem.ok()) {
+    return absl::InvalidArgumentError(problem.status().message());
+  }
+
+  absl::MutexLock lock(&mu_);
+  if (shutdown_ || !started_) {
+    return absl::UnavailableError("controller is not accepting jobs now");
+  }
+  if (static_cast<int>(active_.size()) >= options_.max_unfinished_jobs) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(active_.size(), " jobs are unfinished already; at most ",
+                     options_.max_unfinished_jobs));
+  }
+  auto job = std::make_unique<ActiveJob>();
+  job->request = std::move(request);
+  job->job.set_id(store_->AllocateJobId());
+  *job->job.mutable_spec() = spec;
+  // Record the strategy by its canonical name ("auto" when unset).
+  job->job.mutable_spec()->mutable_reshard()->set_strategy(
+      StrategyName(job->request.strategy));
+  job->job.set_created_unix(UnixSecondsOf(clock_->Now()));
+  const std::string id = job->job.id();
+  ActiveJob* raw = job.get();
+  active_[id] = std::move(job);
+  queue_.push_back(id);
+  const ReshardRequest& r = raw->request;
+  TransitionLocked(
+      raw, v1::JOB_STATE_QUEUED,
+      absl::StrCat("queued: reshard ", absl::StrJoin(r.tensor.shape, "x"), " ",
+                   DTypeName(r.tensor.dtype), " ", r.placement.src.ToString(),
+                   " ", r.src_spec.ToString(), " -> ",
+                   r.placement.dst.ToString(), " ", r.dst_spec.ToString(),
+                   ", strategy ", StrategyName(r.strategy)),
+      0);
+  kick_ = true;
+  return raw->job;
+}
+
+absl::StatusOr<v1::Job> JobManager::Get(absl::string_view id) {
+  if (id.empty()) return absl::InvalidArgumentError("job id is required");
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = active_.find(id);
+    if (it != active_.end()) return it->second->job;
+  }
+  return store_->GetJob(id);
+}
+
+absl::StatusOr<std::vector<v1::Job>> JobManager::List(int limit) {
+  // Every change is persisted as it happens, so the store is current.
+  return store_->ListJobs(limit, /*include_plans=*/false);
+}
+
+absl::StatusOr<v1::Job> JobManager::Cancel(absl::string_view id) {
+  if (id.empty()) return absl::InvalidArgumentError("job id is required");
+  ActiveJob* to_cancel = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = active_.find(id);
+    if (it != active_.end() && !it->second->finished) {
+      ActiveJob* job = it->second.get();
+      if (!job->started) {
+        queue_.erase(std::find(queue_.begin(), queue_.end(), job->job.id()));
+        FinishLocked(job, v1::JOB_STATE_CANCELLED, "cancelled by user");
+        v1::Job snapshot = job->job;
+        active_.erase(it);
+        return snapshot;
+      }
+      if (!job->cancel_requested) {
+        job->cancel_requested = true;
+        LogInfo("job ", id, ": cancel requested");
+      }
+      to_cancel = job;
+    }
+  }
+  if (to_cancel != nullptr) {
+    // The job thread sees cancel_requested, aborts the workers and ends the
+    // job; wait a little so the caller usually gets the final state.
+    to_cancel->canceller.Cancel();
+    absl::MutexLock lock(&mu_);
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (true) {
+      auto it = active_.find(id);
+      if (it == active_.end() || it->second->finished) break;
+      if (job_ended_.WaitWithDeadline(&mu_, deadline)) break;
+    }
+    auto it = active_.find(id);
+    if (it != active_.end()) return it->second->job;
+    return store_->GetJob(id);
+  }
+  ASSIGN_OR_RETURN(v1::Job job, store_->GetJob(id));
+  if (job.state() == v1::JOB_STATE_CANCELLED) return job;  // idempotent
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job ", id, " already finished (", StateName(job.state()), ")"));
+}
+
+absl::StatusOr<JobManager::Watch> JobManager::WatchJob(absl::string_view id) {
+  if (id.empty()) return absl::InvalidArgumentError("job id is required");
+  Watch watch;
+  {
+    // Events are published under mu_, so subscribing and copying the state
+    // under it misses nothing in between.
+    absl::MutexLock lock(&mu_);
+    auto it = active_.find(id);
+    if (it != active_.end()) {
+      watch.events = hub_.Subscribe(std::string(id));
+      watch.job = it->second->job;
+      return watch;
+    }
+  }
+  ASSIGN_OR_RETURN(watch.job, store_->GetJob(id));
+  watch.events = hub_.Subscribe(std::string(id));
+  return watch;
+}
+
+absl::StatusOr<DryRunResult> JobManager::DryRun(const v1::ReshardSpec& spec) {
+  ASSIGN_OR_RETURN(ReshardRequest request, ReshardRequestFromProto(spec));
+  DryRunResult result;
+  result.topology = registry_->topology();
+  ASSIGN_OR_RETURN(
+      const Placement placement,
+      DeviceAllocator::PlaceOnIdleCluster(request.placement, result.topology));
+  absl::StatusOr<ReshardProblem> problem =
+      MakeProblem(request, placement, result.topology);
+  if (!problem.ok()) {
+    return absl::InvalidArgumentError(problem.status().message());
+  }
+  ASSIGN_OR_RETURN(PlanningResult planning,
+                   planner_->Plan({*problem}, result.topology, request.strategy,
+                                  /*compare_all=*/true));
+  ASSIGN_OR_RETURN(result.plan,
+                   BuildPlanProto(planning.plan, planning.predicted_seconds,
+                                  planning.lower_bound_seconds));
+  result.rows = std::move(planning.rows);
+  return result;
+}
+
+std::vector<int> JobManager::BusyHosts() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<int> hosts;
+  for (const auto& [id, job] : active_) {
+    if (!job->started || job->finished) continue;
+    hosts.insert(hosts.end(), job->placement.hosts.begin(),
+                 job->placement.hosts.end());
+  }
+  std::sort(hosts.begin(), hosts.end());
+  hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
+  return hosts;
+}
+
+void JobManager::OnWorkerEvent(const WorkerEvent& event) {
+  std::vector<ActiveJob*> to_cancel;
+  {
+    absl::MutexLock lock(&mu_);
+    kick_ = true;  // a registration may let queued jobs start
+    if (event.kind == WorkerEvent::Kind::kRegistered) return;
+    for (auto& [id, job] : active_) {
+      if (!job->started || job->finished) continue;
+      const std::vector<int>& hosts = job->placement.hosts;
+      if (std::find(hosts.begin(), hosts.end(), event.host_index) ==
+          hosts.end()) {
+        continue;
+      }
+      if (job->failure.empty()) {
+        job->failure = event.reason;
+        LogWarning("job ", id, ": ", event.reason, "; failing the job");
+      }
+      to_cancel.push_back(job.get());
+    }
+  }
+  for (ActiveJob* job : to_cancel) job->canceller.Cancel();
+}
+
+void JobManager::SchedulerLoop() {
+  while (true) {
+    std::vector<std::thread> to_join;
+    {
+      absl::MutexLock lock(&mu_);
+      auto woken = [this]() {
+        mu_.AssertHeld();
+        return kick_ || shutdown_;
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&woken), options_.schedule_interval);
+      if (shutdown_) return;
+      kick_ = false;
+      // Reap threads of finished jobs.
+      for (auto it = active_.begin(); it != active_.end();) {
+        auto next = std::next(it);
+        if (it->second->thread_done) {
+          to_join.push_back(std::move(it->second->thread));
+          active_.erase(it);
+        }
+        it = next;
+      }
+      ScheduleLocked();
+    }
+    for (std::thread& t : to_join) {
+      if (t.joinable()) t.join();
+    }
+  }
+}
+
+void JobManager::ScheduleLocked() {
+  if (queue_.empty()) return;
+  const Topology topology = registry_->topology();
+  const absl::flat_hash_set<int> unavailable = registry_->UnavailableHosts();
+  for (auto qit = queue_.begin(); qit != queue_.end();) {
+    ActiveJob* job = active_.at(*qit).get();
+    absl::StatusOr<Placement> placement =
+        allocator_.Acquire(job->request.placement, topology, unavailable);
+    if (absl::IsUnavailable(placement.status())) {
+      const std::string message(placement.status().message());
+      if (job->job.message() != message) {
+        TransitionLocked(job, v1::JOB_STATE_QUEUED, message, 0);
+      }
+      ++qit;
+      continue;
+    }
+    qit = queue_.erase(qit);
+    if (!placement.ok()) {
+      // The cluster changed so that the job can never fit.
+      FinishLocked(job, v1::JOB_STATE_FAILED,
+                   std::string(placement.status().message()));
+      job->thread_done = true;
+      continue;
+    }
+    job->started = true;
+    job->placement = *std::move(placement);
+    job->topology = topology;
+    std::string missing;
+    for (int host : job->placement.hosts) {
+      absl::StatusOr<WorkerRecord> worker = registry_->WorkerOnHost(host);
+      if (!worker.ok()) {
+        missing = std::string(worker.status().message());
+        break;
+      }
+      WorkerSlot slot;
+      slot.name = worker->name;
+      slot.host_index = host;
+      for (int local = 0; local < topology.devices_per_host; ++local) {
+        slot.devices.push_back(host * topology.devices_per_host + local);
+      }
+      job->slots.push_back(std::move(slot));
+      job->endpoints.push_back({worker->name, worker->address});
+    }
+    if (!missing.empty()) {
+      FinishLocked(job, v1::JOB_STATE_FAILED, missing);
+      job->thread_done = true;
+      continue;
+    }
+    std::vector<std::string> names;
+    for (const WorkerSlot& slot : job->slots) names.push_back(slot.name);
+    TransitionLocked(
+        job, v1::JOB_STATE_PLANNING,
+        absl::StrCat("planning: src_mesh ", DescribeMesh(job->placement.src),
+                     ", dst_mesh ", DescribeMesh(job->placement.dst),
+                     ", workers ", absl::StrJoin(names, ",")),
+        kProgressPlanning);
+    job->thread = std::thread([this, job] { RunJob(job); });
+  }
+}
+
+void JobManager::RunJob(ActiveJob* job) {
+  const std::string id = job->job.id();  // immutable after Submit
+  // Plan and project without the lock: the inputs are read-only now.
+  absl::StatusOr<PlanningResult> planning =
+      [&]() -> absl::StatusOr<PlanningResult> {
+    ASSIGN_OR_RETURN(ReshardProblem problem,
+                     MakeProblem(job->request, job->placement, job->topology));
+    return planner_->Plan({problem}, job->topology, job->request.strategy,
+                          /*compare_all=*/false);
+  }();
+  absl::StatusOr<v1::Plan> plan =
+      planning.ok()
+          ? BuildPlanProto(planning->plan, planning->predicted_seconds,
+                           planning->lower_bound_seconds)
+          : absl::StatusOr<v1::Plan>(planning.status());
+  absl::StatusOr<std::vector<v1::WorkerProgram>> programs =
+      plan.ok() ? ProjectPlan(*plan, id, job->slots)
+                : absl::StatusOr<std::vector<v1::WorkerProgram>>(plan.status());
+  // Endpoints in program order (programs follow host order, a subset of the
+  // job's hosts: a host whose devices the plan never touches gets none).
+  // Only these workers run something, so only these get AbortTask.
+  std::vector<WorkerEndpoint> endpoints;
+  if (programs.ok()) {
+    for (const v1::WorkerProgram& program : *programs) {
+      for (const WorkerEndpoint& e : job->endpoints) {
+        if (e.name == program.worker()) endpoints.push_back(e);
+      }
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (!programs.ok()) {
+      FinishLocked(
+          job, v1::JOB_STATE_FAILED,
+          absl::StrCat("planning failed: ", programs.status().message()));
+      job->thread_done = true;
+      return;
+    }
+    if (job->cancel_requested || !job->failure.empty()) {
+      const bool cancelled = job->cancel_requested;
+      FinishLocked(job,
+                   cancelled ? v1::JOB_STATE_CANCELLED : v1::JOB_STATE_FAILED,
+                   cancelled ? "cancelled by user" : job->failure);
+      job->thread_done = true;
+      return;
+    }
+    *job->job.mutable_plan() = *plan;
+    job->job.set_started_unix(UnixSecondsOf(clock_->Now()));
+    v1::JobResult* result = job->job.mutable_result();
+    result->set_predicted_seconds(planning->predicted_seconds);
+    result->set_lower_bound_seconds(planning->lower_bound_seconds);
+    TransitionLocked(
+        job, v1::JOB_STATE_RUNNING,
+        absl::StrFormat("running %s plan: %d transfers, %d bytes on %d "
+                        "workers (predicted %.6f s)",
+                        plan->strategy(), plan->steps_size(),
+                        planning->plan.total_bytes(), programs->size(),
+                        planning->predicted_seconds),
+        kProgressRunning);
+  }
+
+  std::vector<absl::StatusOr<v1::RunTaskResponse>> responses =
+      RunPrograms(job, endpoints, *programs);
+
+  // Decide the outcome.
+  v1::JobState state = v1::JOB_STATE_SUCCEEDED;
+  std::string message;
+  {
+    absl::MutexLock lock(&mu_);
+    if (job->cancel_requested) {
+      state = v1::JOB_STATE_CANCELLED;
+      message = "cancelled by user";
+    } else if (!job->failure.empty()) {
+      state = v1::JOB_STATE_FAILED;
+      message = job->failure;
+    } else {
+      v1::JobResult* result = job->job.mutable_result();
+      double seconds = 0;
+      int64_t verified = 0, mismatches = 0;
+      for (size_t i = 0; i < responses.size(); ++i) {
+        const v1::JobResult& r = responses[i]->result();
+        seconds = std::max(seconds, r.seconds());
+        verified += r.elements_verified();
+        mismatches += r.mismatches();
+        for (const v1::StepResult& step : r.steps()) {
+          v1::StepResult* s = result->add_steps();
+          *s = step;
+          if (s->worker().empty()) s->set_worker(endpoints[i].name);
+        }
+      }
+      int64_t bytes = 0;
+      for (const v1::Step& step : job->job.plan().steps()) {
+        bytes += step.bytes();
+      }
+      result->set_seconds(seconds);
+      result->set_bytes_moved(bytes);
+      result->set_elements_verified(verified);
+      result->set_mismatches(mismatches);
+      const int64_t expected = DestinationElements(job->job.plan());
+      if (mismatches > 0) {
+        state = v1::JOB_STATE_FAILED;
+        message =
+            absl::StrCat("verification failed: ", mismatches,
+                         " mismatched elements of ", verified, " verified");
+      } else if (verified != expected) {
+        state = v1::JOB_STATE_FAILED;
+        message =
+            absl::StrCat("verification incomplete: workers verified ", verified,
+                         " of ", expected, " destination elements");
+      } else {
+        message = absl::StrFormat(
+            "moved %d bytes in %.6f s (%.3f Gbps, predicted %.6f s); "
+            "verified %d elements, 0 mismatches",
+            bytes, seconds, seconds > 0 ? bytes * 8 / seconds / 1e9 : 0.0,
+            result->predicted_seconds(), verified);
+      }
+    }
+  }
+  if (state != v1::JOB_STATE_SUCCEEDED) AbortWorkers(job, endpoints, message);
+  absl::MutexLock lock(&mu_);
+  FinishLocked(job, state, message);
+  job->thread_done = true;
+  kick_ = true;
+}
+
+std::vector<absl::StatusOr<v1::RunTaskResponse>> JobManager::RunPrograms(
+    ActiveJob* job, const std::vector<WorkerEndpoint>& endpoints,
+    const std::vector<v1::WorkerProgram>& programs) {
+  const size_t n = programs.size();
+  std::vector<absl::StatusOr<v1::RunTaskResponse>> responses(
+      n, absl::UnknownError("not run"));
+  // gRPC deadlines are wall-clock, so this one is too.
+  const absl::Time deadline = absl::Now() + options_.task_timeout;
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    threads.emplace_back([this, job, &endpoints, &programs, &responses,
+                          deadline, n, i] {
+      const WorkerEndpoint& worker = endpoints[i];
+      absl::StatusOr<v1::RunTaskResponse> response =
+          client_->RunTask(worker, programs[i], deadline, &job->canceller);
+      std::string failure;
+      if (!response.ok()) {
+        failure =
+            absl::StrCat("worker ", worker.name, " (", worker.address,
+                         "): RunTask failed: ", response.status().ToString());
+      } else if (!response->ok()) {
+        failure = absl::StrCat("worker ", worker.name,
+                               " failed: ", response->error());
+      }
+      bool cancel_others = false;
+      {
+        absl::MutexLock lock(&mu_);
+        responses[i] = std::move(response);
+        ++job->workers_done;
+        // A call cut short by our own canceller is a consequence, not the
+        // cause: the first reason recorded wins.
+        if (!failure.empty()) {
+          if (job->failure.empty() && !job->cancel_requested &&
+              !job->canceller.cancelled()) {
+            job->failure = failure;
+            cancel_others = true;
+          }
+        } else {
+          TransitionLocked(job, v1::JOB_STATE_RUNNING,
+                           absl::StrCat("worker ", worker.name, " finished (",
+                                        job->workers_done, "/", n, ")"),
+                           kProgressRunning + (1 - kProgressRunning) *
+                                                  job->workers_done /
+                                                  static_cast<double>(n));
+        }
+      }
+      if (cancel_others) job->canceller.Cancel();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return responses;
+}
+
+void JobManager::AbortWorkers(ActiveJob* job,
+                              const std::vector<WorkerEndpoint>& endpoints,
+                              const std::string& reason) {
+  const std::string id = job->job.id();
+  const absl::Time deadline = absl::Now() + options_.abort_timeout;
+  std::vector<std::thread> threads;
+  for (const WorkerEndpoint& worker : endpoints) {
+    threads.emplace_back([this, worker, id, reason, deadline] {
+      absl::Status status = client_->AbortTask(worker, id, reason, deadline);
+      if (!status.ok()) {
+        LogWarning("job ", id, ": AbortTask on worker ", worker.name,
+                   " failed: ", status.ToString());
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+void JobManager::FinishLocked(ActiveJob* job, v1::JobState state,
+                              const std::string& message) {
+  if (job->started) allocator_.Release(job->placement.devices);
+  kv_->DeletePrefix(KvPrefix(job->job.id()));
+  job->finished = true;
+  job->job.set_finished_unix(UnixSecondsOf(clock_->Now()));
+  TransitionLocked(
+      job, state, message,
+      state == v1::JOB_STATE_SUCCEEDED ? 1.0 : job->job.progress());
+  job_ended_.SignalAll();
+  kick_ = true;
+}
+
+void JobManager::TransitionLocked(ActiveJob* job, v1::JobState state,
+                                  const std::string& message, double progress) {
+  const bool changed = job->job.state() != state;
+  job->job.set_state(state);
+  job->job.set_message(message);
+  job->job.set_progress(progress);
+  PersistLocked(job->job);
+  v1::JobEvent event;
+  event.set_job_id(job->job.id());
+  event.set_state(state);
+  event.set_message(message);
+  event.set_time_unix(UnixSecondsOf(clock_->Now()));
+  event.set_progress(progress);
+  absl::Status status = store_->AppendEvent(event);
+  if (!status.ok()) {
+    LogError("job ", job->job.id(),
+             ": cannot store event: ", status.ToString());
+  }
+  hub_.Publish(event);
+  if (IsFinal(state) && state != v1::JOB_STATE_SUCCEEDED) {
+    LogWarning("job ", job->job.id(), " ", StateName(state), ": ", message);
+  } else {
+    LogInfo("job ", job->job.id(), " ", changed ? StateName(state) : "",
+            changed ? ": " : "", message);
+  }
+}
+
+void JobManager::PersistLocked(const v1::Job& job) {
+  absl::Status status = store_->SaveJob(job);
+  if (!status.ok()) {
+    LogError("job ", job.id(), ": cannot persist: ", status.ToString());
+  }
+}
+
+}  // namespace meshcast

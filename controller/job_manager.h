@@ -1,0 +1,179 @@
+// JobManager: the job queue and state machine of the controller.
+//
+//   QUEUED --(devices free, worker hosts live)--> PLANNING --> RUNNING
+//     --> SUCCEEDED | FAILED | CANCELLED
+//
+// Submit validates a spec completely before accepting it (unknown spec
+// token, spec rank against the tensor, unknown dtype or strategy, a mesh the
+// cluster can never hold: INVALID_ARGUMENT, nothing queued). A scheduler
+// thread starts queued jobs in submission order whenever the allocator can
+// place them; later jobs on other devices may start before an earlier one
+// that still waits. Each started job gets a thread that plans it (through
+// ReshardPlanner), builds the plan IR and per-worker programs
+// (program_builder.h), pushes them to all its workers at once through
+// WorkerClient, and collects their results:
+//   JobResult.seconds = max over workers; bytes_moved = sum of the plan's
+//   step bytes; elements_verified / mismatches = sums; steps = all workers'.
+//   SUCCEEDED only if every worker answered ok, mismatches == 0 and the
+//   workers verified every element of every destination buffer.
+// A worker that fails, a cancelled job, or a lost worker ("worker <name>
+// lost") ends the job; the other workers of the job get AbortTask. When a
+// job ends its devices are released and its rendezvous keys ("job/<id>/")
+// deleted. Every change is persisted (JobStore) and published to watchers
+// (EventHub).
+//
+//   JobManager manager(options, &store, &registry, &kv, &client, &planner,
+//                      Clock::Real());
+//   RETURN_IF_ERROR(manager.Start());   // fails jobs left by a previous run
+//   ASSIGN_OR_RETURN(v1::Job job, manager.Submit(spec));
+//   ...
+//   manager.Shutdown("controller shut down");
+//
+// Thread safety: every public method is thread-safe. Lock order: mu_ before
+// the registry's, store's and hub's own locks; no network call is made while
+// holding mu_.
+#ifndef MESHCAST_CONTROLLER_JOB_MANAGER_H_
+#define MESHCAST_CONTROLLER_JOB_MANAGER_H_
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "controller/allocator.h"
+#include "controller/clock.h"
+#include "controller/event_hub.h"
+#include "controller/job_store.h"
+#include "controller/kv_store.h"
+#include "controller/reshard_planner.h"
+#include "controller/reshard_request.h"
+#include "controller/worker_client.h"
+#include "controller/worker_registry.h"
+#include "meshcast/v1/job.pb.h"
+#include "meshcast/v1/plan.pb.h"
+
+namespace meshcast {
+
+// A dry-run plan on the live topology (the Plan RPC).
+struct DryRunResult {
+  v1::Plan plan;
+  std::vector<StrategyRowResult> rows;
+  Topology topology;
+};
+
+class JobManager {
+ public:
+  struct Options {
+    // Deadline of one Worker.RunTask call (the whole data-plane run).
+    absl::Duration task_timeout = absl::Minutes(10);
+    // Deadline of Worker.AbortTask (best effort).
+    absl::Duration abort_timeout = absl::Seconds(2);
+    // How often the scheduler re-checks the queue without being woken.
+    absl::Duration schedule_interval = absl::Milliseconds(250);
+    // Submit refuses new jobs beyond this many unfinished ones.
+    int max_unfinished_jobs = 10000;
+  };
+
+  // Every pointer must outlive the manager.
+  JobManager(Options options, JobStore* store, WorkerRegistry* registry,
+             KvStore* kv, WorkerClient* client, ReshardPlanner* planner,
+             Clock* clock);
+  ~JobManager();
+  JobManager(const JobManager&) = delete;
+  JobManager& operator=(const JobManager&) = delete;
+
+  // Fails the jobs a previous controller left unfinished ("controller
+  // restarted", see job_store.h), subscribes to worker events and starts
+  // the scheduler.
+  absl::Status Start() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Stops scheduling, fails queued and running jobs with `reason` (running
+  // ones are aborted on their workers) and waits for job threads.
+  void Shutdown(absl::string_view reason) ABSL_LOCKS_EXCLUDED(mu_);
+
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<v1::Job> Get(absl::string_view id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Newest first, without plans and per-step results.
+  absl::StatusOr<std::vector<v1::Job>> List(int limit) ABSL_LOCKS_EXCLUDED(mu_);
+  // Cancels a queued job at once; a planning or running job is aborted on
+  // its workers and Cancel waits briefly for it to end. FAILED_PRECONDITION
+  // for a job that already finished.
+  absl::StatusOr<v1::Job> Cancel(absl::string_view id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Subscribes to the job's events and returns its current state; events
+  // published after the snapshot arrive on the subscription.
+  struct Watch {
+    v1::Job job;
+    std::unique_ptr<EventHub::Subscription> events;
+  };
+  absl::StatusOr<Watch> WatchJob(absl::string_view id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Plans the spec on the live topology as if the cluster were idle, with
+  // every strategy compared.
+  absl::StatusOr<DryRunResult> DryRun(const v1::ReshardSpec& spec)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Hosts with a device held by a planning or running job.
+  std::vector<int> BusyHosts() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Registry listener: a lost or restarted worker fails the jobs using it.
+  void OnWorkerEvent(const WorkerEvent& event) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct ActiveJob;
+
+  void SchedulerLoop();
+  // Starts every queued job that can be placed now.
+  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RunJob(ActiveJob* job) ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs the programs on their workers; returns each worker's answer.
+  // programs[i] goes to endpoints[i].
+  std::vector<absl::StatusOr<v1::RunTaskResponse>> RunPrograms(
+      ActiveJob* job, const std::vector<WorkerEndpoint>& endpoints,
+      const std::vector<v1::WorkerProgram>& programs) ABSL_LOCKS_EXCLUDED(mu_);
+  void AbortWorkers(ActiveJob* job,
+                    const std::vector<WorkerEndpoint>& endpoints,
+                    const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
+  // Final transition of a started job; releases its devices and keys.
+  void FinishLocked(ActiveJob* job, v1::JobState state,
+                    const std::string& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets state/message/progress, persists, publishes, logs.
+  void TransitionLocked(ActiveJob* job, v1::JobState state,
+                        const std::string& message, double progress)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  JobStore* const store_;
+  WorkerRegistry* const registry_;
+  KvStore* const kv_;
+  WorkerClient* const client_;
+  ReshardPlanner* const planner_;
+  Clock* const clock_;
+  EventHub hub_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar job_ended_;  // signalled when a job reaches a final state
+  DeviceAllocator allocator_ ABSL_GUARDED_BY(mu_);
+  // Unfinished jobs (and finished ones whose thread was not joined yet).
+  absl::flat_hash_map<std::string, std::unique_ptr<ActiveJob>> active_
+      ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);  // QUEUED ids, FIFO
+  bool kick_ ABSL_GUARDED_BY(mu_) = false;  // wake the scheduler now
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread scheduler_;
+};
+
+}  // namespace meshcast
+
+#endif  // MESHCAST_CONTROLLER_JOB_MANAGER_H_

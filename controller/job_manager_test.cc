@@ -1,0 +1,439 @@
+#include "controller/job_manager.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "controller/fake_worker_client.h"
+#include "controller/log.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace meshcast {
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+
+bool IsFinal(v1::JobState s) {
+  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
+         s == v1::JOB_STATE_CANCELLED;
+}
+
+// The real planner, or a failure on demand.
+class SwitchablePlanner : public ReshardPlanner {
+ public:
+  absl::StatusOr<PlanningResult> Plan(
+      const std::vector<ReshardProblem>& problems, const Topology& topology,
+      Strategy strategy, bool compare_all) override {
+    if (fail_) return absl::InternalError("planner exploded");
+    return real_.Plan(problems, topology, strategy, compare_all);
+  }
+  std::atomic<bool> fail_{false};
+
+ private:
+  LibraryPlanner real_;
+};
+
+v1::JobSpec ReshardJob(std::vector<int> src_shape, const std::string& src_spec,
+                       std::vector<int> dst_shape, const std::string& dst_spec,
+                       std::vector<int64_t> tensor = {8, 8},
+                       const std::string& strategy = "") {
+  v1::JobSpec job;
+  job.set_name("test");
+  v1::ReshardSpec* r = job.mutable_reshard();
+  for (int64_t d : tensor) r->mutable_tensor()->add_shape(d);
+  r->mutable_tensor()->set_dtype(v1::DTYPE_FLOAT32);
+  for (int d : src_shape) r->mutable_src_mesh()->add_shape(d);
+  r->mutable_src_mesh()->set_first_host(-1);
+  r->mutable_src_spec()->set_text(src_spec);
+  for (int d : dst_shape) r->mutable_dst_mesh()->add_shape(d);
+  r->mutable_dst_mesh()->set_first_host(-1);
+  r->mutable_dst_spec()->set_text(dst_spec);
+  r->set_strategy(strategy);
+  return job;
+}
+
+// One host's worth of source and one of destination.
+v1::JobSpec SmallJob() { return ReshardJob({1, 2}, "S1R", {1, 2}, "RS1"); }
+
+class JobManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SetLogQuiet(true);
+    store_ = *JobStore::Open(":memory:");
+    WorkerRegistry::Options options;
+    options.lease = absl::Seconds(5);
+    registry_ = std::make_unique<WorkerRegistry>(options, &clock_);
+  }
+  void TearDown() override {
+    if (manager_ != nullptr) manager_->Shutdown("test over");
+    manager_.reset();
+  }
+
+  void RegisterWorkers(int hosts, int devices) {
+    for (int h = 0; h < hosts; ++h) {
+      WorkerRecord w;
+      w.name = absl::StrCat("w", h);
+      w.address = absl::StrCat("127.0.0.1:", 9000 + h);
+      w.num_devices = devices;
+      ASSERT_TRUE(registry_->Register(w).ok());
+    }
+  }
+  void Start(int hosts, int devices) {
+    RegisterWorkers(hosts, devices);
+    JobManager::Options options;
+    options.schedule_interval = absl::Milliseconds(10);
+    options.abort_timeout = absl::Seconds(1);
+    options.task_timeout = absl::Seconds(20);
+    manager_ =
+        std::make_unique<JobManager>(options, store_.get(), registry_.get(),
+                                     &kv_, &client_, &planner_, &clock_);
+    ASSERT_TRUE(manager_->Start().ok());
+  }
+  v1::Job WaitForFinal(const std::string& id) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    v1::Job job;
+    while (absl::Now() < deadline) {
+      job = *manager_->Get(id);
+      if (IsFinal(job.state())) return job;
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    ADD_FAILURE() << "job " << id
+                  << " did not finish: " << job.ShortDebugString();
+    return job;
+  }
+  // Waits until the job's message contains `text`.
+  bool WaitForMessage(const std::string& id, const std::string& text) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      if (manager_->Get(id)->message().find(text) != std::string::npos) {
+        return true;
+      }
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    return false;
+  }
+  std::string Submit(const v1::JobSpec& spec) {
+    absl::StatusOr<v1::Job> job = manager_->Submit(spec);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? job->id() : "";
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<WorkerRegistry> registry_;
+  KvStore kv_;
+  FakeWorkerClient client_;
+  SwitchablePlanner planner_;
+  std::unique_ptr<JobManager> manager_;
+};
+
+TEST_F(JobManagerTest, RunsAJobToSuccess) {
+  Start(2, 2);
+  absl::StatusOr<v1::Job> submitted = manager_->Submit(SmallJob());
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  EXPECT_EQ(submitted->id(), "job-000001");
+  EXPECT_EQ(submitted->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(submitted->spec().reshard().strategy(), "auto");
+  v1::Job job = WaitForFinal(submitted->id());
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.message();
+  EXPECT_THAT(job.message(), HasSubstr("verified 64 elements"));
+  EXPECT_DOUBLE_EQ(job.progress(), 1.0);
+  EXPECT_GT(job.plan().steps_size(), 0);
+  int64_t plan_bytes = 0;
+  for (const v1::Step& s : job.plan().steps()) plan_bytes += s.bytes();
+  EXPECT_GT(plan_bytes, 0);
+  EXPECT_EQ(job.result().bytes_moved(), plan_bytes);
+  EXPECT_EQ(job.result().elements_verified(), 8 * 8);
+  EXPECT_EQ(job.result().mismatches(), 0);
+  EXPECT_DOUBLE_EQ(job.result().seconds(), 0.002);  // max over two workers
+  EXPECT_GT(job.result().predicted_seconds(), 0);
+  EXPECT_GT(job.result().steps_size(), 0);
+  EXPECT_FALSE(job.result().steps(0).worker().empty());
+  EXPECT_GT(job.finished_unix(), 0);
+  // One program per worker, ranks in host order.
+  std::vector<v1::WorkerProgram> programs = client_.programs();
+  ASSERT_EQ(programs.size(), 2u);
+  for (const v1::WorkerProgram& p : programs) {
+    EXPECT_EQ(p.job_id(), job.id());
+    EXPECT_EQ(p.world_size(), 2);
+    EXPECT_EQ(p.rank(), p.worker() == "w0" ? 0 : 1);
+  }
+  // The history: every state in order, persisted.
+  std::vector<v1::JobState> states;
+  absl::StatusOr<std::vector<v1::JobEvent>> events =
+      store_->ListEvents(job.id());
+  ASSERT_TRUE(events.ok()) << events.status();
+  for (const v1::JobEvent& e : *events) {
+    if (states.empty() || states.back() != e.state()) {
+      states.push_back(e.state());
+    }
+  }
+  EXPECT_THAT(states,
+              ElementsAre(v1::JOB_STATE_QUEUED, v1::JOB_STATE_PLANNING,
+                          v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED));
+  EXPECT_EQ(store_->GetJob(job.id())->state(), v1::JOB_STATE_SUCCEEDED);
+  ASSERT_EQ(manager_->List(0)->size(), 1u);
+}
+
+TEST_F(JobManagerTest, EveryStrategyRuns) {
+  Start(2, 2);
+  for (const char* strategy : {"send_recv", "local_allgather", "broadcast",
+                               "broadcast_lb", "meshcast"}) {
+    v1::Job job = WaitForFinal(
+        Submit(ReshardJob({1, 2}, "S1R", {1, 2}, "RR", {6, 5}, strategy)));
+    EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED)
+        << strategy << ": " << job.message();
+    EXPECT_EQ(job.plan().strategy(), strategy);
+    EXPECT_EQ(job.result().elements_verified(), 2 * 6 * 5);
+  }
+}
+
+TEST_F(JobManagerTest, RejectsBadSpecsAtSubmit) {
+  Start(2, 2);
+  struct Case {
+    v1::JobSpec spec;
+    const char* expected;
+  };
+  v1::JobSpec bad_dtype = SmallJob();
+  bad_dtype.mutable_reshard()->mutable_tensor()->set_dtype(
+      static_cast<v1::DType>(42));
+  std::vector<Case> cases = {
+      {ReshardJob({1, 2}, "S1Q", {1, 2}, "RS1"), "unknown token"},
+      {ReshardJob({1, 2}, "S1", {1, 2}, "RS1"), "src_spec S1 has 1 entries"},
+      {ReshardJob({1, 2}, "S1R", {1, 2}, "RS1", {8, 8}, "warp"), "warp"},
+      {ReshardJob({1, 2}, "S1R", {3, 2}, "RS1"),
+       "dst_mesh 3x2 needs 3 hosts with 2 free devices; cluster has 2 hosts "
+       "x 2 devices"},
+      {ReshardJob({2, 2}, "S1R", {2, 2}, "RS1"),
+       "on disjoint hosts need 4 hosts"},
+      {bad_dtype, "unknown value 42"},
+      {v1::JobSpec(), "spec.reshard is required"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<v1::Job> job = manager_->Submit(c.spec);
+    ASSERT_FALSE(job.ok()) << c.expected;
+    EXPECT_TRUE(absl::IsInvalidArgument(job.status())) << job.status();
+    EXPECT_THAT(std::string(job.status().message()), HasSubstr(c.expected));
+  }
+  EXPECT_TRUE(manager_->List(0)->empty());
+  EXPECT_TRUE(absl::IsNotFound(manager_->Get("job-000001").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(manager_->Get("").status()));
+}
+
+TEST_F(JobManagerTest, EmptyClusterIsAClearError) {
+  Start(0, 0);
+  absl::StatusOr<v1::Job> job = manager_->Submit(SmallJob());
+  EXPECT_TRUE(absl::IsFailedPrecondition(job.status())) << job.status();
+  EXPECT_THAT(job.status().message(), HasSubstr("no workers"));
+}
+
+TEST_F(JobManagerTest, WorkerFailureFailsTheJobAndAbortsTheOthers) {
+  Start(2, 2);
+  client_.SetMode("w0", FakeWorkerClient::Mode::kBlock);
+  client_.SetMode("w1", FakeWorkerClient::Mode::kFail);
+  v1::Job job = WaitForFinal(Submit(SmallJob()));
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job.message(), "worker w1 failed: injected failure");
+  EXPECT_THAT(client_.aborts(), Contains(Pair("w0", job.id())));
+}
+
+TEST_F(JobManagerTest, UnreachableWorkerIsNamed) {
+  Start(2, 2);
+  client_.SetMode("w0", FakeWorkerClient::Mode::kUnreachable);
+  v1::Job job = WaitForFinal(Submit(SmallJob()));
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.message(), HasSubstr("worker w0 (127.0.0.1:9000): RunTask "
+                                       "failed: UNAVAILABLE"));
+}
+
+TEST_F(JobManagerTest, MismatchesFailTheJob) {
+  Start(2, 2);
+  client_.SetDefaultMode(FakeWorkerClient::Mode::kMismatch);
+  v1::Job job = WaitForFinal(Submit(SmallJob()));
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.message(), HasSubstr("6 mismatched elements"));
+  EXPECT_EQ(job.result().mismatches(), 6);
+}
+
+TEST_F(JobManagerTest, UnverifiedElementsFailTheJob) {
+  Start(2, 2);
+  client_.SetMode("w1", FakeWorkerClient::Mode::kUnverified);
+  v1::Job job = WaitForFinal(Submit(SmallJob()));
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.message(),
+              HasSubstr("workers verified 0 of 64 destination elements"));
+}
+
+TEST_F(JobManagerTest, PlanningFailureFailsTheJob) {
+  Start(2, 2);
+  planner_.fail_ = true;
+  v1::Job job = WaitForFinal(Submit(SmallJob()));
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.message(), HasSubstr("planning failed: planner exploded"));
+  // Its devices were released: the next job runs.
+  planner_.fail_ = false;
+  EXPECT_EQ(WaitForFinal(Submit(SmallJob())).state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_F(JobManagerTest, CancelRunningJobAbortsWorkersAndCleansUp) {
+  Start(2, 2);
+  client_.SetDefaultMode(FakeWorkerClient::Mode::kBlock);
+  const std::string id = Submit(SmallJob());
+  ASSERT_TRUE(client_.WaitForBlocked(2, absl::Seconds(10)));
+  EXPECT_EQ(manager_->Get(id)->state(), v1::JOB_STATE_RUNNING);
+  ASSERT_TRUE(kv_.Set("job/" + id + "/gloo/rank0", "addr").ok());
+  absl::StatusOr<v1::Job> cancelled = manager_->Cancel(id);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(cancelled->message(), "cancelled by user");
+  EXPECT_THAT(client_.aborts(), Contains(Pair("w0", id)));
+  EXPECT_THAT(client_.aborts(), Contains(Pair("w1", id)));
+  EXPECT_EQ(kv_.size(), 0u);
+  // Cancelling again is harmless; cancelling unknown jobs is NOT_FOUND.
+  EXPECT_TRUE(manager_->Cancel(id).ok());
+  EXPECT_TRUE(absl::IsNotFound(manager_->Cancel("job-000099").status()));
+  // The devices are free again.
+  client_.SetDefaultMode(FakeWorkerClient::Mode::kSucceed);
+  const std::string next = Submit(SmallJob());
+  EXPECT_EQ(WaitForFinal(next).state(), v1::JOB_STATE_SUCCEEDED);
+  absl::StatusOr<v1::Job> late = manager_->Cancel(next);
+  EXPECT_TRUE(absl::IsFailedPrecondition(late.status())) << late.status();
+  EXPECT_THAT(late.status().message(), HasSubstr("already finished"));
+}
+
+TEST_F(JobManagerTest, JobsOnDisjointDevicesRunTogetherOthersWait) {
+  Start(4, 2);
+  client_.SetDefaultMode(FakeWorkerClient::Mode::kBlock);
+  const std::string a = Submit(SmallJob());
+  const std::string b = Submit(SmallJob());
+  ASSERT_TRUE(client_.WaitForBlocked(4, absl::Seconds(10)));
+  EXPECT_EQ(manager_->Get(a)->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(manager_->Get(b)->state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(manager_->BusyHosts(), ElementsAre(0, 1, 2, 3));
+  const std::string c = Submit(SmallJob());
+  ASSERT_TRUE(WaitForMessage(c, "waiting for devices"));
+  EXPECT_EQ(manager_->Get(c)->state(), v1::JOB_STATE_QUEUED);
+  // A queued job is cancelled at once.
+  const std::string d = Submit(SmallJob());
+  absl::StatusOr<v1::Job> cancelled = manager_->Cancel(d);
+  ASSERT_TRUE(cancelled.ok());
+  EXPECT_EQ(cancelled->state(), v1::JOB_STATE_CANCELLED);
+  // Freeing a's devices lets c start.
+  ASSERT_EQ(manager_->Cancel(a)->state(), v1::JOB_STATE_CANCELLED);
+  ASSERT_TRUE(client_.WaitForBlocked(4, absl::Seconds(10)));
+  EXPECT_EQ(manager_->Get(c)->state(), v1::JOB_STATE_RUNNING);
+  // Shutdown fails what is still running.
+  manager_->Shutdown("controller shut down");
+  EXPECT_EQ(store_->GetJob(b)->state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(store_->GetJob(c)->message(), "controller shut down");
+  EXPECT_TRUE(absl::IsUnavailable(manager_->Submit(SmallJob()).status()));
+}
+
+TEST_F(JobManagerTest, LostWorkerFailsItsJobAndRejoins) {
+  Start(2, 2);
+  client_.SetDefaultMode(FakeWorkerClient::Mode::kBlock);
+  const std::string id = Submit(SmallJob());
+  ASSERT_TRUE(client_.WaitForBlocked(2, absl::Seconds(10)));
+  clock_.Advance(absl::Seconds(4));
+  ASSERT_TRUE(registry_->Heartbeat("w0"));
+  clock_.Advance(absl::Seconds(2));  // w1 silent for 6 s > 5 s lease
+  ASSERT_EQ(registry_->Sweep().size(), 1u);
+  v1::Job job = WaitForFinal(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.message(), HasSubstr("worker w1 lost"));
+  // With host 1 gone a new job waits for it ...
+  client_.SetDefaultMode(FakeWorkerClient::Mode::kSucceed);
+  const std::string next = Submit(SmallJob());
+  ASSERT_TRUE(WaitForMessage(next, "waiting for devices"));
+  // ... and runs once the worker registers again.
+  WorkerRecord w1;
+  w1.name = "w1";
+  w1.address = "127.0.0.1:9001";
+  w1.num_devices = 2;
+  ASSERT_TRUE(registry_->Register(w1).ok());
+  EXPECT_EQ(WaitForFinal(next).state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_F(JobManagerTest, RestartedWorkerFailsItsJob) {
+  Start(2, 2);
+  client_.SetDefaultMode(FakeWorkerClient::Mode::kBlock);
+  const std::string id = Submit(SmallJob());
+  ASSERT_TRUE(client_.WaitForBlocked(2, absl::Seconds(10)));
+  WorkerRecord w0;
+  w0.name = "w0";
+  w0.address = "127.0.0.1:9000";
+  w0.num_devices = 2;
+  ASSERT_TRUE(registry_->Register(w0).ok());
+  v1::Job job = WaitForFinal(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.message(), HasSubstr("worker w0 restarted"));
+}
+
+TEST_F(JobManagerTest, WatchStreamsStatesUntilTheEnd) {
+  Start(2, 2);
+  client_.SetDefaultMode(FakeWorkerClient::Mode::kBlock);
+  const std::string id = Submit(SmallJob());
+  absl::StatusOr<JobManager::Watch> watch = manager_->WatchJob(id);
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  ASSERT_TRUE(client_.WaitForBlocked(2, absl::Seconds(10)));
+  std::thread canceller([&] { (void)manager_->Cancel(id); });
+  std::vector<v1::JobState> seen = {watch->job.state()};
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!IsFinal(seen.back()) && absl::Now() < deadline) {
+    std::optional<v1::JobEvent> e = watch->events->Next(absl::Seconds(1));
+    if (e.has_value()) seen.push_back(e->state());
+  }
+  canceller.join();
+  EXPECT_EQ(seen.back(), v1::JOB_STATE_CANCELLED);
+  EXPECT_THAT(seen, Contains(v1::JOB_STATE_RUNNING));
+  EXPECT_TRUE(absl::IsNotFound(manager_->WatchJob("job-000042").status()));
+  // Watching a finished job gives its final state.
+  watch = manager_->WatchJob(id);
+  ASSERT_TRUE(watch.ok());
+  EXPECT_EQ(watch->job.state(), v1::JOB_STATE_CANCELLED);
+}
+
+TEST_F(JobManagerTest, UnfinishedJobsOfAPreviousRunAreFailed) {
+  v1::Job old;
+  old.set_id(store_->AllocateJobId());
+  old.set_state(v1::JOB_STATE_RUNNING);
+  ASSERT_TRUE(store_->SaveJob(old).ok());
+  Start(2, 2);
+  absl::StatusOr<v1::Job> job = manager_->Get(old.id());
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job->message(), "controller restarted");
+  // New ids do not collide with old ones.
+  EXPECT_EQ(Submit(SmallJob()), "job-000002");
+}
+
+TEST_F(JobManagerTest, DryRunComparesEveryStrategy) {
+  Start(2, 2);
+  absl::StatusOr<DryRunResult> result = manager_->DryRun(SmallJob().reshard());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->rows.size(), 5u);
+  int chosen = 0;
+  for (const StrategyRowResult& row : result->rows) chosen += row.chosen;
+  EXPECT_EQ(chosen, 1);
+  EXPECT_GT(result->plan.steps_size(), 0);
+  EXPECT_EQ(result->topology.num_hosts, 2);
+  v1::ReshardSpec pinned = SmallJob().reshard();
+  pinned.set_strategy("send_recv");
+  result = manager_->DryRun(pinned);
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result->plan.strategy(), "send_recv");
+  for (const StrategyRowResult& row : result->rows) {
+    EXPECT_EQ(row.chosen, row.strategy == "send_recv");
+  }
+  v1::ReshardSpec bad = SmallJob().reshard();
+  bad.mutable_src_spec()->set_text("Z");
+  EXPECT_TRUE(absl::IsInvalidArgument(manager_->DryRun(bad).status()));
+  // Nothing was queued.
+  EXPECT_TRUE(manager_->List(0)->empty());
+}
+
+}  // namespace
+}  // namespace meshcast

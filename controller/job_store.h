@@ -1,0 +1,90 @@
+// JobStore: persistence of jobs and their events in an embedded SQLite
+// database (the controller's --db file), so that the job history survives a
+// controller restart.
+//
+// Tables: `jobs` (id, name, state, message, timestamps, progress, and the
+// spec, plan and result as serialized protos) and `events` (every state
+// change and progress note of every job, in order).
+//
+//   ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(path));
+//   ASSIGN_OR_RETURN(std::vector<std::string> failed,
+//                    store->FailUnfinishedJobs("controller restarted", now));
+//   std::string id = store->AllocateJobId();        // "job-000042"
+//   RETURN_IF_ERROR(store->SaveJob(job));            // insert or update
+//   RETURN_IF_ERROR(store->AppendEvent(event));
+//
+// Restart policy (FailUnfinishedJobs): a job that was QUEUED, PLANNING or
+// RUNNING when the controller stopped is marked FAILED with "controller
+// restarted", not re-run. The workers' data-plane state for it (buffers,
+// communicators, a transfer half done) is gone or belongs to a dead
+// controller's session, and a job may have side effects outside meshcast
+// (a framework waiting on the tensor), so re-running it silently could do
+// the work twice or hand stale data to someone; the user resubmits instead.
+//
+// Thread safety: thread-safe (one connection behind a mutex).
+#ifndef MESHCAST_CONTROLLER_JOB_STORE_H_
+#define MESHCAST_CONTROLLER_JOB_STORE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "meshcast/v1/job.pb.h"
+
+struct sqlite3;
+
+namespace meshcast {
+
+class JobStore {
+ public:
+  // Opens or creates the database at `path` (":memory:" for a private
+  // in-memory one). Errors name the path.
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(
+      const std::string& path);
+  ~JobStore();
+  JobStore(const JobStore&) = delete;
+  JobStore& operator=(const JobStore&) = delete;
+
+  // A fresh id ("job-" and a zero-padded counter), never one the database
+  // has already seen.
+  std::string AllocateJobId() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Inserts or replaces the job with `job.id()`, which must come from
+  // AllocateJobId.
+  absl::Status SaveJob(const v1::Job& job) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status AppendEvent(const v1::JobEvent& event) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // NOT_FOUND naming the id when it does not exist.
+  absl::StatusOr<v1::Job> GetJob(absl::string_view id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Newest first; limit <= 0 means all. With `include_plans` false the plan
+  // and per-step results are left out (lists stay small).
+  absl::StatusOr<std::vector<v1::Job>> ListJobs(int limit, bool include_plans)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Oldest first.
+  absl::StatusOr<std::vector<v1::JobEvent>> ListEvents(absl::string_view id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Marks every QUEUED/PLANNING/RUNNING job FAILED with `message` (and an
+  // event); returns their ids. See the restart policy above.
+  absl::StatusOr<std::vector<std::string>> FailUnfinishedJobs(
+      absl::string_view message, double now_unix) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  JobStore(sqlite3* db, int64_t next_number)
+      : db_(db), next_number_(next_number) {}
+  absl::Status AppendEventLocked(const v1::JobEvent& event)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  sqlite3* const db_;  // guarded by mu_ (the handle itself never changes)
+  int64_t next_number_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace meshcast
+
+#endif  // MESHCAST_CONTROLLER_JOB_STORE_H_

@@ -1,0 +1,169 @@
+#include "controller/job_store.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace meshcast {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// A fresh database path per test, removed afterwards (with its WAL files).
+class JobStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = ::testing::TempDir() + "/job_store_test_" +
+            std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+            ".db";
+    Remove();
+  }
+  void TearDown() override { Remove(); }
+  void Remove() {
+    for (const char* suffix : {"", "-wal", "-shm"}) {
+      std::remove((path_ + suffix).c_str());
+    }
+  }
+  std::unique_ptr<JobStore> Open() {
+    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path_);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? *std::move(store) : nullptr;
+  }
+  static v1::Job MakeJob(const std::string& id, v1::JobState state) {
+    v1::Job job;
+    job.set_id(id);
+    job.set_state(state);
+    job.set_message("msg " + id);
+    job.set_created_unix(100);
+    job.mutable_spec()->set_name("name " + id);
+    job.mutable_spec()->mutable_reshard()->mutable_tensor()->add_shape(64);
+    job.mutable_plan()->set_strategy("meshcast");
+    job.mutable_plan()->add_steps()->set_bytes(256);
+    job.mutable_result()->set_mismatches(0);
+    job.mutable_result()->set_elements_verified(64);
+    job.mutable_result()->add_steps()->set_seconds(0.5);
+    return job;
+  }
+  std::string path_;
+};
+
+TEST_F(JobStoreTest, SavesAndReadsJobs) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  const std::string id = store->AllocateJobId();
+  EXPECT_EQ(id, "job-000001");
+  v1::Job job = MakeJob(id, v1::JOB_STATE_QUEUED);
+  ASSERT_TRUE(store->SaveJob(job).ok());
+  job.set_state(v1::JOB_STATE_SUCCEEDED);
+  job.set_finished_unix(105);
+  ASSERT_TRUE(store->SaveJob(job).ok());  // update in place
+  absl::StatusOr<v1::Job> read = store->GetJob(id);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(read->message(), "msg job-000001");
+  EXPECT_EQ(read->spec().name(), "name job-000001");
+  EXPECT_EQ(read->spec().reshard().tensor().shape(0), 64);
+  EXPECT_EQ(read->plan().steps(0).bytes(), 256);
+  EXPECT_EQ(read->result().elements_verified(), 64);
+  EXPECT_DOUBLE_EQ(read->finished_unix(), 105);
+  absl::StatusOr<v1::Job> missing = store->GetJob("job-999999");
+  EXPECT_TRUE(absl::IsNotFound(missing.status()));
+  EXPECT_THAT(missing.status().message(), HasSubstr("job-999999"));
+}
+
+TEST_F(JobStoreTest, ListsNewestFirstWithLimitAndWithoutPlans) {
+  auto store = Open();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(
+        store->SaveJob(MakeJob(store->AllocateJobId(), v1::JOB_STATE_SUCCEEDED))
+            .ok());
+  }
+  absl::StatusOr<std::vector<v1::Job>> all = store->ListJobs(0, false);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[0].id(), "job-000003");
+  EXPECT_EQ((*all)[2].id(), "job-000001");
+  EXPECT_EQ((*all)[0].plan().steps_size(), 0);
+  EXPECT_EQ((*all)[0].result().steps_size(), 0);
+  EXPECT_EQ((*all)[0].result().elements_verified(), 64);
+  absl::StatusOr<std::vector<v1::Job>> two = store->ListJobs(2, true);
+  ASSERT_EQ(two->size(), 2u);
+  EXPECT_EQ((*two)[1].id(), "job-000002");
+  EXPECT_EQ((*two)[1].plan().steps_size(), 1);
+}
+
+TEST_F(JobStoreTest, EventsInOrder) {
+  auto store = Open();
+  for (auto state :
+       {v1::JOB_STATE_QUEUED, v1::JOB_STATE_RUNNING, v1::JOB_STATE_SUCCEEDED}) {
+    v1::JobEvent e;
+    e.set_job_id("job-000001");
+    e.set_state(state);
+    e.set_message(v1::JobState_Name(state));
+    ASSERT_TRUE(store->AppendEvent(e).ok());
+  }
+  v1::JobEvent other;
+  other.set_job_id("job-000002");
+  ASSERT_TRUE(store->AppendEvent(other).ok());
+  absl::StatusOr<std::vector<v1::JobEvent>> events =
+      store->ListEvents("job-000001");
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 3u);
+  EXPECT_EQ((*events)[0].state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ((*events)[2].state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_F(JobStoreTest, ReopenKeepsHistoryAndFailsUnfinishedJobs) {
+  {
+    auto store = Open();
+    ASSERT_TRUE(
+        store->SaveJob(MakeJob(store->AllocateJobId(), v1::JOB_STATE_SUCCEEDED))
+            .ok());
+    ASSERT_TRUE(
+        store->SaveJob(MakeJob(store->AllocateJobId(), v1::JOB_STATE_RUNNING))
+            .ok());
+    ASSERT_TRUE(
+        store->SaveJob(MakeJob(store->AllocateJobId(), v1::JOB_STATE_QUEUED))
+            .ok());
+    ASSERT_TRUE(
+        store->SaveJob(MakeJob(store->AllocateJobId(), v1::JOB_STATE_CANCELLED))
+            .ok());
+  }
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  absl::StatusOr<std::vector<std::string>> failed =
+      store->FailUnfinishedJobs("controller restarted", 200);
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  EXPECT_THAT(*failed, ElementsAre("job-000002", "job-000003"));
+  EXPECT_EQ(store->GetJob("job-000001")->state(), v1::JOB_STATE_SUCCEEDED);
+  v1::Job running = *store->GetJob("job-000002");
+  EXPECT_EQ(running.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(running.message(), "controller restarted");
+  EXPECT_DOUBLE_EQ(running.finished_unix(), 200);
+  EXPECT_EQ(store->GetJob("job-000004")->state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(store->ListEvents("job-000003")->back().message(),
+            "controller restarted");
+  // Ids continue after the ones already used.
+  EXPECT_EQ(store->AllocateJobId(), "job-000005");
+  // A second pass finds nothing left to fail.
+  EXPECT_TRUE(store->FailUnfinishedJobs("again", 300)->empty());
+}
+
+TEST_F(JobStoreTest, RejectsForeignIdsAndUnopenablePaths) {
+  auto store = Open();
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      store->SaveJob(MakeJob("bogus", v1::JOB_STATE_QUEUED))));
+  absl::StatusOr<std::unique_ptr<JobStore>> bad =
+      JobStore::Open("/nonexistent-dir/x/y.db");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("--db /nonexistent-dir/x/y.db"));
+}
+
+}  // namespace
+}  // namespace meshcast

@@ -1,0 +1,242 @@
+#include "controller/proto_convert.h"
+
+#include <cstdint>
+#include <limits>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace meshcast {
+namespace {
+
+// Bounds that keep arithmetic far from overflow whatever a client sends.
+constexpr int kMaxTensorRank = 16;
+constexpr int64_t kMaxTensorBytes = int64_t{1} << 50;  // 1 PiB
+constexpr int kMaxMeshRank = 8;
+constexpr int kMaxMeshDevices = 1 << 20;
+
+constexpr DType kAllDTypes[] = {
+    DType::kInt8,    DType::kUInt8,    DType::kInt32,   DType::kInt64,
+    DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64,
+};
+
+}  // namespace
+
+std::string AllowedDTypeNames() {
+  std::vector<std::string> names;
+  for (DType d : kAllDTypes) names.push_back(DTypeName(d));
+  return absl::StrJoin(names, ", ");
+}
+
+absl::StatusOr<DType> DTypeFromProto(v1::DType dtype, absl::string_view field) {
+  switch (dtype) {
+    case v1::DTYPE_INT8:
+      return DType::kInt8;
+    case v1::DTYPE_UINT8:
+      return DType::kUInt8;
+    case v1::DTYPE_INT32:
+      return DType::kInt32;
+    case v1::DTYPE_INT64:
+      return DType::kInt64;
+    case v1::DTYPE_FLOAT16:
+      return DType::kFloat16;
+    case v1::DTYPE_BFLOAT16:
+      return DType::kBFloat16;
+    case v1::DTYPE_FLOAT32:
+      return DType::kFloat32;
+    case v1::DTYPE_FLOAT64:
+      return DType::kFloat64;
+    case v1::DTYPE_UNSPECIFIED:
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " is not set; one of ", AllowedDTypeNames()));
+    default:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " has unknown value ", static_cast<int>(dtype),
+                   "; one of ", AllowedDTypeNames()));
+}
+
+v1::DType DTypeToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kInt8:
+      return v1::DTYPE_INT8;
+    case DType::kUInt8:
+      return v1::DTYPE_UINT8;
+    case DType::kInt32:
+      return v1::DTYPE_INT32;
+    case DType::kInt64:
+      return v1::DTYPE_INT64;
+    case DType::kFloat16:
+      return v1::DTYPE_FLOAT16;
+    case DType::kBFloat16:
+      return v1::DTYPE_BFLOAT16;
+    case DType::kFloat32:
+      return v1::DTYPE_FLOAT32;
+    case DType::kFloat64:
+      return v1::DTYPE_FLOAT64;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+absl::StatusOr<TensorSpec> TensorFromProto(const v1::TensorSpec& proto,
+                                           absl::string_view field) {
+  TensorSpec tensor;
+  if (proto.shape_size() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".shape is empty; give e.g. [1024, 1024]"));
+  }
+  if (proto.shape_size() > kMaxTensorRank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".shape has ", proto.shape_size(),
+                     " dimensions; at most ", kMaxTensorRank));
+  }
+  auto dtype = DTypeFromProto(proto.dtype(), absl::StrCat(field, ".dtype"));
+  if (!dtype.ok()) return dtype.status();
+  tensor.dtype = *dtype;
+  const int64_t element_bytes = DTypeSize(tensor.dtype);
+  int64_t elements = 1;
+  for (int64_t extent : proto.shape()) {
+    if (extent < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".shape [", absl::StrJoin(proto.shape(), ", "),
+                       "] has an extent < 1"));
+    }
+    if (extent > kMaxTensorBytes / element_bytes / elements) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".shape [", absl::StrJoin(proto.shape(), ", "),
+                       "] is too large (over ", kMaxTensorBytes, " bytes)"));
+    }
+    elements *= extent;
+    tensor.shape.push_back(extent);
+  }
+  return tensor;
+}
+
+v1::TensorSpec TensorToProto(const TensorSpec& tensor) {
+  v1::TensorSpec proto;
+  for (int64_t extent : tensor.shape) proto.add_shape(extent);
+  proto.set_dtype(DTypeToProto(tensor.dtype));
+  return proto;
+}
+
+absl::StatusOr<ShardingSpec> ShardingFromProto(const v1::ShardingSpec& proto,
+                                               absl::string_view field) {
+  if (!proto.text().empty()) {
+    absl::StatusOr<ShardingSpec> spec = ShardingSpec::Parse(proto.text());
+    if (!spec.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": ", spec.status().message()));
+    }
+    return spec;
+  }
+  if (proto.dims_size() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field,
+        " is empty; give text such as \"S0RR\" (R, S0, S1, S01 per "
+        "tensor dimension) or dims"));
+  }
+  ShardingSpec spec;
+  absl::flat_hash_set<int> used;
+  for (const v1::ShardingSpec::Dim& dim : proto.dims()) {
+    DimSharding d;
+    for (int axis : dim.mesh_axes()) {
+      if (axis < 0 || axis >= kMaxMeshRank) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ".dims: mesh axis ", axis,
+                         " is out of range (0..", kMaxMeshRank - 1, ")"));
+      }
+      if (!used.insert(axis).second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ".dims: mesh axis ", axis,
+            " is used twice; an axis may shard one tensor dimension only"));
+      }
+      d.mesh_axes.push_back(axis);
+    }
+    spec.dims.push_back(std::move(d));
+  }
+  return spec;
+}
+
+v1::ShardingSpec ShardingToProto(const ShardingSpec& spec) {
+  v1::ShardingSpec proto;
+  for (const DimSharding& d : spec.dims) {
+    v1::ShardingSpec::Dim* dim = proto.add_dims();
+    for (int axis : d.mesh_axes) dim->add_mesh_axes(axis);
+  }
+  proto.set_text(spec.ToString());
+  return proto;
+}
+
+absl::StatusOr<MeshRequest> MeshRequestFromProto(const v1::DeviceMesh& proto,
+                                                 absl::string_view field) {
+  MeshRequest mesh;
+  if (proto.shape_size() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field,
+                     ".shape is empty; give e.g. [2, 4] (hosts x "
+                     "devices per host)"));
+  }
+  if (proto.shape_size() > kMaxMeshRank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".shape has ", proto.shape_size(),
+                     " axes; at most ", kMaxMeshRank));
+  }
+  int64_t devices = 1;
+  for (int extent : proto.shape()) {
+    if (extent < 1 || extent > kMaxMeshDevices ||
+        devices * extent > kMaxMeshDevices) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".shape ", absl::StrJoin(proto.shape(), "x"),
+          " is invalid (extents >= 1, at most ", kMaxMeshDevices, " devices)"));
+    }
+    devices *= extent;
+    mesh.shape.push_back(extent);
+  }
+  if (proto.devices_size() > 0 && proto.devices_size() != devices) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".devices has ", proto.devices_size(), " ids but shape ",
+        absl::StrJoin(proto.shape(), "x"), " needs ", devices));
+  }
+  mesh.devices.assign(proto.devices().begin(), proto.devices().end());
+  mesh.first_host = proto.first_host();
+  return mesh;
+}
+
+v1::DeviceMesh MeshToProto(const DeviceMesh& mesh) {
+  v1::DeviceMesh proto;
+  for (int extent : mesh.shape) proto.add_shape(extent);
+  for (int d : mesh.devices) proto.add_devices(d);
+  proto.set_first_host(-1);
+  return proto;
+}
+
+v1::Topology TopologyToProto(const Topology& topology) {
+  v1::Topology proto;
+  proto.set_num_hosts(topology.num_hosts);
+  proto.set_devices_per_host(topology.devices_per_host);
+  proto.set_inter_host_bandwidth(topology.inter_host_bandwidth);
+  proto.set_intra_host_bandwidth(topology.intra_host_bandwidth);
+  proto.set_inter_host_latency(topology.inter_host_latency);
+  proto.set_intra_host_latency(topology.intra_host_latency);
+  return proto;
+}
+
+void BoxToProto(const Box& box,
+                google::protobuf::RepeatedPtrField<v1::Interval>* out) {
+  out->Clear();
+  for (const Interval& interval : box) {
+    v1::Interval* i = out->Add();
+    i->set_begin(interval.begin);
+    i->set_end(interval.end);
+  }
+}
+
+Box BoxFromProto(const google::protobuf::RepeatedPtrField<v1::Interval>& in) {
+  Box box;
+  for (const v1::Interval& i : in) box.push_back({i.begin(), i.end()});
+  return box;
+}
+
+}  // namespace meshcast

@@ -1,0 +1,91 @@
+#include "controller/reshard_request.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "controller/proto_convert.h"
+#include "util/status_macros.h"
+
+namespace meshcast {
+namespace {
+
+// Rank of a mesh as the spec sees it: a 1-D request is laid out as 1 x n,
+// but its spec may only use axis 0.
+absl::Status CheckSpecFits(absl::string_view spec_field,
+                           const ShardingSpec& spec, const TensorSpec& tensor,
+                           absl::string_view mesh_field,
+                           const MeshRequest& mesh) {
+  if (spec.rank() != static_cast<int>(tensor.shape.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(spec_field, " ", spec.ToString(), " has ", spec.rank(),
+                     " entries but the tensor has ", tensor.shape.size(),
+                     " dimensions (shape ", absl::StrJoin(tensor.shape, "x"),
+                     "); give one of R, S0, S1, S01 per dimension"));
+  }
+  for (const DimSharding& dim : spec.dims) {
+    for (int axis : dim.mesh_axes) {
+      if (axis >= static_cast<int>(mesh.shape.size())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(spec_field, " ", spec.ToString(), " uses mesh axis ",
+                         axis, " but ", mesh_field, " ", mesh.ToString(),
+                         " has ", mesh.shape.size(), " axes"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ReshardRequest> ReshardRequestFromProto(
+    const v1::ReshardSpec& spec) {
+  ReshardRequest request;
+  if (!spec.has_tensor()) {
+    return absl::InvalidArgumentError(
+        "reshard.tensor is required (shape and dtype)");
+  }
+  ASSIGN_OR_RETURN(request.tensor,
+                   TensorFromProto(spec.tensor(), "reshard.tensor"));
+  if (!spec.has_src_mesh() || !spec.has_dst_mesh()) {
+    return absl::InvalidArgumentError(
+        "reshard.src_mesh and reshard.dst_mesh are required");
+  }
+  ASSIGN_OR_RETURN(request.placement.src,
+                   MeshRequestFromProto(spec.src_mesh(), "src_mesh"));
+  ASSIGN_OR_RETURN(request.placement.dst,
+                   MeshRequestFromProto(spec.dst_mesh(), "dst_mesh"));
+  request.placement.allow_overlap = spec.allow_overlap();
+  ASSIGN_OR_RETURN(request.src_spec,
+                   ShardingFromProto(spec.src_spec(), "src_spec"));
+  ASSIGN_OR_RETURN(request.dst_spec,
+                   ShardingFromProto(spec.dst_spec(), "dst_spec"));
+  RETURN_IF_ERROR(CheckSpecFits("src_spec", request.src_spec, request.tensor,
+                                "src_mesh", request.placement.src));
+  RETURN_IF_ERROR(CheckSpecFits("dst_spec", request.dst_spec, request.tensor,
+                                "dst_mesh", request.placement.dst));
+  if (spec.strategy().empty()) {
+    request.strategy = Strategy::kAuto;
+  } else {
+    absl::StatusOr<Strategy> strategy = ParseStrategy(spec.strategy());
+    if (!strategy.ok()) {
+      // The planner's message names the field and the allowed names.
+      return absl::InvalidArgumentError(strategy.status().message());
+    }
+    request.strategy = *strategy;
+  }
+  return request;
+}
+
+absl::StatusOr<ReshardProblem> MakeProblem(const ReshardRequest& request,
+                                           const Placement& placement,
+                                           const Topology& topology) {
+  ReshardProblem problem;
+  problem.tensor = request.tensor;
+  problem.src_mesh = placement.src;
+  problem.src_spec = request.src_spec;
+  problem.dst_mesh = placement.dst;
+  problem.dst_spec = request.dst_spec;
+  RETURN_IF_ERROR(problem.Validate(topology));
+  return problem;
+}
+
+}  // namespace meshcast

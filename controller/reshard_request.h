@@ -1,0 +1,48 @@
+// ReshardRequest: a reshard job's spec checked and converted to domain types
+// before it is queued, so that a bad spec is rejected at submit with one
+// clear error and never reaches the planner or the workers.
+//
+//   ASSIGN_OR_RETURN(ReshardRequest request, ReshardRequestFromProto(spec));
+//   ... placement = allocator.Acquire(request.placement, ...)
+//   ASSIGN_OR_RETURN(ReshardProblem problem,
+//                    MakeProblem(request, *placement, topology));
+//
+// Checks here need no cluster: tensor shape and dtype, spec tokens, spec rank
+// against the tensor, spec axes against the mesh rank, strategy name. The
+// cluster-dependent checks (mesh against cluster size) are the allocator's.
+//
+// Thread safety: pure functions over value types.
+#ifndef MESHCAST_CONTROLLER_RESHARD_REQUEST_H_
+#define MESHCAST_CONTROLLER_RESHARD_REQUEST_H_
+
+#include "absl/status/statusor.h"
+#include "controller/allocator.h"
+#include "meshcast/v1/job.pb.h"
+#include "planner/sharding.h"
+#include "planner/strategy.h"
+#include "planner/tensor.h"
+#include "planner/topology.h"
+#include "planner/unit_task.h"
+
+namespace meshcast {
+
+struct ReshardRequest {
+  TensorSpec tensor;
+  ShardingSpec src_spec;
+  ShardingSpec dst_spec;
+  PlacementRequest placement;
+  Strategy strategy = Strategy::kAuto;
+};
+
+// Errors are INVALID_ARGUMENT and name the field (e.g. "src_spec: ...").
+absl::StatusOr<ReshardRequest> ReshardRequestFromProto(
+    const v1::ReshardSpec& spec);
+
+// The planner problem for a placed request; validated against `topology`.
+absl::StatusOr<ReshardProblem> MakeProblem(const ReshardRequest& request,
+                                           const Placement& placement,
+                                           const Topology& topology);
+
+}  // namespace meshcast
+
+#endif  // MESHCAST_CONTROLLER_RESHARD_REQUEST_H_

@@ -1,0 +1,137 @@
+// WorkerRegistry: the workers of the cluster, their leases, and the topology
+// they form.
+//
+// Each worker registers with its name, Worker-service address, device count
+// and data-plane address, and gets a host index: the first registration of a
+// name takes the next free index, and later registrations of the same name
+// (a restarted worker) keep it, so device ids stay stable. Heartbeats renew
+// the lease; Sweep() (explicit, or the background sweeper) marks a worker
+// LOST once its lease has run out. Listeners hear about registrations, lost
+// workers and restarted workers (a registration of a name that was still
+// live: its data-plane state is gone), so the job manager can fail the jobs
+// that used it.
+//
+// Topology: hosts 0..N-1 for the N names ever registered (a lost worker's
+// host stays in the topology, unavailable, so that ids do not shift) x the
+// common device count. Every live worker must have the same device count; a
+// worker with another count is rejected.
+//
+//   WorkerRegistry registry(options, Clock::Real());
+//   registry.AddListener([&](const WorkerEvent& e) { ... });
+//   registry.StartSweeper(absl::Milliseconds(500));
+//   ASSIGN_OR_RETURN(WorkerRecord w, registry.Register(info));
+//
+// Thread safety: all methods are thread-safe. Listeners run on the calling
+// thread (Register, Sweep or the sweeper) after the registry's lock is
+// released, so they may call back into the registry.
+#ifndef MESHCAST_CONTROLLER_WORKER_REGISTRY_H_
+#define MESHCAST_CONTROLLER_WORKER_REGISTRY_H_
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "controller/clock.h"
+#include "planner/topology.h"
+
+namespace meshcast {
+
+struct WorkerRecord {
+  std::string name;
+  std::string address;       // host:port of its Worker service
+  std::string data_address;  // host for data-plane connections
+  std::string device_kind;   // "cpu" or "cuda"
+  int num_devices = 0;
+  int host_index = -1;
+  bool lost = false;
+  absl::Time last_heartbeat = absl::InfinitePast();
+};
+
+struct WorkerEvent {
+  enum class Kind { kRegistered, kLost, kRestarted };
+  Kind kind = Kind::kRegistered;
+  std::string name;
+  int host_index = -1;
+  std::string reason;  // human-readable, names the worker
+};
+
+class WorkerRegistry {
+ public:
+  struct Options {
+    absl::Duration lease = absl::Seconds(5);
+    absl::Duration heartbeat = absl::Seconds(1);
+    // Link rates and latencies of the topology (bytes/s, seconds).
+    double inter_host_bandwidth = 10e9 / 8;
+    double intra_host_bandwidth = 100e9 / 8;
+    double inter_host_latency = 10e-6;
+    double intra_host_latency = 2e-6;
+  };
+  using Listener = std::function<void(const WorkerEvent&)>;
+
+  WorkerRegistry(Options options, Clock* clock);
+  ~WorkerRegistry();
+  WorkerRegistry(const WorkerRegistry&) = delete;
+  WorkerRegistry& operator=(const WorkerRegistry&) = delete;
+
+  // Listeners must be added before workers register.
+  void AddListener(Listener listener) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Registers or re-registers `info.name`; returns the stored record (with
+  // its host index). INVALID_ARGUMENT for a missing name/address, a device
+  // count < 1, or a device count unlike the live workers'.
+  absl::StatusOr<WorkerRecord> Register(const WorkerRecord& info)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Renews the lease. False when the name is unknown or already LOST: the
+  // worker must register again.
+  bool Heartbeat(absl::string_view name) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Marks live workers whose lease expired as LOST, notifies listeners and
+  // returns the events.
+  std::vector<WorkerEvent> Sweep() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Runs Sweep() every `period` on a background thread until StopSweeper()
+  // or destruction.
+  void StartSweeper(absl::Duration period) ABSL_LOCKS_EXCLUDED(mu_);
+  void StopSweeper() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Hosts = names ever registered; 0 hosts before the first registration.
+  Topology topology() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Every known worker, by host index.
+  std::vector<WorkerRecord> Workers() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Hosts whose worker is LOST.
+  absl::flat_hash_set<int> UnavailableHosts() const ABSL_LOCKS_EXCLUDED(mu_);
+  // NOT_FOUND for a host with no worker.
+  absl::StatusOr<WorkerRecord> WorkerOnHost(int host) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  const Options& options() const { return options_; }
+
+ private:
+  void Notify(const std::vector<WorkerEvent>& events) ABSL_LOCKS_EXCLUDED(mu_);
+  void SweeperLoop(absl::Duration period);
+
+  const Options options_;
+  Clock* const clock_;
+
+  mutable absl::Mutex mu_;
+  std::vector<Listener> listeners_ ABSL_GUARDED_BY(mu_);
+  // Indexed by host index.
+  std::vector<WorkerRecord> workers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, int> host_of_name_ ABSL_GUARDED_BY(mu_);
+  // Device count every live worker has (0 before the first registration).
+  int devices_per_host_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_sweeper_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread sweeper_;  // touched only by Start/StopSweeper
+};
+
+}  // namespace meshcast
+
+#endif  // MESHCAST_CONTROLLER_WORKER_REGISTRY_H_
