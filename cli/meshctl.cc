@@ -5,6 +5,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cli/cluster_commands.h"
+#include "cli/command_errors.h"
+#include "cli/job_commands.h"
 #include "cli/plan_command.h"
 
 namespace meshcast::cli {
@@ -25,11 +28,27 @@ std::string TopLevelUsage() {
     name.resize(std::max<size_t>(name.size() + 2, 12), ' ');
     absl::StrAppend(&out, name, command.summary, "\n");
   }
-  absl::StrAppend(&out,
-                  "\n"
-                  "Run 'meshctl COMMAND --help' for a command's flags.\n"
-                  "  -h, --help  show this help\n"
-                  "  --version   print the version\n");
+  absl::StrAppend(
+      &out,
+      "\n"
+      "quick start:\n"
+      "  meshctl up --workers 4 --devices-per-worker 4\n"
+      "  meshctl submit reshard --shape 64x64x256 --dtype int32 \\\n"
+      "    --src-mesh 2x4 --src-spec S0RR --dst-mesh 2x4 --dst-spec RS0R "
+      "--wait\n"
+      "  meshctl down\n"
+      "\n"
+      "Commands that talk to the controller take --controller HOST:PORT;\n"
+      "without it they use $MESHCAST_CONTROLLER, else the local cluster that\n"
+      "'meshctl up' recorded in --dir ($MESHCAST_HOME, else ./.meshcast),\n"
+      "else 127.0.0.1:50051. Human tables by default; --output json for\n"
+      "scripts.\n"
+      "\n",
+      kExitCodesHelp,
+      "\n\n"
+      "Run 'meshctl COMMAND --help' for a command's flags.\n"
+      "  -h, --help  show this help\n"
+      "  --version   print the version\n");
   return out;
 }
 
@@ -52,12 +71,28 @@ std::string CommandNames() {
 
 const std::vector<Command>& MeshctlCommands() {
   static const auto* const commands = new std::vector<Command>{
-      {"plan", kPlanCommandSummary, RunPlanCommand},
+      {"up", kUpCommandSummary, RunUpCommand},
+      {"down", kDownCommandSummary, RunDownCommand},
+      {"cluster", kClusterCommandSummary, RunClusterCommand},
+      {"submit", kSubmitCommandSummary, RunSubmitCommand},
+      {"get", kGetCommandSummary, RunGetCommand},
+      {"list", kListCommandSummary, RunListCommand},
+      {"watch", kWatchCommandSummary, RunWatchCommand},
+      {"cancel", kCancelCommandSummary, RunCancelCommand},
+      {"plan", kPlanCommandSummary,
+       [](const std::vector<std::string>& args, const CommandContext& context) {
+         return RunPlanCommand(args, context);
+       }},
   };
   return *commands;
 }
 
 CommandResult RunMeshctl(const std::vector<std::string>& args) {
+  return RunMeshctl(args, ProcessContext());
+}
+
+CommandResult RunMeshctl(const std::vector<std::string>& args,
+                         const CommandContext& context) {
   if (args.empty()) {
     return CommandResult{
         kExitUsage, "",
@@ -74,7 +109,7 @@ CommandResult RunMeshctl(const std::vector<std::string>& args) {
   if (first == "help") {
     if (args.size() == 1) return CommandResult{kExitOk, TopLevelUsage(), ""};
     const Command* command = FindCommand(args[1]);
-    if (command != nullptr) return command->run({"--help"});
+    if (command != nullptr) return command->run({"--help"}, context);
   }
   const std::string& name = first == "help" ? args[1] : first;
   const Command* command = FindCommand(name);
@@ -84,7 +119,8 @@ CommandResult RunMeshctl(const std::vector<std::string>& args) {
                                       "'; allowed: ", CommandNames(),
                                       " (see 'meshctl --help')\n")};
   }
-  return command->run(std::vector<std::string>(args.begin() + 1, args.end()));
+  return command->run(std::vector<std::string>(args.begin() + 1, args.end()),
+                      context);
 }
 
 }  // namespace meshcast::cli

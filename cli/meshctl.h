@@ -3,9 +3,9 @@
 //
 //   CommandResult result = RunMeshctl({"plan", "--cluster", "5x4", ...});
 //
-// A new subcommand (up, down, cluster, submit, get, list, watch, cancel)
-// slots in as one more entry of MeshctlCommands(): a name, a one-line
-// summary and a function taking the arguments after the name.
+// Each subcommand (up, down, cluster, submit, get, list, watch, cancel,
+// plan) is one entry of MeshctlCommands(): a name, a one-line summary and a
+// function taking the arguments after the name and a CommandContext.
 //
 // Thread safety: RunMeshctl is reentrant if every subcommand is.
 #ifndef MESHCAST_CLI_MESHCTL_H_
@@ -22,7 +22,10 @@ namespace meshcast::cli {
 const std::vector<Command>& MeshctlCommands();
 
 // Runs meshctl with `args` (without the program name): "--help", "help
-// [COMMAND]", "--version", or "COMMAND [flags]".
+// [COMMAND]", "--version", or "COMMAND [flags]", in `context` (the
+// one-argument form uses the process's environment and stdout).
+CommandResult RunMeshctl(const std::vector<std::string>& args,
+                         const CommandContext& context);
 CommandResult RunMeshctl(const std::vector<std::string>& args);
 
 }  // namespace meshcast::cli

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,8 +12,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
+#include "cli/client_flags.h"
+#include "cli/command_errors.h"
+#include "cli/controller_client.h"
 #include "cli/flags.h"
+#include "cli/job_format.h"
+#include "cli/reshard_input.h"
 #include "cli/text_table.h"
 #include "nlohmann/json.hpp"
 #include "planner/cost_model.h"
@@ -77,7 +84,17 @@ constexpr char kDescription[] =
     "Give each mesh as --src-mesh, or as --src-devices with --src-shape (the\n"
     "same for --dst-*).\n"
     "\n"
-    "exit codes: 0 ok, 1 planning or verification failed, 2 bad input.";
+    "live (--live or --controller HOST:PORT): the controller plans on the\n"
+    "topology of its registered workers, as if the cluster were idle, and\n"
+    "nothing runs. --cluster and the link flags do not apply; meshes may\n"
+    "also be written HxG to let the controller place them, as in 'meshctl\n"
+    "submit'. The JSON has the same keys, except moved_bytes and\n"
+    "unit_tasks, plus \"controller\"; a placed mesh's \"devices\" are those\n"
+    "holding its tiles. The controller is found as for every client\n"
+    "command: --controller, $MESHCAST_CONTROLLER, --dir's cluster.json.\n"
+    "\n"
+    "exit codes: 0 ok, 1 planning or verification failed, 2 bad input,\n"
+    "3 controller unreachable (live).";
 
 struct PlanOptions {
   std::string cluster;
@@ -98,6 +115,10 @@ struct PlanOptions {
   std::string strategy = "auto";
   std::string output = "table";
   bool verify = false;
+  // Live mode: plan against a running controller's topology.
+  bool live = false;
+  bool allow_overlap = false;
+  ClientFlags client;
 };
 
 void RegisterFlags(FlagSet& flags, PlanOptions& options) {
@@ -140,6 +161,13 @@ void RegisterFlags(FlagSet& flags, PlanOptions& options) {
                "object");
   flags.Bool("verify", &options.verify,
              "check every plan delivers all data from devices that hold it");
+  flags.Bool("live", &options.live,
+             "plan on the live cluster's topology (Controller.Plan, a dry\n"
+             "run) instead of --cluster; implied by --controller");
+  flags.Bool("allow-overlap", &options.allow_overlap,
+             "live: let the controller place source and destination on the\n"
+             "same hosts");
+  options.client.Register(flags);
 }
 
 struct PlanInputs {
@@ -406,16 +434,234 @@ std::string RenderTable(const PlanInputs& inputs, const StrategyComparison& cmp,
   return out;
 }
 
-CommandResult Fail(int code, absl::string_view message) {
+CommandResult PlanFail(int code, absl::string_view message) {
   CommandResult result;
   result.exit_code = code;
   result.err = absl::StrCat(kCommand, ": ", message, "\n");
   return result;
 }
 
+// ---- live mode ------------------------------------------------------------
+
+bool LiveMode(const FlagSet& flags, const PlanOptions& options) {
+  return options.live || flags.IsSet("controller");
+}
+
+// Flags that only make sense on one side of the offline/live split.
+absl::Status CheckModeFlags(const FlagSet& flags, bool live) {
+  if (live) {
+    for (const char* flag :
+         {"cluster", "inter-gbps", "intra-gbps", "inter-latency-us",
+          "intra-latency-us", "verify"}) {
+      if (flags.IsSet(flag)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", flag,
+            ": not used with --live/--controller; the live cluster's "
+            "topology and the controller's planner apply"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  for (const char* flag : {"allow-overlap", "dir", "connect-timeout"}) {
+    if (flags.IsSet(flag)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": only with --live or --controller"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The reshard flags that were given, for BuildJobSpec.
+ReshardInput LiveInput(const FlagSet& flags, const PlanOptions& options) {
+  ReshardInput input;
+  const std::pair<const char*, const std::string*> fields[] = {
+      {"shape", &options.shape},         {"dtype", &options.dtype},
+      {"src_mesh", &options.src_mesh},   {"src_devices", &options.src_devices},
+      {"src_shape", &options.src_shape}, {"src_spec", &options.src_spec},
+      {"dst_mesh", &options.dst_mesh},   {"dst_devices", &options.dst_devices},
+      {"dst_shape", &options.dst_shape}, {"dst_spec", &options.dst_spec},
+      {"strategy", &options.strategy}};
+  for (const auto& [field, value] : fields) {
+    const std::string flag = absl::StrReplaceAll(field, {{"_", "-"}});
+    if (flags.IsSet(flag)) input.Set(field, *value, "--" + flag);
+  }
+  if (options.allow_overlap) {
+    input.Set("allow_overlap", "true", "--allow-overlap");
+  }
+  return input;
+}
+
+Json LiveMeshJson(const v1::DeviceMesh& request, const v1::Plan& plan,
+                  v1::Buffer::Role role) {
+  std::vector<int> devices(request.devices().begin(), request.devices().end());
+  if (devices.empty()) devices = PlanDevices(plan, role);
+  return Json{{"shape", request.shape()}, {"devices", devices}};
+}
+
+int LiveChosenRow(const v1::PlanResponse& response) {
+  for (int i = 0; i < response.rows_size(); ++i) {
+    if (response.rows(i).chosen()) return i;
+  }
+  for (int i = 0; i < response.rows_size(); ++i) {
+    if (response.rows(i).strategy() == response.plan().strategy()) return i;
+  }
+  return -1;
+}
+
+int64_t TensorBytes(const v1::TensorSpec& tensor) {
+  int64_t elements = 1;
+  for (int64_t extent : tensor.shape()) elements *= extent;
+  auto dtype = ParseDType(DTypeText(tensor.dtype()));
+  return dtype.ok() ? elements * DTypeSize(*dtype) : 0;
+}
+
+std::string RenderLiveJson(const std::string& controller,
+                           const v1::ReshardSpec& reshard,
+                           const v1::PlanResponse& response) {
+  const v1::Plan& plan = response.plan();
+  const int chosen = LiveChosenRow(response);
+  const int64_t bytes = TensorBytes(reshard.tensor());
+  Json strategies = Json::array();
+  for (int i = 0; i < response.rows_size(); ++i) {
+    const v1::StrategyRow& r = response.rows(i);
+    strategies.push_back(
+        Json{{"strategy", r.strategy()},
+             {"predicted_seconds", r.predicted_seconds()},
+             {"lower_bound_seconds", r.lower_bound_seconds()},
+             {"ratio_to_lower_bound",
+              Ratio(r.predicted_seconds(), r.lower_bound_seconds())},
+             {"num_transfers", r.transfers()},
+             {"transfer_bytes", r.bytes()},
+             {"chosen", i == chosen}});
+  }
+  Json out{
+      {"strategy", plan.strategy()},
+      {"requested_strategy", reshard.strategy()},
+      {"predicted_seconds", plan.predicted_seconds()},
+      {"lower_bound_seconds", plan.lower_bound_seconds()},
+      {"ratio_to_lower_bound",
+       Ratio(plan.predicted_seconds(), plan.lower_bound_seconds())},
+      {"effective_bytes_per_second",
+       plan.predicted_seconds() > 0 ? bytes / plan.predicted_seconds() : 0.0},
+      {"num_transfers", plan.steps_size()},
+      {"controller", controller},
+      {"topology", TopologyToJson(response.topology())},
+      {"tensor", Json{{"shape", reshard.tensor().shape()},
+                      {"dtype", DTypeText(reshard.tensor().dtype())},
+                      {"bytes", bytes}}},
+      {"src_mesh",
+       LiveMeshJson(reshard.src_mesh(), plan, v1::Buffer::ROLE_SOURCE)},
+      {"src_spec", reshard.src_spec().text()},
+      {"dst_mesh",
+       LiveMeshJson(reshard.dst_mesh(), plan, v1::Buffer::ROLE_DESTINATION)},
+      {"dst_spec", reshard.dst_spec().text()},
+      {"strategies", std::move(strategies)},
+  };
+  out["transfers"] = PlanTransfersToJson(plan);
+  return out.dump() + "\n";
+}
+
+std::string RenderLiveTable(const std::string& controller,
+                            const v1::ReshardSpec& reshard,
+                            const v1::PlanResponse& response) {
+  const v1::Plan& plan = response.plan();
+  const int chosen = LiveChosenRow(response);
+  const int64_t bytes = TensorBytes(reshard.tensor());
+  const auto mesh_line = [&](const v1::DeviceMesh& mesh, v1::Buffer::Role role,
+                             const std::string& spec) {
+    return absl::StrCat(
+        DescribeMeshRequest(mesh),
+        mesh.devices_size() > 0 ? "" : " (placed by the controller)",
+        " [tiles on devices ", FormatDeviceRanges(PlanDevices(plan, role)),
+        "] ", spec);
+  };
+  std::string out;
+  absl::StrAppend(&out, "controller:  ", controller, " (live dry run)\n");
+  absl::StrAppend(&out, "topology:    ", DescribeTopology(response.topology()),
+                  "\n");
+  absl::StrAppend(
+      &out, "tensor:      ", absl::StrJoin(reshard.tensor().shape(), "x"), " ",
+      DTypeText(reshard.tensor().dtype()), " (", FormatBytes(bytes), ")\n");
+  absl::StrAppend(&out, "source:      ",
+                  mesh_line(reshard.src_mesh(), v1::Buffer::ROLE_SOURCE,
+                            reshard.src_spec().text()),
+                  "\n");
+  absl::StrAppend(&out, "destination: ",
+                  mesh_line(reshard.dst_mesh(), v1::Buffer::ROLE_DESTINATION,
+                            reshard.dst_spec().text()),
+                  "\n\n");
+  TextTable table(
+      {"  strategy", "predicted", "eff. Gbps", "x lower bound", "transfers"},
+      {TextTable::kLeft});
+  double lower_bound = 0;
+  for (int i = 0; i < response.rows_size(); ++i) {
+    const v1::StrategyRow& row = response.rows(i);
+    lower_bound = std::max(lower_bound, row.lower_bound_seconds());
+    table.AddRow(
+        {absl::StrCat(i == chosen ? "* " : "  ", row.strategy()),
+         FormatSeconds(row.predicted_seconds()),
+         absl::StrFormat("%.2f", EffectiveGbps(bytes, row.predicted_seconds())),
+         absl::StrFormat(
+             "%.3f", Ratio(row.predicted_seconds(), row.lower_bound_seconds())),
+         absl::StrCat(row.transfers())});
+  }
+  table.AddRow({"  lower bound", FormatSeconds(lower_bound),
+                absl::StrFormat("%.2f", EffectiveGbps(bytes, lower_bound)),
+                "1.000", ""});
+  out += table.Render();
+  absl::StrAppend(&out, "\n* chosen: ", plan.strategy(),
+                  reshard.strategy() == "auto"
+                      ? " (auto: lowest predicted time)"
+                      : " (--strategy)",
+                  "\n");
+  absl::StrAppend(&out,
+                  "eff. Gbps = tensor bits / predicted time; x lower bound = "
+                  "predicted / lower bound on any plan\n");
+  return out;
+}
+
+CommandResult RunLivePlan(const FlagSet& flags, const PlanOptions& options,
+                          const CommandContext& context) {
+  if (!flags.positional().empty()) {
+    return PlanFail(
+        kExitUsage,
+        absl::StrCat("unexpected argument '", flags.positional().front(),
+                     "'; every input is a flag, see 'meshctl "
+                     "plan --help'"));
+  }
+  const ReshardInput input = LiveInput(flags, options);
+  absl::StatusOr<v1::JobSpec> spec = BuildJobSpec(input);
+  if (!spec.ok()) return PlanFail(kExitUsage, spec.status().message());
+  absl::StatusOr<std::unique_ptr<ControllerClient>> client =
+      options.client.Connect(context);
+  if (!client.ok()) return FailWithStatus(kCommand, client.status());
+  if (NeedsTopology(input)) {
+    absl::StatusOr<v1::GetClusterResponse> cluster = (*client)->GetCluster();
+    if (!cluster.ok()) return FailWithStatus(kCommand, cluster.status());
+    absl::Status pinned = PinMeshes(cluster->topology(), input, &*spec);
+    if (!pinned.ok()) return FailWithStatus(kCommand, pinned);
+  }
+  absl::StatusOr<v1::PlanResponse> response = (*client)->Plan(spec->reshard());
+  if (!response.ok()) {
+    return FailWithStatus(kCommand,
+                          AttributeServerError(response.status(), input));
+  }
+  CommandResult result;
+  result.out =
+      options.output == "json"
+          ? RenderLiveJson((*client)->address(), spec->reshard(), *response)
+          : RenderLiveTable((*client)->address(), spec->reshard(), *response);
+  return result;
+}
+
 }  // namespace
 
 CommandResult RunPlanCommand(const std::vector<std::string>& args) {
+  return RunPlanCommand(args, ProcessContext());
+}
+
+CommandResult RunPlanCommand(const std::vector<std::string>& args,
+                             const CommandContext& context) {
   PlanOptions options;
   FlagSet flags(kCommand, kDescription);
   RegisterFlags(flags, options);
@@ -423,24 +669,30 @@ CommandResult RunPlanCommand(const std::vector<std::string>& args) {
   if (flags.help_requested()) {
     return CommandResult{kExitOk, flags.Usage(), ""};
   }
-  if (!parsed.ok()) return Fail(kExitUsage, parsed.message());
+  if (!parsed.ok()) return PlanFail(kExitUsage, parsed.message());
+  const bool live = LiveMode(flags, options);
+  if (absl::Status status = CheckModeFlags(flags, live); !status.ok()) {
+    return PlanFail(kExitUsage, status.message());
+  }
+  if (live) return RunLivePlan(flags, options, context);
   absl::StatusOr<PlanInputs> inputs = BuildInputs(flags, options);
-  if (!inputs.ok()) return Fail(kExitUsage, inputs.status().message());
+  if (!inputs.ok()) return PlanFail(kExitUsage, inputs.status().message());
 
   absl::StatusOr<std::vector<UnitTask>> tasks =
       ComputeUnitTasks(inputs->problem);
   if (!tasks.ok()) {
-    return Fail(kExitFailure, absl::StrCat("computing unit tasks: ",
-                                           tasks.status().message()));
+    return PlanFail(kExitFailure, absl::StrCat("computing unit tasks: ",
+                                               tasks.status().message()));
   }
   absl::StatusOr<StrategyComparison> comparison =
       CompareStrategies({inputs->problem}, inputs->topology);
   if (!comparison.ok()) {
-    return Fail(kExitFailure, absl::StrCat("planning failed: ",
-                                           comparison.status().ToString()));
+    return PlanFail(kExitFailure, absl::StrCat("planning failed: ",
+                                               comparison.status().ToString()));
   }
   if (comparison->rows.empty()) {
-    return Fail(kExitFailure, "planning failed: no strategy produced a plan");
+    return PlanFail(kExitFailure,
+                    "planning failed: no strategy produced a plan");
   }
   int chosen = comparison->chosen;
   if (!inputs->auto_strategy) {
@@ -451,19 +703,20 @@ CommandResult RunPlanCommand(const std::vector<std::string>& args) {
       }
     }
     if (chosen < 0) {
-      return Fail(kExitFailure,
-                  absl::StrCat("planning failed: strategy ",
-                               StrategyName(inputs->strategy),
-                               " is missing from the comparison"));
+      return PlanFail(kExitFailure,
+                      absl::StrCat("planning failed: strategy ",
+                                   StrategyName(inputs->strategy),
+                                   " is missing from the comparison"));
     }
   }
   if (options.verify) {
     for (const StrategyEvaluation& row : comparison->rows) {
       absl::Status status = VerifyPlan(row.plan, inputs->topology);
       if (!status.ok()) {
-        return Fail(kExitFailure,
-                    absl::StrCat("--verify: the ", StrategyName(row.strategy),
-                                 " plan is invalid: ", status.message()));
+        return PlanFail(
+            kExitFailure,
+            absl::StrCat("--verify: the ", StrategyName(row.strategy),
+                         " plan is invalid: ", status.message()));
       }
     }
   }

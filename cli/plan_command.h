@@ -25,7 +25,12 @@
 
 namespace meshcast::cli {
 
-// Runs `meshctl plan` with `args` (the arguments after "plan").
+// Runs `meshctl plan` with `args` (the arguments after "plan"). With --live
+// or --controller it asks the controller for a dry-run plan on the live
+// topology instead (Controller.Plan); `context` supplies the environment
+// that finds the controller. The one-argument form uses the process's.
+CommandResult RunPlanCommand(const std::vector<std::string>& args,
+                             const CommandContext& context);
 CommandResult RunPlanCommand(const std::vector<std::string>& args);
 
 // One-line summary for `meshctl --help`.

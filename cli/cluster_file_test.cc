@@ -1,0 +1,136 @@
+#include "cli/cluster_file.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "cli/command_errors.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace meshcast::cli {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// A context whose environment is `env` only.
+CommandContext FakeEnv(std::map<std::string, std::string> env) {
+  CommandContext context;
+  context.getenv =
+      [env](const std::string& name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+  return context;
+}
+
+std::string FreshDir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/cluster_file_test_" +
+                          std::to_string(getpid()) + "_" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+ClusterFile Sample(const std::string& dir) {
+  ClusterFile file;
+  file.controller = "127.0.0.1:4321";
+  file.dir = dir;
+  file.database = dir + "/meshcast.db";
+  file.workers = 2;
+  file.devices_per_worker = 4;
+  file.started_unix = 1.5e9;
+  file.processes.push_back(ClusterProcess{"controller",
+                                          "controller",
+                                          11,
+                                          dir + "/logs/controller.log",
+                                          "/bin/meshcast-controller",
+                                          {"--listen=127.0.0.1:4321"}});
+  file.processes.push_back(ClusterProcess{"worker",
+                                          "worker-0",
+                                          12,
+                                          dir + "/logs/worker-0.log",
+                                          "/bin/meshcast-worker",
+                                          {"--name=worker-0"}});
+  return file;
+}
+
+TEST(ClusterFileTest, RoundTrip) {
+  const std::string dir = FreshDir("roundtrip");
+  EXPECT_TRUE(absl::IsNotFound(ReadClusterFile(dir).status()));
+  ASSERT_TRUE(WriteClusterFile(dir, Sample(dir)).ok());
+  absl::StatusOr<ClusterFile> file = ReadClusterFile(dir);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->controller, "127.0.0.1:4321");
+  EXPECT_EQ(file->workers, 2);
+  EXPECT_EQ(file->devices_per_worker, 4);
+  ASSERT_EQ(file->processes.size(), 2u);
+  EXPECT_EQ(file->processes[1].name, "worker-0");
+  EXPECT_EQ(file->processes[1].pid, 12);
+  EXPECT_THAT(file->processes[0].args, ElementsAre("--listen=127.0.0.1:4321"));
+  ASSERT_TRUE(RemoveClusterFile(dir).ok());
+  EXPECT_TRUE(absl::IsNotFound(ReadClusterFile(dir).status()));
+}
+
+TEST(ClusterFileTest, BadFilesAreErrorsNotCrashes) {
+  EXPECT_FALSE(ClusterFileFromJson("not json").ok());
+  EXPECT_FALSE(ClusterFileFromJson("{\"workers\": 2}").ok());
+  // Wrong types are ignored rather than thrown.
+  absl::StatusOr<ClusterFile> file = ClusterFileFromJson(
+      R"({"controller": "h:1", "workers": "two", "processes": [3, {"pid": "x"}]})");
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->workers, 0);
+  ASSERT_EQ(file->processes.size(), 1u);
+  EXPECT_EQ(file->processes[0].pid, 0);
+}
+
+TEST(ClusterFileTest, LocalClusterDirPrecedence) {
+  EXPECT_EQ(LocalClusterDir("/flag", FakeEnv({{"MESHCAST_HOME", "/home"}})),
+            "/flag");
+  EXPECT_EQ(LocalClusterDir("", FakeEnv({{"MESHCAST_HOME", "/home"}})),
+            "/home");
+  EXPECT_EQ(LocalClusterDir("", FakeEnv({})), ".meshcast");
+}
+
+TEST(ClusterFileTest, ControllerAddressPrecedence) {
+  const std::string dir = FreshDir("address");
+  const std::string empty_dir = FreshDir("address_empty");
+  ASSERT_TRUE(WriteClusterFile(dir, Sample(dir)).ok());
+  const CommandContext env =
+      FakeEnv({{"MESHCAST_CONTROLLER", "env:1"}, {"MESHCAST_HOME", dir}});
+  // --controller wins.
+  EXPECT_EQ(ResolveControllerAddress("flag:1", dir, env), "flag:1");
+  // Then the environment's controller.
+  EXPECT_EQ(ResolveControllerAddress("", "", env), "env:1");
+  // An explicit --dir names the cluster meant, over the environment.
+  EXPECT_EQ(ResolveControllerAddress("", dir, env), "127.0.0.1:4321");
+  // MESHCAST_HOME's cluster.json.
+  EXPECT_EQ(ResolveControllerAddress("", "", FakeEnv({{"MESHCAST_HOME", dir}})),
+            "127.0.0.1:4321");
+  // Nothing recorded: the default.
+  EXPECT_EQ(ResolveControllerAddress("", empty_dir, env),
+            kDefaultControllerAddress);
+}
+
+TEST(CommandErrorsTest, ExitCodesAndOneLine) {
+  EXPECT_EQ(ExitCodeForStatus(absl::OkStatus()), kExitOk);
+  EXPECT_EQ(ExitCodeForStatus(absl::InvalidArgumentError("x")), kExitUsage);
+  EXPECT_EQ(ExitCodeForStatus(absl::NotFoundError("x")), kExitUsage);
+  EXPECT_EQ(ExitCodeForStatus(absl::UnavailableError("x")), kExitUnreachable);
+  EXPECT_EQ(ExitCodeForStatus(absl::FailedPreconditionError("x")),
+            kExitFailure);
+  EXPECT_EQ(ExitCodeForStatus(absl::InternalError("x")), kExitFailure);
+  const CommandResult result =
+      FailWithStatus("meshctl get", absl::NotFoundError("job j not\nfound"));
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_EQ(result.err, "meshctl get: job j not; found\n");
+  EXPECT_TRUE(result.out.empty());
+}
+
+}  // namespace
+}  // namespace meshcast::cli

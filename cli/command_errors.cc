@@ -1,0 +1,43 @@
+#include "cli/command_errors.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+
+namespace meshcast::cli {
+
+int ExitCodeForStatus(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return kExitOk;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kAlreadyExists:
+      return kExitUsage;
+    case absl::StatusCode::kUnavailable:
+      return kExitUnreachable;
+    default:
+      return kExitFailure;
+  }
+}
+
+CommandResult Fail(absl::string_view command, int exit_code,
+                   absl::string_view message) {
+  // One line per problem: a multi-line message (e.g. from a server) is
+  // joined so that scripts can read stderr line by line.
+  const std::string one_line =
+      absl::StrReplaceAll(message, {{"\r\n", "; "}, {"\n", "; "}});
+  CommandResult result;
+  result.exit_code = exit_code;
+  result.err = absl::StrCat(command, ": ", one_line, "\n");
+  return result;
+}
+
+CommandResult FailWithStatus(absl::string_view command,
+                             const absl::Status& status) {
+  return Fail(command, ExitCodeForStatus(status), status.message());
+}
+
+}  // namespace meshcast::cli

@@ -1,0 +1,42 @@
+// How meshctl reports a failed absl::Status: the exit code its status code
+// maps to and one line on stderr.
+//
+//   absl::StatusOr<v1::Job> job = client.GetJob(id);
+//   if (!job.ok()) return FailWithStatus("meshctl get", job.status());
+//
+// Mapping (also printed by `meshctl --help`, see kExitCodesHelp):
+//   INVALID_ARGUMENT, NOT_FOUND, OUT_OF_RANGE, ALREADY_EXISTS -> 2 bad input
+//   UNAVAILABLE (controller down or unreachable)              -> 3
+//   everything else (FAILED_PRECONDITION, INTERNAL, ...)      -> 1 failure
+//
+// Thread safety: pure functions.
+#ifndef MESHCAST_CLI_COMMAND_ERRORS_H_
+#define MESHCAST_CLI_COMMAND_ERRORS_H_
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "cli/command.h"
+
+namespace meshcast::cli {
+
+// Exit code for a non-OK status (kExitOk for OK).
+int ExitCodeForStatus(const absl::Status& status);
+
+// A result with the status's exit code and "<command>: <message>\n" on err.
+// The message is flattened to one line.
+CommandResult FailWithStatus(absl::string_view command,
+                             const absl::Status& status);
+
+// A result with `exit_code` and "<command>: <message>\n" on err.
+CommandResult Fail(absl::string_view command, int exit_code,
+                   absl::string_view message);
+
+// The exit-code table for help texts.
+inline constexpr char kExitCodesHelp[] =
+    "exit codes: 0 ok; 1 failed (a job that did not succeed, a daemon that\n"
+    "died, a server error); 2 bad input (flags, specs, unknown job id, a mesh\n"
+    "the cluster cannot hold); 3 controller unreachable.";
+
+}  // namespace meshcast::cli
+
+#endif  // MESHCAST_CLI_COMMAND_ERRORS_H_

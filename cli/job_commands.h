@@ -1,0 +1,49 @@
+// The job subcommands of meshctl, each a function from its arguments to a
+// CommandResult (see command.h):
+//
+//   meshctl submit reshard --shape ... [--wait]   or   submit -f job.yaml
+//   meshctl get ID        one job in detail
+//   meshctl list          every job, newest first
+//   meshctl watch ID      live state changes and progress until the job ends
+//   meshctl cancel ID
+//
+// They talk to the controller through ControllerClient (address from
+// --controller, $MESHCAST_CONTROLLER or the local cluster, see
+// client_flags.h), print human text by default and one JSON object with
+// --output json. `submit --wait` and `watch` exit 0 only if the job
+// SUCCEEDED. Exit codes: command_errors.h.
+//
+// Thread safety: every function is reentrant.
+#ifndef MESHCAST_CLI_JOB_COMMANDS_H_
+#define MESHCAST_CLI_JOB_COMMANDS_H_
+
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+
+namespace meshcast::cli {
+
+CommandResult RunSubmitCommand(const std::vector<std::string>& args,
+                               const CommandContext& context);
+CommandResult RunGetCommand(const std::vector<std::string>& args,
+                            const CommandContext& context);
+CommandResult RunListCommand(const std::vector<std::string>& args,
+                             const CommandContext& context);
+CommandResult RunWatchCommand(const std::vector<std::string>& args,
+                              const CommandContext& context);
+CommandResult RunCancelCommand(const std::vector<std::string>& args,
+                               const CommandContext& context);
+
+inline constexpr char kSubmitCommandSummary[] =
+    "submit a resharding job (flags or -f job.yaml); --wait to follow it";
+inline constexpr char kGetCommandSummary[] = "show one job in detail";
+inline constexpr char kListCommandSummary[] = "list jobs, newest first";
+inline constexpr char kWatchCommandSummary[] =
+    "follow a job's state and progress until it ends";
+inline constexpr char kCancelCommandSummary[] =
+    "cancel a queued or running job";
+
+}  // namespace meshcast::cli
+
+#endif  // MESHCAST_CLI_JOB_COMMANDS_H_

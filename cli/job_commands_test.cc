@@ -1,0 +1,400 @@
+// Tests of the commands that talk to the controller, through the real gRPC
+// client against an in-process fake controller.
+#include "cli/job_commands.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/cluster_commands.h"
+#include "cli/fake_controller.h"
+#include "cli/plan_command.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace meshcast::cli {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::StartsWith;
+
+// A port on 127.0.0.1 that nothing listens on.
+int ClosedPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  socklen_t length = sizeof(address);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+class JobCommandsTest : public ::testing::Test {
+ protected:
+  JobCommandsTest() {
+    // Nothing from the real environment may leak into the tests.
+    context_.getenv = [](const std::string&) { return std::nullopt; };
+    context_.stream_out = [this](absl::string_view text) {
+      streamed_.append(text.data(), text.size());
+    };
+    v1::GetClusterResponse cluster;
+    cluster.mutable_topology()->set_num_hosts(5);
+    cluster.mutable_topology()->set_devices_per_host(4);
+    fake_.SetCluster(cluster);
+  }
+
+  // `args` plus --controller pointing at the fake.
+  std::vector<std::string> WithController(std::vector<std::string> args) {
+    args.push_back("--controller");
+    args.push_back(fake_.address());
+    return args;
+  }
+
+  static std::vector<std::string> Case1() {
+    return {"reshard",    "--shape",    "64x64x256",  "--dtype", "int32",
+            "--src-mesh", "2x4",        "--src-spec", "S0RR",    "--dst-mesh",
+            "2x4",        "--dst-spec", "RS0R"};
+  }
+
+  static v1::JobEvent Event(v1::JobState state, double progress,
+                            const std::string& message) {
+    v1::JobEvent event;
+    event.set_job_id("job-1");
+    event.set_state(state);
+    event.set_progress(progress);
+    event.set_message(message);
+    event.set_time_unix(1.7e9);
+    return event;
+  }
+
+  static void ExpectOneLine(const CommandResult& result,
+                            const std::string& prefix) {
+    EXPECT_THAT(result.err, StartsWith(prefix));
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
+        << result.err;
+  }
+
+  FakeController fake_;
+  CommandContext context_;
+  std::string streamed_;
+};
+
+TEST_F(JobCommandsTest, SubmitPlacedMeshes) {
+  std::vector<std::string> args = Case1();
+  args.insert(args.end(), {"--name", "case1", "--strategy", "meshcast"});
+  const CommandResult result = RunSubmitCommand(WithController(args), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, StartsWith("job job-1 submitted (QUEUED)"));
+  ASSERT_EQ(fake_.submitted().size(), 1u);
+  const v1::JobSpec spec = fake_.submitted()[0];
+  EXPECT_EQ(spec.name(), "case1");
+  EXPECT_THAT(spec.reshard().tensor().shape(), ElementsAre(64, 64, 256));
+  EXPECT_TRUE(spec.reshard().src_mesh().devices().empty());
+  EXPECT_EQ(spec.reshard().src_mesh().first_host(), -1);
+  EXPECT_EQ(spec.reshard().dst_spec().text(), "RS0R");
+  EXPECT_EQ(spec.reshard().strategy(), "meshcast");
+}
+
+TEST_F(JobCommandsTest, SubmitPinnedMeshesUsesTheLiveTopology) {
+  std::vector<std::string> args = Case1();
+  args[6] = "2x4@0";   // --src-mesh
+  args[10] = "2x4@3";  // --dst-mesh
+  const CommandResult result = RunSubmitCommand(WithController(args), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  const v1::JobSpec spec = fake_.submitted().at(0);
+  EXPECT_THAT(spec.reshard().src_mesh().devices(),
+              ElementsAre(0, 1, 2, 3, 4, 5, 6, 7));
+  EXPECT_THAT(spec.reshard().dst_mesh().devices(),
+              ElementsAre(12, 13, 14, 15, 16, 17, 18, 19));
+
+  args[10] = "2x4@4";  // hosts 4..5 on a 5-host cluster
+  const CommandResult too_big =
+      RunSubmitCommand(WithController(args), context_);
+  EXPECT_EQ(too_big.exit_code, kExitUsage);
+  ExpectOneLine(too_big, "meshctl submit: --dst-mesh: ");
+  EXPECT_EQ(fake_.submitted().size(), 1u);
+}
+
+TEST_F(JobCommandsTest, SubmitWaitStreamsProgressAndExitsByState) {
+  fake_.SetWatchEvents(
+      "job-1", {Event(v1::JOB_STATE_PLANNING, 0.05, "planning"),
+                Event(v1::JOB_STATE_RUNNING, 0.1, "running"),
+                Event(v1::JOB_STATE_RUNNING, 0.1, "running"),  // repeated
+                Event(v1::JOB_STATE_RUNNING, 0.55, "worker-1 finished"),
+                Event(v1::JOB_STATE_SUCCEEDED, 1, "verified 100 elements")});
+  std::vector<std::string> args = Case1();
+  args.push_back("--wait");
+  const CommandResult result = RunSubmitCommand(WithController(args), context_);
+  EXPECT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_THAT(streamed_, StartsWith("job job-1 submitted: 64x64x256 int32"));
+  EXPECT_THAT(streamed_, HasSubstr("PLANNING"));
+  EXPECT_THAT(streamed_, HasSubstr(" 55%  worker-1 finished\n"));
+  EXPECT_EQ(std::count(streamed_.begin(), streamed_.end(), '\n'), 5)
+      << streamed_;  // the header and four distinct events
+  EXPECT_EQ(result.out, "job job-1 SUCCEEDED: verified 100 elements\n");
+
+  fake_.SetWatchEvents("job-2",
+                       {Event(v1::JOB_STATE_RUNNING, 0.1, "running"),
+                        Event(v1::JOB_STATE_FAILED, 0.1, "worker w3 lost")});
+  const CommandResult failed = RunSubmitCommand(WithController(args), context_);
+  EXPECT_EQ(failed.exit_code, kExitFailure);
+  ExpectOneLine(failed, "meshctl submit: job job-2 FAILED: worker w3 lost");
+}
+
+TEST_F(JobCommandsTest, SubmitWaitJsonPrintsOnlyTheFinalJob) {
+  fake_.SetWatchEvents("job-1", {Event(v1::JOB_STATE_SUCCEEDED, 1, "done")});
+  std::vector<std::string> args = Case1();
+  args.insert(args.end(), {"--wait", "--output", "json"});
+  const CommandResult result = RunSubmitCommand(WithController(args), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_THAT(streamed_, IsEmpty());
+  const nlohmann::json job = nlohmann::json::parse(result.out);
+  EXPECT_EQ(job["id"], "job-1");
+  EXPECT_EQ(job["state"], "SUCCEEDED");
+  EXPECT_EQ(job["spec"]["reshard"]["src_spec"], "S0RR");
+}
+
+TEST_F(JobCommandsTest, SubmitFromFileWithFlagOverride) {
+  const std::string path = ::testing::TempDir() + "/job_commands_test_" +
+                           std::to_string(getpid()) + ".yaml";
+  std::ofstream(path) << "name: from-file\n"
+                         "reshard:\n"
+                         "  shape: [64, 64, 64]\n"
+                         "  dtype: int32\n"
+                         "  src_mesh: 1x1\n"
+                         "  src_spec: RRR\n"
+                         "  dst_mesh: 4x2\n"
+                         "  dst_spec: RRR\n"
+                         "  strategy: broadcast\n";
+  const CommandResult result = RunSubmitCommand(
+      WithController({"-f", path, "--strategy", "send_recv"}), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  const v1::JobSpec spec = fake_.submitted().at(0);
+  EXPECT_EQ(spec.name(), "from-file");
+  EXPECT_EQ(spec.reshard().strategy(), "send_recv");
+  EXPECT_THAT(spec.reshard().dst_mesh().shape(), ElementsAre(4, 2));
+}
+
+TEST_F(JobCommandsTest, SubmitBadInputIsOneLineWithoutContactingTheServer) {
+  const std::string unreachable = "127.0.0.1:" + std::to_string(ClosedPort());
+  const auto run = [&](std::vector<std::string> args) {
+    args.insert(args.end(), {"--controller", unreachable});
+    return RunSubmitCommand(args, context_);
+  };
+  std::vector<std::string> args = Case1();
+  args[4] = "int33";
+  CommandResult result = run(args);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: --dtype: unknown dtype 'int33'");
+
+  args = Case1();
+  args[8] = "S0QR";
+  result = run(args);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: --src-spec: unknown token 'Q'");
+
+  args = Case1();
+  args[12] = "RS0";
+  result = run(args);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: --dst-spec: spec RS0 has 2");
+
+  args = Case1();
+  args.insert(args.end(), {"--strategy", "fastest"});
+  result = run(args);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: --strategy: ");
+
+  result = run({"allreduce", "--shape", "4"});
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: unknown job kind 'allreduce'");
+
+  result = run({});
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: missing job kind");
+
+  result = run({"reshard", "--shap", "4"});
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: unknown flag --shap");
+}
+
+TEST_F(JobCommandsTest, ServerRejectionNamesTheFlag) {
+  fake_.SetSubmitError(grpc::Status(
+      grpc::StatusCode::INVALID_ARGUMENT,
+      "dst_mesh 9x4 needs 9 hosts with 4 free devices; cluster has 5 hosts x "
+      "4 devices"));
+  std::vector<std::string> args = Case1();
+  args[10] = "9x4";
+  const CommandResult result = RunSubmitCommand(WithController(args), context_);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: --dst-mesh: dst_mesh 9x4 needs 9");
+}
+
+TEST_F(JobCommandsTest, UnreachableControllerExitsThree) {
+  const std::string unreachable = "127.0.0.1:" + std::to_string(ClosedPort());
+  for (const auto& run :
+       {RunGetCommand, RunListCommand, RunWatchCommand, RunCancelCommand}) {
+    const CommandResult result =
+        run({"j-1", "--controller", unreachable, "--connect-timeout", "0.3"},
+            context_);
+    if (result.exit_code == kExitUsage) continue;  // list takes no id
+    EXPECT_EQ(result.exit_code, kExitUnreachable) << result.err;
+    EXPECT_THAT(result.err,
+                HasSubstr("cannot reach the controller at " + unreachable));
+  }
+  const CommandResult list = RunListCommand(
+      {"--controller", unreachable, "--connect-timeout", "0.3"}, context_);
+  EXPECT_EQ(list.exit_code, kExitUnreachable);
+  ExpectOneLine(list, "meshctl list: cannot reach the controller");
+
+  const CommandResult bad =
+      RunListCommand({"--controller", "nocolon"}, context_);
+  EXPECT_EQ(bad.exit_code, kExitUsage);
+  ExpectOneLine(bad, "meshctl list: --controller: 'nocolon' is not a");
+}
+
+TEST_F(JobCommandsTest, GetListCancel) {
+  ASSERT_EQ(RunSubmitCommand(WithController(Case1()), context_).exit_code,
+            kExitOk);
+  ASSERT_EQ(RunSubmitCommand(WithController(Case1()), context_).exit_code,
+            kExitOk);
+
+  CommandResult result = RunGetCommand(WithController({"job-1"}), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("id:         job-1\n"));
+  EXPECT_THAT(result.out, HasSubstr("state:      QUEUED (0%)"));
+  result =
+      RunGetCommand(WithController({"job-2", "--output", "json"}), context_);
+  EXPECT_EQ(nlohmann::json::parse(result.out)["id"], "job-2");
+
+  result = RunGetCommand(WithController({"nope"}), context_);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl get: job nope not found");
+  result = RunGetCommand(WithController({}), context_);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl get: missing job ID");
+
+  result = RunListCommand(WithController({}), context_);
+  ASSERT_EQ(result.exit_code, kExitOk);
+  EXPECT_LT(result.out.find("job-2"), result.out.find("job-1"));
+  result = RunListCommand(WithController({"--output", "json", "--limit", "1"}),
+                          context_);
+  const nlohmann::json list = nlohmann::json::parse(result.out);
+  ASSERT_EQ(list["jobs"].size(), 1u);
+  EXPECT_EQ(list["jobs"][0]["id"], "job-2");
+
+  result = RunCancelCommand(WithController({"job-1"}), context_);
+  EXPECT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_EQ(result.out, "job job-1 CANCELLED: cancelled by user\n");
+  result = RunCancelCommand(WithController({"job-1"}), context_);
+  EXPECT_EQ(result.exit_code, kExitFailure);
+  ExpectOneLine(result, "meshctl cancel: job job-1 already finished");
+  result = RunCancelCommand(WithController({"nope"}), context_);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+}
+
+TEST_F(JobCommandsTest, WatchJsonLines) {
+  ASSERT_EQ(RunSubmitCommand(WithController(Case1()), context_).exit_code,
+            kExitOk);
+  fake_.SetWatchEvents("job-1",
+                       {Event(v1::JOB_STATE_RUNNING, 0.1, "running"),
+                        Event(v1::JOB_STATE_CANCELLED, 0.1, "cancelled")});
+  const CommandResult result =
+      RunWatchCommand(WithController({"job-1", "--output", "json"}), context_);
+  EXPECT_EQ(result.exit_code, kExitFailure);
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(streamed_);
+  for (std::string line; std::getline(in, line);) {
+    lines.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["state"], "RUNNING");
+  EXPECT_EQ(lines[1]["state"], "CANCELLED");
+  EXPECT_EQ(nlohmann::json::parse(result.out)["state"], "CANCELLED");
+}
+
+TEST_F(JobCommandsTest, ClusterTable) {
+  v1::GetClusterResponse cluster;
+  cluster.mutable_topology()->set_num_hosts(1);
+  cluster.mutable_topology()->set_devices_per_host(2);
+  v1::WorkerInfo* worker = cluster.add_workers();
+  worker->set_name("worker-0");
+  worker->set_num_devices(2);
+  worker->set_host_index(0);
+  worker->set_state(v1::WorkerInfo::STATE_READY);
+  fake_.SetCluster(cluster);
+  CommandResult result = RunClusterCommand(WithController({}), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("1 (1 ready, 0 busy, 0 lost)"));
+  EXPECT_THAT(result.out, HasSubstr("worker-0"));
+  result = RunClusterCommand(WithController({"--output", "json"}), context_);
+  const nlohmann::json json = nlohmann::json::parse(result.out);
+  EXPECT_EQ(json["controller"], fake_.address());
+  EXPECT_EQ(json["workers"][0]["devices"], nlohmann::json({0, 1}));
+}
+
+TEST_F(JobCommandsTest, LivePlan) {
+  v1::PlanResponse response;
+  response.mutable_topology()->set_num_hosts(5);
+  response.mutable_topology()->set_devices_per_host(4);
+  v1::Plan* plan = response.mutable_plan();
+  plan->set_strategy("meshcast");
+  plan->set_predicted_seconds(0.002);
+  plan->set_lower_bound_seconds(0.001);
+  v1::Buffer* buffer = plan->add_buffers();
+  buffer->set_device(4);
+  buffer->set_role(v1::Buffer::ROLE_SOURCE);
+  v1::CommGroup* group = plan->add_groups();
+  group->add_devices(4);
+  group->add_devices(8);
+  v1::Step* step = plan->add_steps();
+  step->set_bytes(64);
+  for (const char* name : {"send_recv", "meshcast"}) {
+    v1::StrategyRow* row = response.add_rows();
+    row->set_strategy(name);
+    row->set_predicted_seconds(0.002);
+    row->set_lower_bound_seconds(0.001);
+    row->set_chosen(std::string(name) == "meshcast");
+  }
+  fake_.SetPlanResponse(response);
+  const std::vector<std::string> case1 = Case1();
+  std::vector<std::string> args(case1.begin() + 1, case1.end());
+  args.insert(args.end(), {"--output", "json"});
+  CommandResult result = RunPlanCommand(WithController(args), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  ASSERT_EQ(fake_.planned().size(), 1u);
+  EXPECT_TRUE(fake_.planned()[0].src_mesh().devices().empty());
+  const nlohmann::json json = nlohmann::json::parse(result.out);
+  EXPECT_EQ(json["strategy"], "meshcast");
+  EXPECT_EQ(json["controller"], fake_.address());
+  EXPECT_EQ(json["src_mesh"]["devices"], nlohmann::json({4}));
+  EXPECT_EQ(json["strategies"].size(), 2u);
+  EXPECT_EQ(json["strategies"][1]["chosen"], true);
+  EXPECT_EQ(json["transfers"][0]["src_device"], 4);
+  EXPECT_EQ(json["transfers"][0]["dst_devices"], nlohmann::json({8}));
+
+  args.resize(args.size() - 2);
+  result = RunPlanCommand(WithController(args), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("(live dry run)"));
+  EXPECT_THAT(result.out, HasSubstr("* meshcast"));
+
+  args.insert(args.end(), {"--cluster", "5x4"});
+  result = RunPlanCommand(WithController(args), context_);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl plan: --cluster: not used with --live");
+}
+
+}  // namespace
+}  // namespace meshcast::cli

@@ -1,0 +1,476 @@
+#include "cli/job_format.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "cli/text_table.h"
+
+namespace meshcast::cli {
+namespace {
+
+// Messages longer than this are cut in the job list (get shows them whole).
+constexpr size_t kListMessageWidth = 60;
+
+int DTypeBytes(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_INT8:
+    case v1::DTYPE_UINT8:
+      return 1;
+    case v1::DTYPE_FLOAT16:
+    case v1::DTYPE_BFLOAT16:
+      return 2;
+    case v1::DTYPE_INT32:
+    case v1::DTYPE_FLOAT32:
+      return 4;
+    case v1::DTYPE_INT64:
+    case v1::DTYPE_FLOAT64:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+std::string FormatTimestamp(double unix_seconds) {
+  if (unix_seconds <= 0) return "-";
+  return absl::FormatTime(
+      "%Y-%m-%d %H:%M:%S",
+      absl::FromUnixSeconds(0) + absl::Seconds(unix_seconds),
+      absl::LocalTimeZone());
+}
+
+std::string FormatClock(double unix_seconds) {
+  return absl::FormatTime(
+      "%H:%M:%E3S", absl::FromUnixSeconds(0) + absl::Seconds(unix_seconds),
+      absl::LocalTimeZone());
+}
+
+// "4s ago", "3m ago", "2h ago", "5d ago".
+std::string FormatAge(double then_unix, double now_unix) {
+  if (then_unix <= 0) return "-";
+  const double age = std::max(0.0, now_unix - then_unix);
+  if (age < 60) return absl::StrFormat("%.0fs ago", std::floor(age));
+  if (age < 3600) return absl::StrFormat("%.0fm ago", std::floor(age / 60));
+  if (age < 86400) return absl::StrFormat("%.0fh ago", std::floor(age / 3600));
+  return absl::StrFormat("%.0fd ago", std::floor(age / 86400));
+}
+
+// Run time of a job: started to finished, or to now while it runs.
+std::string FormatDuration(const v1::Job& job, double now_unix) {
+  if (job.started_unix() <= 0) return "-";
+  const double end = job.finished_unix() > 0 ? job.finished_unix() : now_unix;
+  return FormatSeconds(std::max(0.0, end - job.started_unix()));
+}
+
+std::string Percent(double progress) {
+  return absl::StrFormat("%.0f%%", std::clamp(progress, 0.0, 1.0) * 100);
+}
+
+std::string Truncate(const std::string& text, size_t width) {
+  if (text.size() <= width) return text;
+  return text.substr(0, width - 3) + "...";
+}
+
+OrderedJson MeshRequestToJson(const v1::DeviceMesh& mesh) {
+  OrderedJson out{{"shape", mesh.shape()}};
+  if (mesh.devices_size() > 0) {
+    out["devices"] = mesh.devices();
+  } else if (mesh.first_host() > 0) {
+    out["first_host"] = mesh.first_host();
+  }
+  return out;
+}
+
+std::string WorkerStateName(v1::WorkerInfo::State state) {
+  switch (state) {
+    case v1::WorkerInfo::STATE_READY:
+      return "ready";
+    case v1::WorkerInfo::STATE_BUSY:
+      return "busy";
+    case v1::WorkerInfo::STATE_LOST:
+      return "lost";
+    default:
+      return "unknown";
+  }
+}
+
+std::vector<int> WorkerDevices(const v1::WorkerInfo& worker,
+                               const v1::Topology& topology) {
+  std::vector<int> devices;
+  const int per_host = topology.devices_per_host() > 0
+                           ? topology.devices_per_host()
+                           : worker.num_devices();
+  if (worker.host_index() < 0) return devices;
+  for (int local = 0; local < worker.num_devices(); ++local) {
+    devices.push_back(worker.host_index() * per_host + local);
+  }
+  return devices;
+}
+
+double Gbps(double bytes_per_second) { return bytes_per_second * 8 / 1e9; }
+
+}  // namespace
+
+std::string JobStateName(v1::JobState state) {
+  switch (state) {
+    case v1::JOB_STATE_QUEUED:
+      return "QUEUED";
+    case v1::JOB_STATE_PLANNING:
+      return "PLANNING";
+    case v1::JOB_STATE_RUNNING:
+      return "RUNNING";
+    case v1::JOB_STATE_SUCCEEDED:
+      return "SUCCEEDED";
+    case v1::JOB_STATE_FAILED:
+      return "FAILED";
+    case v1::JOB_STATE_CANCELLED:
+      return "CANCELLED";
+    default:
+      return "UNSPECIFIED";
+  }
+}
+
+bool IsFinalState(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+std::string DTypeText(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_INT8:
+      return "int8";
+    case v1::DTYPE_UINT8:
+      return "uint8";
+    case v1::DTYPE_INT32:
+      return "int32";
+    case v1::DTYPE_INT64:
+      return "int64";
+    case v1::DTYPE_FLOAT16:
+      return "float16";
+    case v1::DTYPE_BFLOAT16:
+      return "bfloat16";
+    case v1::DTYPE_FLOAT32:
+      return "float32";
+    case v1::DTYPE_FLOAT64:
+      return "float64";
+    default:
+      return "unspecified";
+  }
+}
+
+std::string DescribeMeshRequest(const v1::DeviceMesh& mesh) {
+  std::string out = absl::StrJoin(mesh.shape(), "x");
+  if (mesh.devices_size() > 0) {
+    absl::StrAppend(&out, "[", absl::StrJoin(mesh.devices(), ","), "]");
+  } else if (mesh.first_host() > 0) {
+    absl::StrAppend(&out, "@", mesh.first_host());
+  }
+  return out;
+}
+
+std::string DescribeReshard(const v1::ReshardSpec& reshard) {
+  int64_t elements = 1;
+  for (int64_t extent : reshard.tensor().shape()) elements *= extent;
+  const double bytes =
+      static_cast<double>(elements) * DTypeBytes(reshard.tensor().dtype());
+  return absl::StrCat(
+      absl::StrJoin(reshard.tensor().shape(), "x"), " ",
+      DTypeText(reshard.tensor().dtype()), " (", FormatBytes(bytes),
+      "): ", DescribeMeshRequest(reshard.src_mesh()), " ",
+      reshard.src_spec().text(), " -> ",
+      DescribeMeshRequest(reshard.dst_mesh()), " ", reshard.dst_spec().text(),
+      ", strategy ", reshard.strategy().empty() ? "auto" : reshard.strategy(),
+      reshard.allow_overlap() ? ", overlap allowed" : "");
+}
+
+std::string DescribeTopology(const v1::Topology& topology) {
+  return absl::StrFormat(
+      "%d hosts x %d devices, %g Gbps between hosts, %g Gbps inside a host",
+      topology.num_hosts(), topology.devices_per_host(),
+      Gbps(topology.inter_host_bandwidth()),
+      Gbps(topology.intra_host_bandwidth()));
+}
+
+std::vector<int> PlanDevices(const v1::Plan& plan, v1::Buffer::Role role) {
+  std::set<int> devices;
+  for (const v1::Buffer& buffer : plan.buffers()) {
+    if (buffer.role() == role) devices.insert(buffer.device());
+  }
+  return std::vector<int>(devices.begin(), devices.end());
+}
+
+OrderedJson TopologyToJson(const v1::Topology& topology) {
+  return OrderedJson{
+      {"num_hosts", topology.num_hosts()},
+      {"devices_per_host", topology.devices_per_host()},
+      {"inter_host_bandwidth_bytes_per_second",
+       topology.inter_host_bandwidth()},
+      {"intra_host_bandwidth_bytes_per_second",
+       topology.intra_host_bandwidth()},
+      {"inter_host_latency_seconds", topology.inter_host_latency()},
+      {"intra_host_latency_seconds", topology.intra_host_latency()}};
+}
+
+OrderedJson ReshardToJson(const v1::ReshardSpec& reshard) {
+  return OrderedJson{
+      {"shape", reshard.tensor().shape()},
+      {"dtype", DTypeText(reshard.tensor().dtype())},
+      {"src_mesh", MeshRequestToJson(reshard.src_mesh())},
+      {"src_spec", reshard.src_spec().text()},
+      {"dst_mesh", MeshRequestToJson(reshard.dst_mesh())},
+      {"dst_spec", reshard.dst_spec().text()},
+      {"strategy", reshard.strategy().empty() ? "auto" : reshard.strategy()},
+      {"allow_overlap", reshard.allow_overlap()}};
+}
+
+OrderedJson JobToJson(const v1::Job& job, bool details) {
+  OrderedJson out{{"id", job.id()},
+                  {"name", job.spec().name()},
+                  {"state", JobStateName(job.state())},
+                  {"message", job.message()},
+                  {"progress", job.progress()},
+                  {"created_unix", job.created_unix()},
+                  {"started_unix", job.started_unix()},
+                  {"finished_unix", job.finished_unix()}};
+  OrderedJson spec = OrderedJson::object();
+  if (job.spec().has_reshard()) {
+    spec["reshard"] = ReshardToJson(job.spec().reshard());
+  }
+  out["spec"] = std::move(spec);
+  if (job.has_plan()) {
+    const v1::Plan& plan = job.plan();
+    out["plan"] = OrderedJson{
+        {"strategy", plan.strategy()},
+        {"predicted_seconds", plan.predicted_seconds()},
+        {"lower_bound_seconds", plan.lower_bound_seconds()},
+        {"steps", plan.steps_size()},
+        {"buffers", plan.buffers_size()},
+        {"src_devices", PlanDevices(plan, v1::Buffer::ROLE_SOURCE)},
+        {"dst_devices", PlanDevices(plan, v1::Buffer::ROLE_DESTINATION)}};
+  }
+  if (job.has_result()) {
+    const v1::JobResult& result = job.result();
+    OrderedJson r{{"seconds", result.seconds()},
+                  {"predicted_seconds", result.predicted_seconds()},
+                  {"lower_bound_seconds", result.lower_bound_seconds()},
+                  {"bytes_moved", result.bytes_moved()},
+                  {"elements_verified", result.elements_verified()},
+                  {"mismatches", result.mismatches()}};
+    if (details) {
+      OrderedJson steps = OrderedJson::array();
+      for (const v1::StepResult& step : result.steps()) {
+        steps.push_back(OrderedJson{{"step", step.step()},
+                                    {"worker", step.worker()},
+                                    {"bytes", step.bytes()},
+                                    {"seconds", step.seconds()}});
+      }
+      r["steps"] = std::move(steps);
+    }
+    out["result"] = std::move(r);
+  }
+  return out;
+}
+
+OrderedJson EventToJson(const v1::JobEvent& event) {
+  return OrderedJson{{"job_id", event.job_id()},
+                     {"state", JobStateName(event.state())},
+                     {"message", event.message()},
+                     {"progress", event.progress()},
+                     {"time_unix", event.time_unix()}};
+}
+
+OrderedJson ClusterToJson(const v1::GetClusterResponse& cluster,
+                          const std::string& controller) {
+  OrderedJson workers = OrderedJson::array();
+  for (const v1::WorkerInfo& worker : cluster.workers()) {
+    workers.push_back(
+        OrderedJson{{"name", worker.name()},
+                    {"address", worker.address()},
+                    {"data_address", worker.data_address()},
+                    {"host_index", worker.host_index()},
+                    {"device_kind", worker.device_kind()},
+                    {"num_devices", worker.num_devices()},
+                    {"devices", WorkerDevices(worker, cluster.topology())},
+                    {"state", WorkerStateName(worker.state())},
+                    {"last_heartbeat_unix", worker.last_heartbeat_unix()}});
+  }
+  return OrderedJson{{"controller", controller},
+                     {"topology", TopologyToJson(cluster.topology())},
+                     {"workers", std::move(workers)}};
+}
+
+OrderedJson PlanTransfersToJson(const v1::Plan& plan) {
+  OrderedJson transfers = OrderedJson::array();
+  for (const v1::Step& step : plan.steps()) {
+    OrderedJson slice = OrderedJson::array();
+    for (const v1::Interval& interval : step.slice()) {
+      slice.push_back(OrderedJson::array({interval.begin(), interval.end()}));
+    }
+    int src_device = -1;
+    std::vector<int> dst_devices;
+    for (const v1::CommGroup& group : plan.groups()) {
+      if (group.id() != step.group()) continue;
+      for (int i = 0; i < group.devices_size(); ++i) {
+        if (i == 0) {
+          src_device = group.devices(i);
+        } else {
+          dst_devices.push_back(group.devices(i));
+        }
+      }
+    }
+    transfers.push_back(OrderedJson{{"slice", std::move(slice)},
+                                    {"src_device", src_device},
+                                    {"dst_devices", dst_devices},
+                                    {"bytes", step.bytes()},
+                                    {"stage", step.stage()},
+                                    {"deps", step.deps()}});
+  }
+  return transfers;
+}
+
+std::string RenderJobDetails(const v1::Job& job, double now_unix) {
+  std::string out;
+  const auto line = [&out](absl::string_view key, const std::string& value) {
+    absl::StrAppend(&out, key, std::string(12 - key.size(), ' '), value, "\n");
+  };
+  line("id:", job.id());
+  if (!job.spec().name().empty()) line("name:", job.spec().name());
+  std::string state = JobStateName(job.state());
+  if (!IsFinalState(job.state())) {
+    absl::StrAppend(&state, " (", Percent(job.progress()), ")");
+  }
+  line("state:", state);
+  if (!job.message().empty()) line("message:", job.message());
+  if (job.spec().has_reshard()) {
+    line("reshard:", DescribeReshard(job.spec().reshard()));
+  }
+  if (job.has_plan()) {
+    const v1::Plan& plan = job.plan();
+    line("placed:", absl::StrCat("source tiles on devices ",
+                                 FormatDeviceRanges(PlanDevices(
+                                     plan, v1::Buffer::ROLE_SOURCE)),
+                                 ", destination tiles on devices ",
+                                 FormatDeviceRanges(PlanDevices(
+                                     plan, v1::Buffer::ROLE_DESTINATION))));
+    line("plan:",
+         absl::StrCat(plan.strategy(), ", ", plan.steps_size(),
+                      " transfers, predicted ",
+                      FormatSeconds(plan.predicted_seconds()), " (lower bound ",
+                      FormatSeconds(plan.lower_bound_seconds()), ")"));
+  }
+  if (job.has_result() && job.result().seconds() > 0) {
+    const v1::JobResult& result = job.result();
+    line("result:",
+         absl::StrFormat("moved %s in %s (%.3f Gbps); verified %d elements, %d "
+                         "mismatches",
+                         FormatBytes(static_cast<double>(result.bytes_moved())),
+                         FormatSeconds(result.seconds()),
+                         Gbps(result.bytes_moved() / result.seconds()),
+                         result.elements_verified(), result.mismatches()));
+  }
+  line("created:", absl::StrCat(FormatTimestamp(job.created_unix()), " (",
+                                FormatAge(job.created_unix(), now_unix), ")"));
+  if (job.started_unix() > 0) {
+    line("started:", FormatTimestamp(job.started_unix()));
+  }
+  if (job.finished_unix() > 0) {
+    line("finished:", FormatTimestamp(job.finished_unix()));
+  }
+  if (job.started_unix() > 0) line("duration:", FormatDuration(job, now_unix));
+  return out;
+}
+
+std::string RenderJobList(const std::vector<v1::Job>& jobs, double now_unix) {
+  if (jobs.empty()) {
+    return "no jobs yet; submit one with 'meshctl submit reshard ...'\n";
+  }
+  TextTable table(
+      {"ID", "NAME", "STATE", "PROGRESS", "CREATED", "DURATION", "MESSAGE"},
+      {TextTable::kLeft, TextTable::kLeft, TextTable::kLeft, TextTable::kRight,
+       TextTable::kRight, TextTable::kRight, TextTable::kLeft});
+  for (const v1::Job& job : jobs) {
+    table.AddRow({job.id(), job.spec().name().empty() ? "-" : job.spec().name(),
+                  JobStateName(job.state()), Percent(job.progress()),
+                  FormatAge(job.created_unix(), now_unix),
+                  FormatDuration(job, now_unix),
+                  Truncate(job.message(), kListMessageWidth)});
+  }
+  return table.Render();
+}
+
+std::string RenderEvent(const v1::JobEvent& event) {
+  std::string state = JobStateName(event.state());
+  state.resize(std::max<size_t>(state.size(), 9), ' ');
+  return absl::StrCat(
+      FormatClock(event.time_unix() > 0 ? event.time_unix() : NowUnix()), "  ",
+      state, " ", absl::StrFormat("%4s", Percent(event.progress())), "  ",
+      event.message(), "\n");
+}
+
+std::string RenderCluster(const v1::GetClusterResponse& cluster,
+                          const std::string& controller, double now_unix) {
+  int ready = 0, busy = 0, lost = 0;
+  for (const v1::WorkerInfo& worker : cluster.workers()) {
+    switch (worker.state()) {
+      case v1::WorkerInfo::STATE_READY:
+        ++ready;
+        break;
+      case v1::WorkerInfo::STATE_BUSY:
+        ++busy;
+        break;
+      case v1::WorkerInfo::STATE_LOST:
+        ++lost;
+        break;
+      default:
+        break;
+    }
+  }
+  std::string out;
+  absl::StrAppend(&out, "controller: ", controller, "\n");
+  absl::StrAppend(&out, "topology:   ", DescribeTopology(cluster.topology()),
+                  "\n");
+  absl::StrAppend(&out, "workers:    ", cluster.workers_size(), " (", ready,
+                  " ready, ", busy, " busy, ", lost, " lost)\n");
+  if (cluster.workers_size() == 0) {
+    absl::StrAppend(&out,
+                    "\nno worker has registered yet; start some with "
+                    "'meshctl up' or meshcast-worker --controller ",
+                    controller, "\n");
+    return out;
+  }
+  std::vector<v1::WorkerInfo> workers(cluster.workers().begin(),
+                                      cluster.workers().end());
+  std::sort(workers.begin(), workers.end(),
+            [](const v1::WorkerInfo& a, const v1::WorkerInfo& b) {
+              return a.host_index() < b.host_index();
+            });
+  TextTable table(
+      {"HOST", "NAME", "ADDRESS", "DEVICES", "STATE", "LAST HEARTBEAT"},
+      {TextTable::kRight, TextTable::kLeft, TextTable::kLeft, TextTable::kLeft,
+       TextTable::kLeft, TextTable::kRight});
+  for (const v1::WorkerInfo& worker : workers) {
+    table.AddRow(
+        {absl::StrCat(worker.host_index()), worker.name(), worker.address(),
+         absl::StrCat(
+             FormatDeviceRanges(WorkerDevices(worker, cluster.topology())),
+             " (", worker.num_devices(), " ",
+             worker.device_kind().empty() ? "?" : worker.device_kind(), ")"),
+         WorkerStateName(worker.state()),
+         FormatAge(worker.last_heartbeat_unix(), now_unix)});
+  }
+  absl::StrAppend(&out, "\n", table.Render());
+  return out;
+}
+
+double NowUnix() { return absl::ToUnixMicros(absl::Now()) / 1e6; }
+
+}  // namespace meshcast::cli

@@ -1,0 +1,71 @@
+// How meshctl shows jobs, events, plans and the cluster: human text (tables
+// and key/value blocks) and JSON objects for scripts (snake_case keys, bytes
+// and seconds, job states as their enum names without prefix: "QUEUED",
+// "PLANNING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED").
+//
+//   std::cout << RenderJobList(jobs, NowUnix());
+//   std::cout << JobToJson(job, /*details=*/true).dump() << "\n";
+//
+// Thread safety: pure functions.
+#ifndef MESHCAST_CLI_JOB_FORMAT_H_
+#define MESHCAST_CLI_JOB_FORMAT_H_
+
+#include <string>
+#include <vector>
+
+#include "meshcast/v1/controller.pb.h"
+#include "meshcast/v1/job.pb.h"
+#include "meshcast/v1/plan.pb.h"
+#include "nlohmann/json.hpp"
+
+namespace meshcast::cli {
+
+using OrderedJson = nlohmann::ordered_json;
+
+// "SUCCEEDED"; "UNSPECIFIED" for the zero value.
+std::string JobStateName(v1::JobState state);
+// SUCCEEDED, FAILED or CANCELLED.
+bool IsFinalState(v1::JobState state);
+// "int32", ...; "unspecified" for the zero value.
+std::string DTypeText(v1::DType dtype);
+// "2x4" (placed by the controller), "2x4@1" (first host given) or
+// "2x2[0,1,4,5]" (explicit devices).
+std::string DescribeMeshRequest(const v1::DeviceMesh& mesh);
+// "64x64x256 int32 (4.00 MiB): 2x4 S0RR -> 2x4 RS0R, strategy auto".
+std::string DescribeReshard(const v1::ReshardSpec& reshard);
+// "5 hosts x 4 devices, 10 Gbps between hosts, 100 Gbps inside a host".
+std::string DescribeTopology(const v1::Topology& topology);
+
+// Devices that hold a buffer of `role` in `plan`, ascending.
+std::vector<int> PlanDevices(const v1::Plan& plan, v1::Buffer::Role role);
+
+OrderedJson TopologyToJson(const v1::Topology& topology);
+OrderedJson ReshardToJson(const v1::ReshardSpec& reshard);
+// Job as JSON: id, name, state, message, progress, created/started/
+// finished_unix, spec, plan (summary: strategy, predicted and lower-bound
+// seconds, steps, buffers, src_devices, dst_devices) and result. With
+// `details`, result.steps lists every per-step timing.
+OrderedJson JobToJson(const v1::Job& job, bool details);
+OrderedJson EventToJson(const v1::JobEvent& event);
+OrderedJson ClusterToJson(const v1::GetClusterResponse& cluster,
+                          const std::string& controller);
+// The plan's steps in `meshctl plan --output json`'s transfer shape:
+// {slice: [[begin, end], ...], src_device, dst_devices, bytes, stage, deps}.
+OrderedJson PlanTransfersToJson(const v1::Plan& plan);
+
+// `meshctl get`: a key/value block.
+std::string RenderJobDetails(const v1::Job& job, double now_unix);
+// `meshctl list`: one row per job.
+std::string RenderJobList(const std::vector<v1::Job>& jobs, double now_unix);
+// `meshctl watch`: one line per event.
+std::string RenderEvent(const v1::JobEvent& event);
+// `meshctl cluster`: topology and a table of workers.
+std::string RenderCluster(const v1::GetClusterResponse& cluster,
+                          const std::string& controller, double now_unix);
+
+// Seconds since the Unix epoch, now.
+double NowUnix();
+
+}  // namespace meshcast::cli
+
+#endif  // MESHCAST_CLI_JOB_FORMAT_H_

@@ -1,0 +1,539 @@
+#include "cli/reshard_input.h"
+
+#include <algorithm>
+#include <exception>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "nlohmann/json.hpp"
+#include "planner/mesh.h"
+#include "planner/sharding.h"
+#include "planner/strategy.h"
+#include "planner/tensor.h"
+#include "planner/topology.h"
+#include "util/status_macros.h"
+#include "yaml-cpp/yaml.h"
+
+namespace meshcast::cli {
+namespace {
+
+using Json = nlohmann::json;
+
+// Meshes larger than this many devices are certainly typos.
+constexpr int64_t kMaxMeshDevices = 1 << 20;
+
+std::string FlagName(const std::string& field) {
+  return absl::StrCat("--", absl::StrReplaceAll(field, {{"_", "-"}}));
+}
+
+absl::Status Tagged(const std::string& origin, const absl::Status& status) {
+  if (status.ok()) return status;
+  absl::string_view message = status.message();
+  // Planner messages sometimes start with a generic field name of their own.
+  absl::ConsumePrefix(&message, "mesh: ");
+  absl::ConsumePrefix(&message, "devices: ");
+  return absl::Status(status.code(), absl::StrCat(origin, ": ", message));
+}
+
+absl::Status Invalid(const std::string& origin, absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat(origin, ": ", message));
+}
+
+v1::DType DTypeToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kInt8:
+      return v1::DTYPE_INT8;
+    case DType::kUInt8:
+      return v1::DTYPE_UINT8;
+    case DType::kInt32:
+      return v1::DTYPE_INT32;
+    case DType::kInt64:
+      return v1::DTYPE_INT64;
+    case DType::kFloat16:
+      return v1::DTYPE_FLOAT16;
+    case DType::kBFloat16:
+      return v1::DTYPE_BFLOAT16;
+    case DType::kFloat32:
+      return v1::DTYPE_FLOAT32;
+    case DType::kFloat64:
+      return v1::DTYPE_FLOAT64;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+absl::StatusOr<std::vector<int>> ParseIntList(const std::string& text,
+                                              absl::string_view separators,
+                                              int min_value,
+                                              const std::string& origin,
+                                              absl::string_view example) {
+  std::vector<int> values;
+  for (absl::string_view part :
+       absl::StrSplit(text, absl::ByAnyChar(separators))) {
+    part = absl::StripAsciiWhitespace(part);
+    int value = 0;
+    if (!absl::SimpleAtoi(part, &value) || value < min_value) {
+      return Invalid(
+          origin, absl::StrCat("cannot parse '", text, "': bad entry '", part,
+                               "'; expected integers >= ", min_value, ", e.g. ",
+                               example));
+    }
+    values.push_back(value);
+  }
+  return values;
+}
+
+// A mesh as written: its shape, its explicit devices (or none) and the
+// pinned first host of an HxG@h mesh (or -1).
+struct MeshText {
+  std::vector<int> shape;
+  std::vector<int> devices;
+  int pinned_host = -1;
+  std::string origin;  // flag or key, for errors
+};
+
+absl::StatusOr<MeshText> ParseMeshField(const ReshardInput& input,
+                                        const std::string& side) {
+  const std::string mesh_field = side + "_mesh";
+  const std::string devices_field = side + "_devices";
+  const std::string shape_field = side + "_shape";
+  const bool has_mesh = input.Has(mesh_field);
+  const bool has_devices = input.Has(devices_field);
+  const bool has_shape = input.Has(shape_field);
+  MeshText mesh;
+  if (has_mesh && (has_devices || has_shape)) {
+    return Invalid(input.Origin(mesh_field),
+                   absl::StrCat("give either ", FlagName(mesh_field), " or ",
+                                FlagName(devices_field), " with ",
+                                FlagName(shape_field), ", not both"));
+  }
+  if (has_mesh) {
+    mesh.origin = input.Origin(mesh_field);
+    const std::string text = input.Get(mesh_field);
+    absl::string_view body = text;
+    const size_t at = body.find('@');
+    if (at != absl::string_view::npos) {
+      const std::string host_text(body.substr(at + 1));
+      if (!absl::SimpleAtoi(host_text, &mesh.pinned_host) ||
+          mesh.pinned_host < 0) {
+        return Invalid(mesh.origin,
+                       absl::StrCat("cannot parse mesh '", text,
+                                    "': bad first host '", host_text,
+                                    "'; expected HxG, HxG@h or N, e.g. 2x4 "
+                                    "(placed by the controller) or 2x4@1"));
+      }
+      body = body.substr(0, at);
+    }
+    ASSIGN_OR_RETURN(mesh.shape,
+                     ParseIntList(std::string(body), "x", 1, mesh.origin,
+                                  "2x4 (placed), 2x4@1 (pinned) or 8"));
+    if (mesh.pinned_host >= 0 && mesh.shape.size() != 2) {
+      return Invalid(mesh.origin,
+                     absl::StrCat("a pinned mesh is HxG@h (two extents), got '",
+                                  text, "'"));
+    }
+  } else if (has_devices && has_shape) {
+    mesh.origin = input.Origin(devices_field);
+    ASSIGN_OR_RETURN(mesh.shape,
+                     ParseIntList(input.Get(shape_field), "x", 1,
+                                  input.Origin(shape_field), "2x2"));
+    ASSIGN_OR_RETURN(mesh.devices, ParseIntList(input.Get(devices_field), ",",
+                                                0, mesh.origin, "0,1,4,5"));
+  } else if (has_devices || has_shape) {
+    const std::string& given = has_devices ? devices_field : shape_field;
+    const std::string& missing = has_devices ? shape_field : devices_field;
+    return Invalid(
+        input.Origin(given),
+        absl::StrCat(FlagName(missing), " is required with ", FlagName(given),
+                     ", e.g. ", FlagName(devices_field), " 0,1,4,5 ",
+                     FlagName(shape_field), " 2x2"));
+  } else {
+    return Invalid(
+        FlagName(mesh_field),
+        absl::StrCat("required: HxG (placed by the controller, "
+                     "e.g. 2x4), HxG@h (pinned, e.g. 2x4@0), or ",
+                     FlagName(devices_field), " with ", FlagName(shape_field)));
+  }
+  int64_t count = 1;
+  for (int extent : mesh.shape) {
+    count *= extent;
+    if (count > kMaxMeshDevices) {
+      return Invalid(mesh.origin, absl::StrCat("mesh has more than ",
+                                               kMaxMeshDevices, " devices"));
+    }
+  }
+  if (!mesh.devices.empty()) {
+    if (static_cast<int64_t>(mesh.devices.size()) != count) {
+      return Invalid(
+          mesh.origin,
+          absl::StrCat("lists ", mesh.devices.size(), " devices but shape ",
+                       absl::StrJoin(mesh.shape, "x"), " needs ", count));
+    }
+    std::vector<int> sorted = mesh.devices;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+      return Invalid(mesh.origin, "lists a device twice");
+    }
+  }
+  return mesh;
+}
+
+v1::DeviceMesh MeshToProto(const MeshText& mesh) {
+  v1::DeviceMesh proto;
+  for (int extent : mesh.shape) proto.add_shape(extent);
+  for (int device : mesh.devices) proto.add_devices(device);
+  proto.set_first_host(mesh.devices.empty() ? mesh.pinned_host : -1);
+  return proto;
+}
+
+absl::StatusOr<ShardingSpec> ParseSpecField(const ReshardInput& input,
+                                            const std::string& field,
+                                            const TensorSpec& tensor,
+                                            const MeshText& mesh) {
+  if (!input.Has(field)) {
+    return Invalid(FlagName(field),
+                   "required, e.g. S0RR (one entry per tensor "
+                   "dimension: R, S0, S1 or S01)");
+  }
+  absl::StatusOr<ShardingSpec> spec = ShardingSpec::Parse(input.Get(field));
+  if (!spec.ok()) return Tagged(input.Origin(field), spec.status());
+  DeviceMesh shape_only;
+  shape_only.shape = mesh.shape;
+  RETURN_IF_ERROR(
+      Tagged(input.Origin(field), spec->Validate(tensor, shape_only)));
+  return spec;
+}
+
+absl::StatusOr<bool> ParseBool(const std::string& text,
+                               const std::string& origin) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  if (lower == "true" || lower == "yes" || lower == "1") return true;
+  if (lower == "false" || lower == "no" || lower == "0" || lower.empty()) {
+    return false;
+  }
+  return Invalid(origin, absl::StrCat("'", text,
+                                      "' is not a boolean; allowed: true, "
+                                      "false"));
+}
+
+// ---- job files ----------------------------------------------------------
+
+// YAML scalars carry no type; numbers and booleans become their text so that
+// YAML and JSON files go through the same checks.
+Json YamlToJson(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar:
+      return node.Scalar();
+    case YAML::NodeType::Sequence: {
+      Json array = Json::array();
+      for (const YAML::Node& item : node) array.push_back(YamlToJson(item));
+      return array;
+    }
+    case YAML::NodeType::Map: {
+      Json object = Json::object();
+      for (const auto& entry : node) {
+        object[entry.first.as<std::string>()] = YamlToJson(entry.second);
+      }
+      return object;
+    }
+    default:
+      return nullptr;
+  }
+}
+
+// Scalars as text, whatever JSON type they have.
+absl::StatusOr<std::string> ScalarText(const Json& value,
+                                       const std::string& origin) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_boolean()) return value.get<bool>() ? "true" : "false";
+  if (value.is_number_integer()) return std::to_string(value.get<int64_t>());
+  if (value.is_number()) return value.dump();
+  return Invalid(origin, "expected a single value");
+}
+
+// A list of integers ([1, 2] or "1,2" or "1x2") as text joined by `join`.
+absl::StatusOr<std::string> ListText(const Json& value,
+                                     const std::string& origin,
+                                     absl::string_view join) {
+  if (!value.is_array()) return ScalarText(value, origin);
+  std::vector<std::string> parts;
+  for (const Json& item : value) {
+    ASSIGN_OR_RETURN(std::string text, ScalarText(item, origin));
+    parts.push_back(std::move(text));
+  }
+  if (parts.empty()) return Invalid(origin, "the list is empty");
+  return absl::StrJoin(parts, join);
+}
+
+std::string AllowedReshardKeys() {
+  std::vector<std::string> keys;
+  for (const char* field : kReshardFields) {
+    const std::string key = field;
+    if (absl::EndsWith(key, "_devices") || absl::EndsWith(key, "_shape")) {
+      continue;  // file meshes carry devices inside the mesh entry
+    }
+    keys.push_back(key);
+  }
+  return absl::StrJoin(keys, ", ");
+}
+
+absl::Status ReadReshardSection(const Json& reshard, const std::string& label,
+                                ReshardInput* input) {
+  if (!reshard.is_object()) {
+    return Invalid(
+        absl::StrCat(label, ": reshard"),
+        absl::StrCat("expected a mapping with keys ", AllowedReshardKeys()));
+  }
+  for (auto it = reshard.begin(); it != reshard.end(); ++it) {
+    const std::string key = it.key();
+    const std::string origin = absl::StrCat(label, ": reshard.", key);
+    const Json& value = it.value();
+    if (key == "src_mesh" || key == "dst_mesh") {
+      const std::string side = key.substr(0, 3);
+      if (value.is_object()) {
+        for (auto m = value.begin(); m != value.end(); ++m) {
+          if (m.key() != "shape" && m.key() != "devices") {
+            return Invalid(absl::StrCat(origin, ".", m.key()),
+                           "unknown key; allowed: shape, devices");
+          }
+        }
+        if (!value.contains("shape") || !value.contains("devices")) {
+          return Invalid(origin,
+                         "a mesh mapping needs both shape and devices, e.g. "
+                         "{shape: [2, 2], devices: [0, 1, 4, 5]}");
+        }
+        ASSIGN_OR_RETURN(std::string shape,
+                         ListText(value["shape"], origin + ".shape", "x"));
+        ASSIGN_OR_RETURN(std::string devices,
+                         ListText(value["devices"], origin + ".devices", ","));
+        input->Set(side + "_shape", shape, origin + ".shape");
+        input->Set(side + "_devices", devices, origin + ".devices");
+      } else {
+        ASSIGN_OR_RETURN(std::string text, ScalarText(value, origin));
+        input->Set(key, text, origin);
+      }
+      continue;
+    }
+    if (key == "shape") {
+      ASSIGN_OR_RETURN(std::string text, ListText(value, origin, "x"));
+      input->Set(key, text, origin);
+      continue;
+    }
+    if (key == "dtype" || key == "src_spec" || key == "dst_spec" ||
+        key == "strategy" || key == "allow_overlap") {
+      ASSIGN_OR_RETURN(std::string text, ScalarText(value, origin));
+      input->Set(key, text, origin);
+      continue;
+    }
+    return Invalid(
+        origin, absl::StrCat("unknown key; allowed: ", AllowedReshardKeys()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void ReshardInput::Set(const std::string& field, std::string value,
+                       std::string origin) {
+  values[field] = std::move(value);
+  origins[field] = std::move(origin);
+}
+
+bool ReshardInput::Has(const std::string& field) const {
+  return values.count(field) > 0;
+}
+
+std::string ReshardInput::Get(const std::string& field) const {
+  auto it = values.find(field);
+  return it == values.end() ? "" : it->second;
+}
+
+std::string ReshardInput::Origin(const std::string& field) const {
+  auto it = origins.find(field);
+  return it == origins.end() ? FlagName(field) : it->second;
+}
+
+absl::Status ParseJobText(const std::string& text, bool json,
+                          const std::string& label, ReshardInput* input) {
+  Json root;
+  if (json) {
+    root = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (root.is_discarded()) {
+      return Invalid(label, "is not valid JSON");
+    }
+  } else {
+    // yaml-cpp reports errors by exception; they stop here.
+    try {
+      root = YamlToJson(YAML::Load(text));
+    } catch (const std::exception& e) {
+      return Invalid(label, absl::StrCat("is not valid YAML: ", e.what()));
+    }
+  }
+  if (!root.is_object()) {
+    return Invalid(label,
+                   "expected a mapping with keys name, kind and reshard");
+  }
+  bool has_reshard = false;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string& key = it.key();
+    const std::string origin = absl::StrCat(label, ": ", key);
+    if (key == "name") {
+      ASSIGN_OR_RETURN(input->name, ScalarText(it.value(), origin));
+    } else if (key == "kind") {
+      ASSIGN_OR_RETURN(std::string kind, ScalarText(it.value(), origin));
+      if (kind != "reshard") {
+        return Invalid(origin, absl::StrCat("unknown kind '", kind,
+                                            "'; allowed: reshard"));
+      }
+    } else if (key == "reshard") {
+      has_reshard = true;
+      RETURN_IF_ERROR(ReadReshardSection(it.value(), label, input));
+    } else {
+      return Invalid(origin, "unknown key; allowed: name, kind, reshard");
+    }
+  }
+  if (!has_reshard) {
+    return Invalid(label, "the reshard section is missing");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LoadJobFile(const std::string& path, ReshardInput* input) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("-f: cannot read job file '", path, "'"));
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  const absl::string_view stripped = absl::StripLeadingAsciiWhitespace(text);
+  const bool json = absl::EndsWithIgnoreCase(path, ".json") ||
+                    absl::StartsWith(stripped, "{");
+  return ParseJobText(text, json, path, input);
+}
+
+absl::StatusOr<v1::JobSpec> BuildJobSpec(const ReshardInput& input) {
+  v1::JobSpec spec;
+  spec.set_name(input.name);
+  v1::ReshardSpec* reshard = spec.mutable_reshard();
+
+  if (!input.Has("shape")) {
+    return Invalid("--shape", "required, e.g. --shape 1024x1024x512");
+  }
+  TensorSpec tensor;
+  absl::StatusOr<std::vector<int64_t>> shape = ParseShape(input.Get("shape"));
+  if (!shape.ok()) return Tagged(input.Origin("shape"), shape.status());
+  tensor.shape = *std::move(shape);
+  if (input.Has("dtype")) {
+    absl::StatusOr<DType> dtype = ParseDType(input.Get("dtype"));
+    if (!dtype.ok()) return Tagged(input.Origin("dtype"), dtype.status());
+    tensor.dtype = *dtype;
+  }
+  for (int64_t extent : tensor.shape)
+    reshard->mutable_tensor()->add_shape(extent);
+  reshard->mutable_tensor()->set_dtype(DTypeToProto(tensor.dtype));
+
+  ASSIGN_OR_RETURN(MeshText src, ParseMeshField(input, "src"));
+  ASSIGN_OR_RETURN(MeshText dst, ParseMeshField(input, "dst"));
+  ASSIGN_OR_RETURN(ShardingSpec src_spec,
+                   ParseSpecField(input, "src_spec", tensor, src));
+  ASSIGN_OR_RETURN(ShardingSpec dst_spec,
+                   ParseSpecField(input, "dst_spec", tensor, dst));
+  *reshard->mutable_src_mesh() = MeshToProto(src);
+  *reshard->mutable_dst_mesh() = MeshToProto(dst);
+  reshard->mutable_src_spec()->set_text(src_spec.ToString());
+  reshard->mutable_dst_spec()->set_text(dst_spec.ToString());
+
+  std::string strategy = "auto";
+  if (input.Has("strategy")) {
+    absl::StatusOr<Strategy> parsed = ParseStrategy(input.Get("strategy"));
+    if (!parsed.ok()) return Tagged(input.Origin("strategy"), parsed.status());
+    strategy = StrategyName(*parsed);
+  }
+  reshard->set_strategy(strategy);
+  if (input.Has("allow_overlap")) {
+    ASSIGN_OR_RETURN(bool allow, ParseBool(input.Get("allow_overlap"),
+                                           input.Origin("allow_overlap")));
+    reshard->set_allow_overlap(allow);
+  }
+  return spec;
+}
+
+bool NeedsTopology(const ReshardInput& input) {
+  for (const char* field : {"src_mesh", "dst_mesh"}) {
+    if (input.Has(field) && absl::StrContains(input.Get(field), "@")) {
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::Status PinMeshes(const v1::Topology& topology, const ReshardInput& input,
+                       v1::JobSpec* spec) {
+  Topology planner_topology;
+  planner_topology.num_hosts = topology.num_hosts();
+  planner_topology.devices_per_host = topology.devices_per_host();
+  for (const std::string side : {"src", "dst"}) {
+    const std::string field = side + "_mesh";
+    if (!input.Has(field) || !absl::StrContains(input.Get(field), "@")) {
+      continue;
+    }
+    if (topology.num_hosts() < 1 || topology.devices_per_host() < 1) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(input.Origin(field),
+                       ": the cluster has no workers yet, so a pinned mesh "
+                       "cannot be placed"));
+    }
+    absl::StatusOr<DeviceMesh> mesh =
+        ParseMesh(input.Get(field), planner_topology, input.Origin(field));
+    if (!mesh.ok()) return mesh.status();
+    v1::DeviceMesh* proto = side == "src"
+                                ? spec->mutable_reshard()->mutable_src_mesh()
+                                : spec->mutable_reshard()->mutable_dst_mesh();
+    proto->clear_devices();
+    for (int device : mesh->devices) proto->add_devices(device);
+    proto->set_first_host(-1);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AttributeServerError(const absl::Status& status,
+                                  const ReshardInput& input) {
+  if (status.ok()) return status;
+  absl::string_view message = status.message();
+  absl::ConsumePrefix(&message, "reshard.");
+  struct Prefix {
+    const char* server_field;
+    const char* input_field;
+  };
+  // The controller names proto fields; longest prefixes first.
+  static constexpr Prefix kPrefixes[] = {
+      {"tensor.dtype", "dtype"}, {"tensor", "shape"},
+      {"src_mesh", "src_mesh"},  {"dst_mesh", "dst_mesh"},
+      {"src_spec", "src_spec"},  {"dst_spec", "dst_spec"},
+      {"strategy", "strategy"},
+  };
+  for (const Prefix& prefix : kPrefixes) {
+    if (!absl::StartsWith(message, prefix.server_field)) continue;
+    std::string field = prefix.input_field;
+    if (absl::EndsWith(field, "_mesh") && !input.Has(field)) {
+      field = field.substr(0, 3) + "_devices";
+    }
+    return absl::Status(status.code(),
+                        absl::StrCat(input.Origin(field), ": ", message));
+  }
+  return status;
+}
+
+}  // namespace meshcast::cli
