@@ -33,21 +33,43 @@ constexpr size_t kExactFlows = 1024;
 constexpr double kWindow = 1e-3;
 
 // Resource numbering: host NIC egress, host NIC ingress, device port egress,
-// device port ingress, each block indexed by host or device id.
+// device port ingress, host copy capacity, each block indexed by host or
+// device id. The copy block exists (and is used) only when the topology
+// limits host copies.
 class ResourceLayout {
  public:
   explicit ResourceLayout(const Topology& topology)
-      : hosts_(topology.num_hosts), devices_(topology.num_devices()) {}
+      : hosts_(topology.num_hosts),
+        devices_(topology.num_devices()),
+        has_copy_(topology.host_copy_bandwidth > 0) {}
   int HostEgress(int host) const { return host; }
   int HostIngress(int host) const { return hosts_ + host; }
   int DeviceEgress(int device) const { return 2 * hosts_ + device; }
   int DeviceIngress(int device) const { return 2 * hosts_ + devices_ + device; }
-  int size() const { return 2 * (hosts_ + devices_); }
-  bool IsHostResource(int resource) const { return resource < 2 * hosts_; }
+  int HostCopy(int host) const { return 2 * (hosts_ + devices_) + host; }
+  bool has_copy() const { return has_copy_; }
+  int size() const {
+    return 2 * (hosts_ + devices_) + (has_copy_ ? hosts_ : 0);
+  }
+
+  std::vector<double> Capacities(const Topology& topology) const {
+    std::vector<double> capacity(size());
+    for (int host = 0; host < hosts_; ++host) {
+      capacity[HostEgress(host)] = topology.inter_host_bandwidth;
+      capacity[HostIngress(host)] = topology.inter_host_bandwidth;
+      if (has_copy_) capacity[HostCopy(host)] = topology.host_copy_bandwidth;
+    }
+    for (int device = 0; device < devices_; ++device) {
+      capacity[DeviceEgress(device)] = topology.intra_host_bandwidth;
+      capacity[DeviceIngress(device)] = topology.intra_host_bandwidth;
+    }
+    return capacity;
+  }
 
  private:
   int hosts_;
   int devices_;
+  bool has_copy_;
 };
 
 // The resources each transfer's flow uses (with multiplicity, as a relay
@@ -131,6 +153,12 @@ FlowPaths BuildFlowPaths(const ReshardPlan& plan, const Topology& topology,
         uses.push_back(layout.HostIngress(to_host));
         bandwidth = topology.inter_host_bandwidth;
         latency = topology.inter_host_latency;
+      }
+      if (layout.has_copy()) {
+        // A local hop is one memcpy on its host; a hop between hosts packs
+        // on the sender's host and unpacks on the receiver's.
+        uses.push_back(layout.HostCopy(from_host));
+        if (from_host != to_host) uses.push_back(layout.HostCopy(to_host));
       }
       tail += latency;
       // Every hop after the first waits for one chunk to arrive before it
@@ -280,12 +308,7 @@ absl::StatusOr<SimulationResult> Simulate(const ReshardPlan& plan,
   const ResourceLayout layout(topology);
   const FlowPaths paths = BuildFlowPaths(plan, topology, layout);
 
-  std::vector<double> capacity(layout.size());
-  for (int r = 0; r < layout.size(); ++r) {
-    capacity[r] = layout.IsHostResource(r) ? topology.inter_host_bandwidth
-                                           : topology.intra_host_bandwidth;
-  }
-  RateSolver solver(paths, std::move(capacity));
+  RateSolver solver(paths, layout.Capacities(topology));
 
   // Dependents in compressed rows, and the number of unfinished deps.
   std::vector<int> pending(n, 0);
@@ -315,6 +338,10 @@ absl::StatusOr<SimulationResult> Simulate(const ReshardPlan& plan,
   // changes nothing else, so it need not be an event.
   using Tail = std::pair<double, int>;
   std::priority_queue<Tail, std::vector<Tail>, std::greater<>> tails;
+  // Transfers in their set-up time: (time their flow begins, transfer),
+  // earliest first. Empty unless transfer_setup_seconds > 0.
+  std::priority_queue<Tail, std::vector<Tail>, std::greater<>> setups;
+  const double setup_seconds = topology.transfer_setup_seconds;
   double now = 0;
   int finished = 0;
   const auto data_done = [&](int t, double time) {
@@ -329,15 +356,23 @@ absl::StatusOr<SimulationResult> Simulate(const ReshardPlan& plan,
   };
   bool active_changed = false;
 
-  const auto start = [&](int t) {
-    result.transfer_start[t] = now;
+  // Puts transfer t's flow on the network at `time` (after its setup).
+  const auto begin_flow = [&](int t, double time) {
     if (plan.transfers[t].bytes == 0) {
-      data_done(t, now);
+      data_done(t, time);
       return;
     }
     remaining[t] = static_cast<double>(plan.transfers[t].bytes);
     active.push_back(t);
     active_changed = true;
+  };
+  const auto start = [&](int t) {
+    result.transfer_start[t] = now;
+    if (setup_seconds > 0) {
+      setups.push({now + setup_seconds, t});
+    } else {
+      begin_flow(t, now);
+    }
   };
   for (int t = 0; t < n; ++t) {
     if (pending[t] == 0) start(t);
@@ -357,15 +392,17 @@ absl::StatusOr<SimulationResult> Simulate(const ReshardPlan& plan,
         first_done = t;
       }
     }
-    const double next_tail = tails.empty()
-                                 ? std::numeric_limits<double>::infinity()
-                                 : tails.top().first;
+    // The next event other than a flow's last byte: a tail elapsing or a
+    // setup ending.
+    double next_event = std::numeric_limits<double>::infinity();
+    if (!tails.empty()) next_event = tails.top().first;
+    if (!setups.empty()) next_event = std::min(next_event, setups.top().first);
     double horizon = next_done;
-    if (next_tail <= next_done) {
-      horizon = next_tail;
+    if (next_event <= next_done) {
+      horizon = next_event;
       first_done = -1;
     } else if (active.size() > kExactFlows) {
-      horizon = std::min(next_done * (1 + kWindow), next_tail);
+      horizon = std::min(next_done * (1 + kWindow), next_event);
     }
     if (!std::isfinite(horizon)) {
       return absl::InternalError(
@@ -390,6 +427,13 @@ absl::StatusOr<SimulationResult> Simulate(const ReshardPlan& plan,
       }
     }
     now = std::max(now, horizon);
+    // Flows whose setup has elapsed join the network (a zero-byte one may
+    // finish on the spot and queue a tail, handled just below).
+    while (!setups.empty() && setups.top().first <= now + tolerance) {
+      const auto [time, t] = setups.top();
+      setups.pop();
+      begin_flow(t, time);
+    }
     // Finish transfers whose tail has elapsed and start their dependents;
     // zero-byte dependents may finish right away, hence the loop.
     while (!tails.empty() && tails.top().first <= now + tolerance) {
@@ -470,22 +514,50 @@ double LowerBoundSeconds(const std::vector<UnitTask>& tasks,
   const int num_devices = topology.num_devices();
   std::vector<double> host_in(num_hosts, 0);
   std::vector<double> device_in(num_devices, 0);
+  // Bytes of slices held on one host only that some other host needs: each
+  // leaves that host at least once, packed there.
+  std::vector<double> host_only_out(num_hosts, 0);
   std::vector<char> sender_host(num_hosts, 0);
   std::vector<char> counted(num_hosts, 0);
+  bool must_move = false;
   for (const UnitTask& task : tasks) {
     for (int device : task.senders) sender_host[topology.HostOf(device)] = 1;
+    bool leaves_host = false;
     for (int device : task.receivers) {
       device_in[device] += static_cast<double>(task.bytes);
       const int host = topology.HostOf(device);
-      if (!sender_host[host] && !counted[host]) {
-        counted[host] = 1;
-        host_in[host] += static_cast<double>(task.bytes);
+      if (!sender_host[host]) {
+        leaves_host = true;
+        if (!counted[host]) {
+          counted[host] = 1;
+          host_in[host] += static_cast<double>(task.bytes);
+        }
       }
     }
     for (int device : task.senders) sender_host[topology.HostOf(device)] = 0;
     for (int device : task.receivers) counted[topology.HostOf(device)] = 0;
+    if (leaves_host && !task.senders.empty()) {
+      const int host = topology.HostOf(task.senders.front());
+      const bool on_one_host = std::all_of(
+          task.senders.begin(), task.senders.end(),
+          [&](int device) { return topology.HostOf(device) == host; });
+      if (on_one_host) host_only_out[host] += static_cast<double>(task.bytes);
+    }
+    if (task.bytes > 0 && !task.receivers.empty()) must_move = true;
   }
   double bound = 0;
+  if (topology.host_copy_bandwidth > 0) {
+    // Every hop into a device of a host uses that host's copy once (a local
+    // memcpy or an unpack), every hop out of it to another host once more
+    // (a pack): the two sets of hops are disjoint.
+    std::vector<double> copy_bytes = host_only_out;
+    for (int device = 0; device < num_devices; ++device) {
+      copy_bytes[topology.HostOf(device)] += device_in[device];
+    }
+    for (double bytes : copy_bytes) {
+      bound = std::max(bound, bytes / topology.host_copy_bandwidth);
+    }
+  }
   for (double bytes : host_in) {
     bound = std::max(bound, bytes / topology.inter_host_bandwidth);
   }
@@ -501,6 +573,9 @@ double LowerBoundSeconds(const std::vector<UnitTask>& tasks,
       std::max(bound, SetEgressBound(
                           tasks, num_devices, [](int device) { return device; },
                           topology.intra_host_bandwidth));
+  // No flow moves a byte before its transfer's setup has elapsed, so all the
+  // work above happens after it.
+  if (must_move) bound += topology.transfer_setup_seconds;
   return bound;
 }
 

@@ -3,17 +3,31 @@
 //
 // Simulator. Resources: each host's NIC egress and ingress
 // (inter_host_bandwidth each), each device's port egress and ingress
-// (intra_host_bandwidth each). A transfer is one flow along its relay chain
-// src -> dst[0] -> dst[1] ...: it uses the egress port of every chain member
-// but the last, the ingress port of every receiver, and for each hop between
-// hosts the sender host's NIC egress and the receiver host's NIC ingress (a
-// chain that leaves a host twice loads its NIC twice). Concurrent flows share
-// each resource max-min fairly (progressive filling); rates are recomputed
-// whenever a flow starts or ends. A flow holds bandwidth until its last byte
-// is sent (bytes / rate); the transfer finishes a tail later: per hop, the
-// hop's latency, plus for every hop after the first one pipeline chunk
-// (min(pipeline_chunk_bytes, bytes)) at the hop's bandwidth (pipeline fill).
-// Transfers start when every transfer in their deps has finished.
+// (intra_host_bandwidth each), and, when host_copy_bandwidth > 0, each host's
+// copy capacity (host_copy_bandwidth, shared by all its devices). A transfer
+// is one flow along its relay chain src -> dst[0] -> dst[1] ...: it uses the
+// egress port of every chain member but the last, the ingress port of every
+// receiver, and for each hop between hosts the sender host's NIC egress and
+// the receiver host's NIC ingress (a chain that leaves a host twice loads its
+// NIC twice). Host copy, per hop of the chain: a hop inside host h uses h's
+// copy once (the memcpy); a hop from host a to host b uses a's copy once
+// (packing the slice) and b's copy once (unpacking it). Uses add up, so a
+// flow whose chain touches a host's copy k times consumes k x its rate of it
+// (e.g. 0 -> 1 -> 2 inside one host: 2x; a relay through a device of host h
+// from another host to a third: 2x at h, unpack then pack).
+// Concurrent flows share each resource max-min fairly (progressive filling);
+// rates are recomputed whenever a flow starts or ends.
+//
+// Time of one transfer: it starts when every transfer in its deps has
+// finished (transfer_start); its flow begins transfer_setup_seconds later
+// (the fixed start-up cost, during which it holds no bandwidth); the flow
+// holds bandwidth until its last byte is sent (bytes / rate); the transfer
+// finishes a tail later: per hop, the hop's latency, plus for every hop after
+// the first one pipeline chunk (min(pipeline_chunk_bytes, bytes)) at the
+// hop's link bandwidth (pipeline fill). So an uncontended transfer takes
+// setup + bytes / min(rates of its resources) + tail, zero-byte ones setup +
+// tail, and a chain of k dependent transfers pays the setup k times.
+//
 // Completions within a relative 1e-9 of each other are processed as one
 // event; with more than 1024 concurrent flows, completions within 0.1% of the
 // first are batched (each flow still finishes at its own time, but the
@@ -27,9 +41,16 @@
 // device of it holds, over its NIC ingress; for each set of hosts that holds
 // a slice (the sender sets that occur), the bytes of slices held only inside
 // that set (by it or any subset) that other hosts need, over the set's total
-// NIC egress; and the same two per device over the device ports. Latency and
-// pipeline fill are ignored. Every simulated plan that delivers `tasks`
-// takes at least this long, whatever its strategy.
+// NIC egress; the same two per device over the device ports; and, when
+// host_copy_bandwidth > 0, for each host, the bytes its devices must receive
+// plus the bytes of slices held only on it that other hosts need, over its
+// copy capacity (every hop into a device of h, from inside h or not, uses h's
+// copy once, and each such slice leaves h by at least one hop from h, which
+// packs at h). When some byte must move, transfer_setup_seconds is added:
+// no flow moves data before its transfer's setup has elapsed, so every
+// resource's work happens after it. Latency and pipeline fill are ignored.
+// Every simulated plan that delivers `tasks` takes at least this long,
+// whatever its strategy.
 //
 // Thread safety: pure functions.
 #ifndef MESHCAST_PLANNER_COST_MODEL_H_

@@ -1,7 +1,9 @@
 #include "planner/cost_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "planner/mesh.h"
 #include "planner/sharding.h"
+#include "planner/strategy.h"
 
 namespace meshcast {
 namespace {
@@ -235,6 +238,122 @@ TEST(SimulateTest, ThousandsOfUnequalFlowsStayWorkConserving) {
   EXPECT_LE(result.seconds, exact * 1.005);
 }
 
+// ---------------------------------------------------------------------------
+// Host copy capacity and transfer setup (CPU-side costs).
+
+// PlainTopology with each host's copies limited to `copy` bytes/s.
+Topology CopyTopology(int hosts, int devices_per_host, double copy) {
+  Topology topology = PlainTopology(hosts, devices_per_host);
+  topology.host_copy_bandwidth = copy;
+  return topology;
+}
+
+TEST(HostCopyTest, TwoLocalHopsOnOneHostShareItsCopyCapacity) {
+  // 0 -> 1 and 1 -> 2 use different device ports but both copy on host 0:
+  // 0.5 GB/s each instead of the ports' 100 GB/s.
+  PlanMaker maker;
+  maker.Add(0, {1}, 1'000'000'000);
+  maker.Add(1, {2}, 1'000'000'000);
+  const SimulationResult limited =
+      MustSimulate(maker.plan(), CopyTopology(1, 3, 1e9));
+  EXPECT_NEAR(limited.transfer_finish[0], 2.0, 1e-9);
+  EXPECT_NEAR(limited.transfer_finish[1], 2.0, 1e-9);
+  // Without the limit, only the ports count.
+  EXPECT_NEAR(MustSimulate(maker.plan(), PlainTopology(1, 3)).seconds, 0.01,
+              1e-9);
+}
+
+TEST(HostCopyTest, LocalRelayChainCopiesOncePerHop) {
+  // 0 -> 1 -> 2 -> 3 inside one host: three memcpys of every byte.
+  PlanMaker maker;
+  maker.Add(0, {1, 2, 3}, 1'000'000'000);
+  EXPECT_NEAR(MustSimulate(maker.plan(), CopyTopology(1, 4, 1e9)).seconds, 3.0,
+              1e-9);
+}
+
+TEST(HostCopyTest, HopBetweenHostsPacksAndUnpacks) {
+  // One pack on host 0 and one unpack on host 1, each at 0.5 GB/s, below
+  // the 1 GB/s NIC; another host pair copies in parallel on its own hosts.
+  PlanMaker maker;
+  maker.Add(0, {1}, 1'000'000'000);
+  maker.Add(2, {3}, 1'000'000'000);
+  const SimulationResult result =
+      MustSimulate(maker.plan(), CopyTopology(4, 1, 0.5e9));
+  EXPECT_NEAR(result.transfer_finish[0], 2.0, 1e-9);
+  EXPECT_NEAR(result.transfer_finish[1], 2.0, 1e-9);
+}
+
+TEST(HostCopyTest, RelayThroughAHostUnpacksAndPacksThere) {
+  // 0 (host 0) -> 1 (host 1) -> 2 (host 2): host 1 copies every byte twice,
+  // so its 1 GB/s copy allows 0.5 GB/s although the NICs carry 10 GB/s.
+  Topology topology = CopyTopology(3, 1, 1e9);
+  topology.inter_host_bandwidth = 10e9;
+  PlanMaker maker;
+  maker.Add(0, {1, 2}, 1'000'000'000);
+  EXPECT_NEAR(MustSimulate(maker.plan(), topology).seconds, 2.0, 1e-9);
+}
+
+TEST(HostCopyTest, PackingAndLocalCopiesShareMaxMinFairly) {
+  // Host 0's copy (1.5 GB/s) serves a pack for host 1 (NIC-bound at
+  // 0.5 GB/s) and a local hop 1 -> 0, which gets the other 1 GB/s.
+  Topology topology = CopyTopology(2, 2, 1.5e9);
+  topology.inter_host_bandwidth = 0.5e9;
+  PlanMaker maker;
+  const int remote = maker.Add(0, {2}, 1'000'000'000);
+  const int local = maker.Add(1, {0}, 1'000'000'000);
+  const SimulationResult result = MustSimulate(maker.plan(), topology);
+  EXPECT_NEAR(result.transfer_finish[local], 1.0, 1e-9);
+  EXPECT_NEAR(result.transfer_finish[remote], 2.0, 1e-9);
+}
+
+TEST(TransferSetupTest, EveryTransferPaysItOnceAndDepsSerializeIt) {
+  Topology topology = PlainTopology(2, 1);
+  topology.transfer_setup_seconds = 1e-3;
+  topology.inter_host_latency = 10e-6;
+  PlanMaker maker;
+  const int first = maker.Add(0, {1}, 1'000'000'000);
+  const int second = maker.Add(1, {0}, 1'000'000'000, {first});
+  const int third = maker.Add(0, {1}, 0, {second});
+  const SimulationResult result = MustSimulate(maker.plan(), topology);
+  EXPECT_EQ(result.transfer_start[first], 0);
+  EXPECT_NEAR(result.transfer_finish[first], 1e-3 + 1.0 + 10e-6, 1e-9);
+  EXPECT_NEAR(result.transfer_start[second], result.transfer_finish[first],
+              1e-12);
+  EXPECT_NEAR(result.transfer_finish[second], 2 * (1e-3 + 1.0 + 10e-6), 1e-9);
+  // A zero-byte transfer still costs its setup and latency.
+  EXPECT_NEAR(result.transfer_finish[third],
+              result.transfer_finish[second] + 1e-3 + 10e-6, 1e-9);
+  EXPECT_NEAR(result.seconds, 3e-3 + 2.0 + 3 * 10e-6, 1e-9);
+}
+
+TEST(TransferSetupTest, ConcurrentTransfersSetUpInParallel) {
+  // Both transfers set up at once, then share host 0's NIC.
+  Topology topology = PlainTopology(3, 2);
+  topology.transfer_setup_seconds = 0.25;
+  PlanMaker maker;
+  maker.Add(0, {2}, 1'000'000'000);
+  maker.Add(1, {4}, 1'000'000'000);
+  EXPECT_NEAR(MustSimulate(maker.plan(), topology).seconds, 2.25, 1e-9);
+}
+
+TEST(TransferSetupTest, NoBandwidthIsHeldDuringSetup) {
+  // a (host 0 -> 1) sets up over [0, 0.5] and then has the NIC to itself
+  // until b, released at 0.5 by the empty transfer z, ends its setup at 1.0.
+  // a: 0.5 GB alone, then 0.5 GB at half rate: done at 2.0; b: 0.5 GB at
+  // half rate until 2.0, the rest alone: done at 2.5.
+  Topology topology = PlainTopology(4, 1);
+  topology.transfer_setup_seconds = 0.5;
+  PlanMaker maker;
+  const int a = maker.Add(0, {1}, 1'000'000'000);
+  const int z = maker.Add(2, {3}, 0);
+  const int b = maker.Add(0, {1}, 1'000'000'000, {z});
+  const SimulationResult result = MustSimulate(maker.plan(), topology);
+  EXPECT_NEAR(result.transfer_finish[z], 0.5, 1e-12);
+  EXPECT_NEAR(result.transfer_start[b], 0.5, 1e-12);
+  EXPECT_NEAR(result.transfer_finish[a], 2.0, 1e-9);
+  EXPECT_NEAR(result.transfer_finish[b], 2.5, 1e-9);
+}
+
 TEST(SimulateTest, RejectsMalformedPlans) {
   const Topology topology = PlainTopology(2, 2);
   {
@@ -271,6 +390,16 @@ TEST(SimulateTest, RejectsMalformedPlans) {
     Topology bad = topology;
     bad.inter_host_bandwidth = 0;
     EXPECT_FALSE(Simulate(PlanMaker().plan(), bad).ok());
+  }
+  {
+    Topology bad = topology;
+    bad.host_copy_bandwidth = -1;
+    EXPECT_THAT(Simulate(PlanMaker().plan(), bad).status().message(),
+                HasSubstr("host_copy_bandwidth"));
+    bad = topology;
+    bad.transfer_setup_seconds = -1e-3;
+    EXPECT_THAT(Simulate(PlanMaker().plan(), bad).status().message(),
+                HasSubstr("transfer_setup_seconds"));
   }
 }
 
@@ -338,6 +467,49 @@ TEST(LowerBoundTest, DevicePortsCount) {
                                  Task({0}, {3}, 1'000'000'000)},
                                 topology),
               4.0, 1e-12);
+}
+
+TEST(LowerBoundTest, HostCopyCountsEveryHopIntoTheHost) {
+  // Device 0 holds 1 GB that devices 1 and 2 of its host need: two copies
+  // through host 0's 1 GB/s copy capacity, which a relay chain achieves.
+  const Topology topology = CopyTopology(1, 3, 1e9);
+  const std::vector<UnitTask> tasks = {Task({0}, {1, 2}, 1'000'000'000)};
+  EXPECT_NEAR(LowerBoundSeconds(tasks, topology), 2.0, 1e-12);
+  PlanMaker maker;
+  maker.Add(0, {1, 2}, 1'000'000'000);
+  EXPECT_NEAR(MustSimulate(maker.plan(), topology).seconds, 2.0, 1e-9);
+  // Unlimited copies: only the 100 GB/s ports.
+  EXPECT_NEAR(LowerBoundSeconds(tasks, PlainTopology(1, 3)), 0.01, 1e-12);
+}
+
+TEST(LowerBoundTest, HostCopyCountsPackingOfSlicesOnlyTheHostHolds) {
+  // Host 0 (devices 0, 1) alone holds 1 GB that device 1 and host 1
+  // (devices 2, 3) need, and 0.5 GB held on both hosts that device 1 needs.
+  // Host 0's copy must take in 1.5 GB and pack 1 GB for host 1: 2.5 GB at
+  // 1 GB/s. Host 1's copy: 2 GB in.
+  Topology topology = CopyTopology(2, 2, 1e9);
+  topology.inter_host_bandwidth = 10e9;
+  const std::vector<UnitTask> tasks = {
+      Task({0}, {1, 2, 3}, 1'000'000'000),
+      Task({0, 2}, {1}, 500'000'000),
+  };
+  EXPECT_NEAR(LowerBoundSeconds(tasks, topology), 2.5, 1e-12);
+  // 0 -> 1 -> 2 -> 3 and 0 -> 1 load host 0's copy with exactly that.
+  PlanMaker maker;
+  maker.Add(0, {1, 2, 3}, 1'000'000'000);
+  maker.Add(0, {1}, 500'000'000);
+  EXPECT_NEAR(MustSimulate(maker.plan(), topology).seconds, 2.5, 1e-9);
+}
+
+TEST(LowerBoundTest, TransferSetupAddsWhenBytesMustMove) {
+  Topology topology = PlainTopology(2, 1);
+  topology.transfer_setup_seconds = 0.25;
+  const std::vector<UnitTask> tasks = {Task({0}, {1}, 1'000'000'000)};
+  EXPECT_NEAR(LowerBoundSeconds(tasks, topology), 1.25, 1e-12);
+  EXPECT_EQ(LowerBoundSeconds({}, topology), 0);
+  PlanMaker maker;
+  maker.Add(0, {1}, 1'000'000'000);
+  EXPECT_NEAR(MustSimulate(maker.plan(), topology).seconds, 1.25, 1e-9);
 }
 
 ReshardProblem Problem(const Topology& topology, std::vector<int64_t> shape,
@@ -417,6 +589,235 @@ TEST(LowerBoundTest, SimulatedPlansNeverBeatIt) {
     }
     EXPECT_GE(MustSimulate(maker.plan(), topology).seconds, bound);
   }
+}
+
+// Random topologies, unit tasks and plans that deliver them, for the
+// properties below. Draws are platform-independent (mt19937_64 and modulo).
+class RandomCase {
+ public:
+  explicit RandomCase(uint64_t seed) : rng_(seed) {}
+
+  int Uniform(int lo, int hi) {
+    return lo + static_cast<int>(rng_() % static_cast<uint64_t>(hi - lo + 1));
+  }
+
+  // With `cpu_costs`, host copies are limited and transfers pay a setup.
+  Topology NextTopology(bool cpu_costs) {
+    Topology topology;
+    topology.num_hosts = Uniform(1, 5);
+    topology.devices_per_host = Uniform(topology.num_hosts == 1 ? 2 : 1, 4);
+    topology.inter_host_bandwidth = 1e9 * Uniform(1, 20);
+    topology.intra_host_bandwidth =
+        Uniform(0, 3) == 0 ? 1e8 * Uniform(5, 50) : 1e9 * Uniform(20, 300);
+    topology.inter_host_latency = Uniform(0, 1) ? 10e-6 : 0;
+    topology.intra_host_latency = topology.inter_host_latency / 5;
+    topology.pipeline_chunk_bytes = Uniform(0, 1) ? 64 : 1 << 20;
+    if (cpu_costs) {
+      topology.host_copy_bandwidth = 1e8 * Uniform(5, 300);
+      topology.transfer_setup_seconds =
+          Uniform(0, 1) ? 1e-4 * Uniform(1, 50) : 0;
+    }
+    return topology;
+  }
+
+  // Tasks with disjoint sender and receiver sets; a device receives each
+  // task at most once.
+  std::vector<UnitTask> NextTasks(const Topology& topology) {
+    const int n = topology.num_devices();
+    std::vector<UnitTask> tasks;
+    const int count = Uniform(1, 6);
+    for (int i = 0; i < count; ++i) {
+      std::vector<int> ids(n);
+      for (int d = 0; d < n; ++d) ids[d] = d;
+      for (int d = n - 1; d > 0; --d) std::swap(ids[d], ids[Uniform(0, d)]);
+      const int senders = Uniform(1, n - 1);
+      const int receivers = Uniform(1, n - senders);
+      std::vector<int> from(ids.begin(), ids.begin() + senders);
+      std::vector<int> to(ids.begin() + senders,
+                          ids.begin() + senders + receivers);
+      std::sort(from.begin(), from.end());
+      tasks.push_back(Task(from, to, int64_t{1'000'000} * Uniform(1, 200)));
+    }
+    return tasks;
+  }
+
+  // A plan delivering every task: one relay chain, point-to-point copies,
+  // two halves from different senders, or a send then a relay from the
+  // first receiver; plus random extra deps.
+  ReshardPlan NextPlan(const std::vector<UnitTask>& tasks) {
+    PlanMaker maker;
+    const auto random_deps = [&](int count) {
+      std::vector<int> deps;
+      if (count > 0 && Uniform(0, 2) == 0)
+        deps.push_back(Uniform(0, count - 1));
+      return deps;
+    };
+    int transfers = 0;
+    const auto add = [&](int src, std::vector<int> dsts, int64_t bytes,
+                         std::vector<int> deps) {
+      transfers = maker.Add(src, std::move(dsts), bytes, std::move(deps)) + 1;
+      return transfers - 1;
+    };
+    for (const UnitTask& task : tasks) {
+      std::vector<int> chain = task.receivers;
+      for (int i = static_cast<int>(chain.size()) - 1; i > 0; --i) {
+        std::swap(chain[i], chain[Uniform(0, i)]);
+      }
+      const auto sender = [&] {
+        return task
+            .senders[Uniform(0, static_cast<int>(task.senders.size()) - 1)];
+      };
+      switch (Uniform(0, 3)) {
+        case 0:
+          add(sender(), chain, task.bytes, random_deps(transfers));
+          break;
+        case 1:
+          for (int device : chain) {
+            add(sender(), {device}, task.bytes, random_deps(transfers));
+          }
+          break;
+        case 2: {
+          const int64_t half = task.bytes / 2;
+          add(sender(), chain, half, random_deps(transfers));
+          std::reverse(chain.begin(), chain.end());
+          add(sender(), chain, task.bytes - half, random_deps(transfers));
+          break;
+        }
+        default: {
+          const int first =
+              add(sender(), {chain[0]}, task.bytes, random_deps(transfers));
+          if (chain.size() > 1) {
+            add(chain[0], std::vector<int>(chain.begin() + 1, chain.end()),
+                task.bytes, {first});
+          }
+          break;
+        }
+      }
+    }
+    return maker.plan();
+  }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+TEST(CostModelPropertyTest, RandomPlansNeverBeatTheBoundWithCpuCosts) {
+  RandomCase random(2024);
+  for (int round = 0; round < 1000; ++round) {
+    const Topology topology = random.NextTopology(/*cpu_costs=*/round % 4 != 0);
+    const std::vector<UnitTask> tasks = random.NextTasks(topology);
+    const double bound = LowerBoundSeconds(tasks, topology);
+    ASSERT_GT(bound, 0);
+    for (int variant = 0; variant < 3; ++variant) {
+      const ReshardPlan plan = random.NextPlan(tasks);
+      const SimulationResult result = MustSimulate(plan, topology);
+      EXPECT_GE(result.seconds, bound * (1 - 1e-9))
+          << "round " << round << ": " << topology.ToString();
+    }
+  }
+}
+
+TEST(CostModelPropertyTest, HugeCopyBandwidthMatchesUnlimited) {
+  // The copy resources must bind only when they are the bottleneck: at
+  // 1e30 bytes/s every plan times as without them, and so does the bound.
+  RandomCase random(7);
+  for (int round = 0; round < 100; ++round) {
+    Topology unlimited = random.NextTopology(/*cpu_costs=*/false);
+    Topology huge = unlimited;
+    huge.host_copy_bandwidth = 1e30;
+    const std::vector<UnitTask> tasks = random.NextTasks(unlimited);
+    EXPECT_DOUBLE_EQ(LowerBoundSeconds(tasks, huge),
+                     LowerBoundSeconds(tasks, unlimited));
+    const ReshardPlan plan = random.NextPlan(tasks);
+    const SimulationResult a = MustSimulate(plan, unlimited);
+    const SimulationResult b = MustSimulate(plan, huge);
+    EXPECT_NEAR(a.seconds, b.seconds, 1e-9 * a.seconds) << "round " << round;
+    ASSERT_EQ(a.transfer_finish.size(), b.transfer_finish.size());
+    for (size_t t = 0; t < a.transfer_finish.size(); ++t) {
+      EXPECT_NEAR(a.transfer_finish[t], b.transfer_finish[t], 1e-9 * a.seconds);
+    }
+  }
+}
+
+TEST(CostModelPropertyTest, StrategiesNeverBeatTheBoundOnACpuCluster) {
+  // The netcluster bench's shape: 5 hosts x 4 CPU devices, 1 Gbps links,
+  // devices sharing a 64 Gbps host copy, 0.5 ms per transfer; the public
+  // cases at 32 MiB.
+  Topology topology = Topology::FromGbps(5, 4, 1, 80);
+  topology.host_copy_bandwidth = 8e9;
+  topology.transfer_setup_seconds = 0.5e-3;
+  const std::vector<int64_t> shape = {256, 256, 128};
+  const std::vector<ReshardProblem> cases = {
+      Problem(topology, shape, "2x4@0", "S0RR", "2x4@2", "S0RR"),
+      Problem(topology, shape, "2x4@0", "RRR", "2x4@2", "S0RR"),
+      Problem(topology, shape, "2x4@0", "RS0R", "2x4@2", "S0RR"),
+      Problem(topology, shape, "2x4@0", "RS01R", "2x4@2", "S01RR"),
+      Problem(topology, shape, "1x4@0", "S1RR", "2x4@1", "RRR"),
+      Problem(topology, shape, "1x4@0", "S1RR", "1x4@0", "RRR"),
+      Problem(topology, {int64_t{1} << 23}, "1x1@0", "R", "4x2@1", "R"),
+  };
+  for (const ReshardProblem& problem : cases) {
+    SCOPED_TRACE(problem.src_spec.ToString() + " -> " +
+                 problem.dst_spec.ToString());
+    const absl::StatusOr<StrategyComparison> comparison =
+        CompareStrategies({problem}, topology);
+    ASSERT_TRUE(comparison.ok()) << comparison.status();
+    for (const StrategyEvaluation& row : comparison->rows) {
+      EXPECT_GE(row.predicted_seconds, row.lower_bound_seconds * (1 - 1e-9))
+          << StrategyName(row.strategy);
+      EXPECT_GT(row.lower_bound_seconds, topology.transfer_setup_seconds);
+    }
+  }
+}
+
+TEST(CostModelPropertyTest, IntraHostAllGatherIsCopyBound) {
+  // netcluster's calibration job, 1x4 S1RR -> RRR inside one host: every
+  // device needs the other three quarters, so the host copies 3 x 128 MiB
+  // whatever the plan; at 8 GB/s that dominates the 80 Gbps ports.
+  Topology topology = Topology::FromGbps(1, 4, 1, 80);
+  topology.host_copy_bandwidth = 8e9;
+  const ReshardProblem problem =
+      Problem(topology, {1024, 1024, 32}, "1x4@0", "S1RR", "1x4@0", "RRR");
+  const double copied = 3.0 * 128 * 1024 * 1024;
+  EXPECT_NEAR(PublicLowerBound(problem, topology), copied / 8e9, 1e-9);
+  const absl::StatusOr<ReshardPlan> plan =
+      PlanReshard({problem}, topology, Strategy::kMeshcast);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const double predicted = MustSimulate(*plan, topology).seconds;
+  EXPECT_GE(predicted, copied / 8e9 * (1 - 1e-9));
+  // Without the shared copy the ports alone predict it 4x faster or more.
+  topology.host_copy_bandwidth = 0;
+  EXPECT_LE(4 * MustSimulate(*plan, topology).seconds, predicted);
+}
+
+TEST(CostModelSpeedTest, SixteenThousandTransfersWithCpuCostsStayFast) {
+  // The planning-speed target (128x8 -> 128x8, 65536^2 bf16, S0,S1 ->
+  // S1,S0: 16K transfers) with host copies and setup switched on. Every
+  // source host packs and every destination host unpacks 64 MiB at
+  // 6.25 GB/s, half the NIC rate, after one setup.
+  Topology topology = Topology::FromGbps(256, 8, 100, 2400);
+  topology.host_copy_bandwidth = 6.25e9;
+  topology.transfer_setup_seconds = 0.5e-3;
+  ReshardProblem problem;
+  problem.tensor = TensorSpec{{65536, 65536}, DType::kBFloat16};
+  problem.src_mesh = ParseMesh("128x8@0", topology).value();
+  problem.dst_mesh = ParseMesh("128x8@128", topology).value();
+  problem.src_spec = ShardingSpec::Parse("S0,S1").value();
+  problem.dst_spec = ShardingSpec::Parse("S1,S0").value();
+  const absl::StatusOr<ReshardPlan> plan =
+      PlanReshard({problem}, topology, Strategy::kMeshcast);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->transfers.size(), 16384u);
+  const auto start = std::chrono::steady_clock::now();
+  const SimulationResult result = MustSimulate(*plan, topology);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  EXPECT_LT(seconds, 2.0);  // about 0.1 s in Release; loose for slow CI
+  const double expected = 0.5e-3 + 64.0 * 1024 * 1024 / 6.25e9;
+  EXPECT_GE(result.seconds, expected * (1 - 1e-9));
+  EXPECT_NEAR(result.seconds, expected, 1e-4);
+  EXPECT_NEAR(PublicLowerBound(problem, topology), expected, 1e-9);
 }
 
 }  // namespace

@@ -43,27 +43,46 @@ absl::Status Topology::Validate() const {
           "topology: ", name, " must be positive and finite, got ", value));
     }
   }
-  // Latencies may be zero (an idealised model) but not negative.
-  const std::pair<const char*, double> latencies[] = {
+  // Latencies and the setup time may be zero (an idealised model) but not
+  // negative; a copy bandwidth of 0 means unlimited.
+  const std::pair<const char*, double> non_negative[] = {
       {"inter_host_latency", inter_host_latency},
       {"intra_host_latency", intra_host_latency},
+      {"transfer_setup_seconds", transfer_setup_seconds},
   };
-  for (const auto& [name, value] : latencies) {
+  for (const auto& [name, value] : non_negative) {
     if (!std::isfinite(value) || value < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "topology: ", name, " must be >= 0 and finite, got ", value));
     }
   }
+  if (!std::isfinite(host_copy_bandwidth) || host_copy_bandwidth < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("topology: host_copy_bandwidth must be >= 0 and finite "
+                     "(0 = unlimited), got ",
+                     host_copy_bandwidth));
+  }
   return absl::OkStatus();
 }
 
 std::string Topology::ToString() const {
-  return absl::StrFormat(
+  std::string text = absl::StrFormat(
       "%d hosts x %d devices, inter-host %g Gbps (latency %g us), intra-host "
       "%g Gbps (latency %g us)",
       num_hosts, devices_per_host, inter_host_bandwidth * 8 / 1e9,
       inter_host_latency * 1e6, intra_host_bandwidth * 8 / 1e9,
       intra_host_latency * 1e6);
+  // The CPU-side costs appear only when set, so GPU topologies read as
+  // before.
+  if (host_copy_bandwidth > 0) {
+    absl::StrAppendFormat(&text, ", host copy %g Gbps",
+                          host_copy_bandwidth * 8 / 1e9);
+  }
+  if (transfer_setup_seconds > 0) {
+    absl::StrAppendFormat(&text, ", transfer setup %g us",
+                          transfer_setup_seconds * 1e6);
+  }
+  return text;
 }
 
 Topology Topology::FromGbps(int hosts, int devices_per_host, double inter_gbps,

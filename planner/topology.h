@@ -7,6 +7,14 @@
 // (NVLink, or memory copies for CPU devices) with the same bandwidth each way.
 // Bandwidths are in bytes per second, latencies in seconds.
 //
+// Two optional CPU-side costs, both off by default (GPU hosts with NVLink and
+// copy engines do not need them): host_copy_bandwidth, one memory-copy
+// capacity per host that every device of the host shares (CPU devices share
+// the host's cores and memory bandwidth, so K devices do not get K ports at
+// memcpy speed), and transfer_setup_seconds, a fixed start-up cost of every
+// transfer (thread start, tag matching, a round trip). How the simulator uses
+// them is spelled out in planner/cost_model.h.
+//
 // Thread safety: a plain value type; const methods are safe to call
 // concurrently.
 #ifndef MESHCAST_PLANNER_TOPOLOGY_H_
@@ -33,12 +41,19 @@ struct Topology {
   // Transfers are pipelined in chunks of this size along a relay chain; each
   // extra hop adds one chunk's time at the hop's rate (pipeline fill).
   double pipeline_chunk_bytes = 1 << 20;
+  // Per-host memory-copy capacity (bytes/s) shared by all devices of the
+  // host: intra-host hops (memcpy) and the pack / unpack of slices that leave
+  // or enter the host draw on it. 0 means unlimited (no such resource).
+  double host_copy_bandwidth = 0;
+  // Fixed start-up time of every transfer (s), before its first byte moves.
+  double transfer_setup_seconds = 0;
 
   int num_devices() const { return num_hosts * devices_per_host; }
   int HostOf(int device) const { return device / devices_per_host; }
   bool SameHost(int a, int b) const { return HostOf(a) == HostOf(b); }
 
-  // Checks counts and rates are positive and finite.
+  // Checks counts and rates are positive and finite, latencies, the setup
+  // time and host_copy_bandwidth >= 0 and finite.
   absl::Status Validate() const;
   std::string ToString() const;
 

@@ -9,6 +9,7 @@ namespace meshcast {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(TopologyTest, FromGbpsConvertsToBytesPerSecond) {
   const Topology topology = Topology::FromGbps(5, 4, 10, 1200);
@@ -49,6 +50,44 @@ TEST(TopologyTest, ValidateRejectsBadValuesAndNamesTheField) {
   topology = Topology();
   topology.intra_host_latency = 0;  // zero latency is a valid ideal model
   EXPECT_TRUE(topology.Validate().ok());
+}
+
+TEST(TopologyTest, CpuCostsDefaultToOffAndValidate) {
+  Topology topology;
+  EXPECT_EQ(topology.host_copy_bandwidth, 0);
+  EXPECT_EQ(topology.transfer_setup_seconds, 0);
+  EXPECT_TRUE(topology.Validate().ok());
+  topology.host_copy_bandwidth = 8e9;
+  topology.transfer_setup_seconds = 500e-6;
+  EXPECT_TRUE(topology.Validate().ok()) << topology.Validate();
+}
+
+TEST(TopologyTest, ValidateRejectsBadCpuCostsAndNamesTheField) {
+  for (double bad : {-1.0, std::numeric_limits<double>::infinity(),
+                     std::numeric_limits<double>::quiet_NaN()}) {
+    Topology topology;
+    topology.host_copy_bandwidth = bad;
+    EXPECT_THAT(topology.Validate().message(),
+                HasSubstr("host_copy_bandwidth must be >= 0"))
+        << bad;
+    EXPECT_THAT(topology.Validate().message(), HasSubstr("0 = unlimited"));
+    topology = Topology();
+    topology.transfer_setup_seconds = bad;
+    EXPECT_THAT(topology.Validate().message(),
+                HasSubstr("transfer_setup_seconds must be >= 0"))
+        << bad;
+  }
+}
+
+TEST(TopologyTest, ToStringShowsCpuCostsOnlyWhenSet) {
+  Topology topology = Topology::FromGbps(2, 4, 1, 80);
+  EXPECT_THAT(topology.ToString(), Not(HasSubstr("copy")));
+  EXPECT_THAT(topology.ToString(), Not(HasSubstr("setup")));
+  topology.host_copy_bandwidth = 8e9;  // 64 Gbps
+  EXPECT_THAT(topology.ToString(), HasSubstr("host copy 64 Gbps"));
+  EXPECT_THAT(topology.ToString(), Not(HasSubstr("setup")));
+  topology.transfer_setup_seconds = 500e-6;
+  EXPECT_THAT(topology.ToString(), HasSubstr("transfer setup 500 us"));
 }
 
 TEST(TopologyTest, ToStringUsesHumanUnits) {
