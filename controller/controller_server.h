@@ -8,8 +8,13 @@
 //   ASSIGN_OR_RETURN(std::unique_ptr<ControllerServer> server,
 //                    ControllerServer::Start(config));
 //   std::cout << server->port();
+//   // with config.metrics_listen set: GET /metrics on metrics_port()
 //   ...
 //   server->Shutdown();   // also done by the destructor
+//
+// Besides the Controller service, the gRPC server answers the standard
+// health service (grpc.health.v1.Health, SERVING until Shutdown) and server
+// reflection, and counts every RPC in metrics().
 //
 // Thread safety: Start/Shutdown from one thread; port() from any.
 #ifndef MESHCAST_CONTROLLER_CONTROLLER_SERVER_H_
@@ -22,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "controller/clock.h"
+#include "controller/controller_metrics.h"
 #include "controller/controller_service.h"
 #include "controller/job_manager.h"
 #include "controller/job_store.h"
@@ -29,6 +35,7 @@
 #include "controller/reshard_planner.h"
 #include "controller/worker_client.h"
 #include "controller/worker_registry.h"
+#include "util/metrics_http_server.h"
 
 namespace meshcast {
 
@@ -37,6 +44,9 @@ struct ControllerConfig {
   std::string db_path = "meshcast.db";     // ":memory:" for tests
   WorkerRegistry::Options registry;
   JobManager::Options jobs;
+  // host:port for Prometheus metrics at GET /metrics (port 0 picks a free
+  // port); empty: not served.
+  std::string metrics_listen;
 };
 
 class ControllerServer {
@@ -50,6 +60,10 @@ class ControllerServer {
   ~ControllerServer();
 
   int port() const { return port_; }
+  // The bound metrics port; 0 when config.metrics_listen was empty.
+  int metrics_port() const {
+    return metrics_http_ != nullptr ? metrics_http_->port() : 0;
+  }
   // Stops accepting RPCs, ends watchers and waiting KvGets, fails unfinished
   // jobs ("controller shut down", aborting them on their workers).
   // Idempotent.
@@ -57,10 +71,15 @@ class ControllerServer {
 
   JobManager& jobs() { return *jobs_; }
   WorkerRegistry& registry() { return *registry_; }
+  ControllerMetrics& metrics() { return *metrics_; }
 
  private:
   ControllerServer() = default;
+  // The state gauges' snapshot (ControllerMetrics::SetStateSource).
+  ControllerState CurrentState() const;
 
+  // First: outlives everything that records into it.
+  std::unique_ptr<ControllerMetrics> metrics_;
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<WorkerRegistry> registry_;
   std::unique_ptr<KvStore> kv_;
@@ -69,6 +88,8 @@ class ControllerServer {
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<ControllerService> service_;
   std::unique_ptr<grpc::Server> server_;
+  // Last: gone before what its scrapes read.
+  std::unique_ptr<MetricsHttpServer> metrics_http_;
   int port_ = 0;
   bool shut_down_ = false;
 };

@@ -40,6 +40,7 @@ class Daemon {
         "--heartbeat-seconds=0.25",
         "--inter-gbps=40",
         "--metrics-port=0",
+        "--metrics-address=127.0.0.1",
     };
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());

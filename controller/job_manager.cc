@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "controller/log.h"
 #include "controller/program_builder.h"
 #include "util/status_macros.h"
@@ -67,14 +68,15 @@ struct JobManager::ActiveJob {
 JobManager::JobManager(Options options, JobStore* store,
                        WorkerRegistry* registry, KvStore* kv,
                        WorkerClient* client, ReshardPlanner* planner,
-                       Clock* clock)
+                       Clock* clock, ControllerMetrics* metrics)
     : options_(options),
       store_(store),
       registry_(registry),
       kv_(kv),
       client_(client),
       planner_(planner),
-      clock_(clock) {}
+      clock_(clock),
+      metrics_(metrics) {}
 
 JobManager::~JobManager() { Shutdown("controller shut down"); }
 
@@ -286,6 +288,18 @@ absl::StatusOr<DryRunResult> JobManager::DryRun(const v1::ReshardSpec& spec) {
   return result;
 }
 
+int JobManager::QueueDepth() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(queue_.size());
+}
+
+int JobManager::CountBusy(const std::vector<int>& devices) const {
+  absl::MutexLock lock(&mu_);
+  int busy = 0;
+  for (int device : devices) busy += allocator_.IsBusy(device) ? 1 : 0;
+  return busy;
+}
+
 std::vector<int> JobManager::BusyHosts() const {
   absl::MutexLock lock(&mu_);
   std::vector<int> hosts;
@@ -414,6 +428,7 @@ void JobManager::ScheduleLocked() {
 void JobManager::RunJob(ActiveJob* job) {
   const std::string id = job->job.id();  // immutable after Submit
   // Plan and project without the lock: the inputs are read-only now.
+  const absl::Time planning_start = absl::Now();
   absl::StatusOr<PlanningResult> planning =
       [&]() -> absl::StatusOr<PlanningResult> {
     ASSIGN_OR_RETURN(ReshardProblem problem,
@@ -429,6 +444,10 @@ void JobManager::RunJob(ActiveJob* job) {
   absl::StatusOr<std::vector<v1::WorkerProgram>> programs =
       plan.ok() ? ProjectPlan(*plan, id, job->slots)
                 : absl::StatusOr<std::vector<v1::WorkerProgram>>(plan.status());
+  if (metrics_ != nullptr) {
+    metrics_->JobPlanned(ControllerMetrics::kReshard,
+                         absl::ToDoubleSeconds(absl::Now() - planning_start));
+  }
   // Endpoints in program order (programs follow host order, a subset of the
   // job's hosts: a host whose devices the plan never touches gets none).
   // Only these workers run something, so only these get AbortTask.
@@ -521,6 +540,10 @@ void JobManager::RunJob(ActiveJob* job) {
             absl::StrCat("verification incomplete: workers verified ", verified,
                          " of ", expected, " destination elements");
       } else {
+        if (metrics_ != nullptr) {
+          metrics_->JobMeasured(ControllerMetrics::kReshard, seconds,
+                                result->predicted_seconds());
+        }
         message = absl::StrFormat(
             "moved %d bytes in %.6f s (%.3f Gbps, predicted %.6f s); "
             "verified %d elements, 0 mismatches",
@@ -614,6 +637,10 @@ void JobManager::FinishLocked(ActiveJob* job, v1::JobState state,
   kv_->DeletePrefix(KvPrefix(job->job.id()));
   job->finished = true;
   job->job.set_finished_unix(UnixSecondsOf(clock_->Now()));
+  if (metrics_ != nullptr) {
+    metrics_->JobFinished(ControllerMetrics::kReshard, state,
+                          job->job.finished_unix() - job->job.created_unix());
+  }
   TransitionLocked(
       job, state, message,
       state == v1::JOB_STATE_SUCCEEDED ? 1.0 : job->job.progress());

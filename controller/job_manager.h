@@ -49,6 +49,7 @@
 #include "absl/time/time.h"
 #include "controller/allocator.h"
 #include "controller/clock.h"
+#include "controller/controller_metrics.h"
 #include "controller/event_hub.h"
 #include "controller/job_store.h"
 #include "controller/kv_store.h"
@@ -81,10 +82,10 @@ class JobManager {
     int max_unfinished_jobs = 10000;
   };
 
-  // Every pointer must outlive the manager.
+  // Every pointer must outlive the manager; `metrics` may be null.
   JobManager(Options options, JobStore* store, WorkerRegistry* registry,
              KvStore* kv, WorkerClient* client, ReshardPlanner* planner,
-             Clock* clock);
+             Clock* clock, ControllerMetrics* metrics = nullptr);
   ~JobManager();
   JobManager(const JobManager&) = delete;
   JobManager& operator=(const JobManager&) = delete;
@@ -123,6 +124,10 @@ class JobManager {
 
   // Hosts with a device held by a planning or running job.
   std::vector<int> BusyHosts() const ABSL_LOCKS_EXCLUDED(mu_);
+  // For metrics: QUEUED jobs waiting for devices, and how many of `devices`
+  // started jobs hold.
+  int QueueDepth() const ABSL_LOCKS_EXCLUDED(mu_);
+  int CountBusy(const std::vector<int>& devices) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Registry listener: a lost or restarted worker fails the jobs using it.
   void OnWorkerEvent(const WorkerEvent& event) ABSL_LOCKS_EXCLUDED(mu_);
@@ -159,6 +164,7 @@ class JobManager {
   WorkerClient* const client_;
   ReshardPlanner* const planner_;
   Clock* const clock_;
+  ControllerMetrics* const metrics_;  // may be null
   EventHub hub_;
 
   mutable absl::Mutex mu_;

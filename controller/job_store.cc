@@ -304,6 +304,19 @@ absl::StatusOr<std::vector<v1::JobEvent>> JobStore::ListEvents(
   return events;
 }
 
+absl::StatusOr<std::map<v1::JobState, int64_t>> JobStore::CountJobsByState() {
+  absl::MutexLock lock(&mu_);
+  Statement stmt(db_, "SELECT state, COUNT(*) FROM jobs GROUP BY state");
+  RETURN_IF_ERROR(stmt.status());
+  std::map<v1::JobState, int64_t> counts;
+  while (true) {
+    ASSIGN_OR_RETURN(const bool row, stmt.Step());
+    if (!row) break;
+    counts[static_cast<v1::JobState>(stmt.ColumnInt(0))] = stmt.ColumnInt(1);
+  }
+  return counts;
+}
+
 absl::StatusOr<std::vector<std::string>> JobStore::FailUnfinishedJobs(
     absl::string_view message, double now_unix) {
   absl::MutexLock lock(&mu_);

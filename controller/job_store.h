@@ -25,6 +25,7 @@
 #ifndef MESHCAST_CONTROLLER_JOB_STORE_H_
 #define MESHCAST_CONTROLLER_JOB_STORE_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,6 +68,10 @@ class JobStore {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Oldest first.
   absl::StatusOr<std::vector<v1::JobEvent>> ListEvents(absl::string_view id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Number of jobs in each state (states without jobs are absent); for the
+  // controller's metrics.
+  absl::StatusOr<std::map<v1::JobState, int64_t>> CountJobsByState()
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Marks every QUEUED/PLANNING/RUNNING job FAILED with `message` (and an

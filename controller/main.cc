@@ -4,6 +4,7 @@
 //
 //   meshcast-controller --listen=127.0.0.1:50051 --db=meshcast.db
 //   meshcast-controller --listen=127.0.0.1:0 --port-file=/tmp/port
+//   meshcast-controller --metrics-port=9401      # Prometheus /metrics
 //
 // Flags may be written with dashes or underscores (--inter-gbps or
 // --inter_gbps). SIGTERM or SIGINT shuts down cleanly: unfinished jobs are
@@ -31,8 +32,14 @@ ABSL_FLAG(std::string, db, "meshcast.db",
           "SQLite database file for jobs and events (created if missing)");
 ABSL_FLAG(std::string, port_file, "",
           "if set, write the bound port number to this file once serving");
-ABSL_FLAG(int, metrics_port, 0,
-          "port for Prometheus /metrics (0 = off; accepted, not served yet)");
+ABSL_FLAG(int, metrics_port, -1,
+          "port for Prometheus GET /metrics (docs/metrics.md); 0 picks a free "
+          "port (printed, and written to --metrics-port-file); -1 = off");
+ABSL_FLAG(std::string, metrics_address, "0.0.0.0",
+          "address the metrics port binds (0.0.0.0: every interface, so that "
+          "Prometheus in another container can scrape)");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "if set, write the bound metrics port to this file once serving");
 ABSL_FLAG(double, lease_seconds, 5,
           "a worker without a heartbeat for this long is marked lost and its "
           "jobs fail");
@@ -64,6 +71,16 @@ std::vector<std::string> NormalizeFlagNames(int argc, char** argv) {
 }
 
 bool PositiveFinite(double v) { return std::isfinite(v) && v > 0; }
+
+// Writes "port\n" to `path` through a rename, so a reader never sees a
+// partial file.
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::trunc);
+  out << port << "\n";
+  out.close();
+  return out && std::rename(tmp.c_str(), path.c_str()) == 0;
+}
 
 }  // namespace
 
@@ -100,8 +117,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  if (metrics_port < 0 || metrics_port > 65535) {
-    std::cerr << "meshcast-controller: --metrics-port must be 0..65535\n";
+  if (metrics_port < -1 || metrics_port > 65535) {
+    std::cerr << "meshcast-controller: --metrics-port must be 0..65535 (0: a "
+                 "free port) or -1 (off)\n";
+    return 2;
+  }
+  const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  if (metrics_port >= 0 && metrics_address.empty()) {
+    std::cerr << "meshcast-controller: --metrics-address must not be empty "
+                 "(e.g. 0.0.0.0 or 127.0.0.1)\n";
     return 2;
   }
 
@@ -113,6 +137,9 @@ int main(int argc, char** argv) {
   config.registry.inter_host_bandwidth = inter * 1e9 / 8;
   config.registry.intra_host_bandwidth = intra * 1e9 / 8;
   config.jobs.task_timeout = absl::Seconds(task_timeout);
+  if (metrics_port >= 0) {
+    config.metrics_listen = absl::StrCat(metrics_address, ":", metrics_port);
+  }
 
   // Block the shutdown signals before any thread starts, so that every
   // thread inherits the mask and only sigwait below receives them.
@@ -135,24 +162,29 @@ int main(int argc, char** argv) {
                     "), database ", config.db_path, ", lease ", lease,
                     " s, heartbeat ", heartbeat, " s, links ", inter,
                     " Gbps between hosts / ", intra, " Gbps inside");
-  if (metrics_port != 0) {
-    meshcast::LogWarning("--metrics-port ", metrics_port,
-                         " accepted; /metrics is not served yet");
-  }
   std::cout << "meshcast-controller listening on port " << port << std::endl;
+  const int bound_metrics_port = (*server)->metrics_port();
+  if (bound_metrics_port > 0) {
+    meshcast::LogInfo("serving Prometheus metrics on ", metrics_address, ":",
+                      bound_metrics_port, "/metrics");
+    std::cout << "meshcast-controller metrics on port " << bound_metrics_port
+              << std::endl;
+  }
+  // The metrics port file first: once --port-file exists, both are.
+  const std::string metrics_port_file = absl::GetFlag(FLAGS_metrics_port_file);
+  if (!metrics_port_file.empty() && bound_metrics_port > 0 &&
+      !WritePortFile(metrics_port_file, bound_metrics_port)) {
+    std::cerr << "meshcast-controller: --metrics-port-file "
+              << metrics_port_file << ": cannot write\n";
+    (*server)->Shutdown();
+    return 1;
+  }
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty()) {
-    // Write then rename, so a reader never sees a partial file.
-    const std::string tmp = port_file + ".tmp";
-    std::ofstream out(tmp, std::ios::trunc);
-    out << port << "\n";
-    out.close();
-    if (!out || std::rename(tmp.c_str(), port_file.c_str()) != 0) {
-      std::cerr << "meshcast-controller: --port-file " << port_file
-                << ": cannot write\n";
-      (*server)->Shutdown();
-      return 1;
-    }
+  if (!port_file.empty() && !WritePortFile(port_file, port)) {
+    std::cerr << "meshcast-controller: --port-file " << port_file
+              << ": cannot write\n";
+    (*server)->Shutdown();
+    return 1;
   }
 
   int received = 0;

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -39,6 +40,12 @@ absl::StatusOr<v1::JobResult> Executor::Run(const ParsedProgram& program,
     absl::MutexLock lock(&mu_);
     comm_ = comm;
   }
+  // Forget the communicator on every return path: the caller destroys it
+  // once Run returns, and a later Abort must not reach freed memory.
+  absl::Cleanup forget_comm = [this] {
+    absl::MutexLock lock(&mu_);
+    comm_ = nullptr;
+  };
   // An Abort that came before `comm_` was set did not reach the
   // communicator; it does not need to, as nothing was posted yet.
   RETURN_IF_ERROR(cancellation_.status());
@@ -46,6 +53,7 @@ absl::StatusOr<v1::JobResult> Executor::Run(const ParsedProgram& program,
   const absl::Time setup_start = absl::Now();
   ASSIGN_OR_RETURN(BufferSet buffers, BufferSet::Create(program, cancellation_,
                                                         options_.fill_threads));
+  const ScopedBufferMemory memory(options_.metrics, program);
   const absl::Time setup_end = absl::Now();
   if (comm != nullptr && comm->size() > 1) {
     absl::Status barrier = Barrier(*comm);
@@ -65,6 +73,12 @@ absl::StatusOr<v1::JobResult> Executor::Run(const ParsedProgram& program,
   env.comm = comm;
   env.cancellation = &cancellation_;
   env.options = options_.relay;
+  if (options_.metrics != nullptr) {
+    env.on_hop_done = [this, &program](const StepDesc& step, int position,
+                                       double seconds) {
+      options_.metrics->HopFinished(program, step, position, seconds);
+    };
+  }
   v1::JobResult result;
   result.set_predicted_seconds(program.predicted_seconds);
   result.set_lower_bound_seconds(program.lower_bound_seconds);
@@ -136,10 +150,18 @@ absl::Status Executor::RunSteps(const ParsedProgram& program,
   std::vector<double> seconds(n, 0);
   std::vector<std::thread> threads;
 
+  WorkerMetrics* const metrics = options_.metrics;
   auto run_step = [&](int i) {
+    if (metrics != nullptr) metrics->StepStarted();
     const absl::Time start = absl::Now();
     absl::Status status = ExecuteRelayStep(program.steps[i], env);
     const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
+    if (metrics != nullptr) {
+      metrics->StepEnded();
+      if (status.ok()) {
+        metrics->StepFinished(program, program.steps[i], elapsed);
+      }
+    }
     if (!status.ok()) Fail(status);
     absl::MutexLock lock(&mu);
     --running;

@@ -30,6 +30,7 @@
 #include "worker/communicator.h"
 #include "worker/program.h"
 #include "worker/relay_step.h"
+#include "worker/worker_metrics.h"
 
 namespace meshcast::worker {
 
@@ -40,6 +41,8 @@ struct ExecutorOptions {
   int max_concurrent_steps = 1024;
   // Threads that fill and verify tiles.
   int fill_threads = 4;
+  // Optional: steps, hops and tile memory are reported here as they happen.
+  WorkerMetrics* metrics = nullptr;
 };
 
 // What Run measured besides the JobResult (for logs).

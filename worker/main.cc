@@ -1,8 +1,13 @@
 // meshcast-worker: the per-node daemon. Serves the Worker service, keeps
 // itself registered with the controller, and runs the programs the
-// controller pushes on its (virtual CPU) devices.
+// controller pushes on its devices (virtual CPU devices, or GPUs with
+// --devices=cuda... in a CUDA build, docs/gpu.md).
 //
 //   meshcast-worker --controller 127.0.0.1:7070 --devices=cpu:4
+//   ... --metrics-port=9402     # Prometheus /metrics (docs/metrics.md)
+//
+// The gRPC server also answers the standard health service (SERVING until
+// shutdown) and server reflection.
 //
 // SIGTERM / SIGINT: abort running tasks, stop heartbeats, stop serving,
 // exit 0.
@@ -11,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -24,15 +30,23 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "util/metrics_http_server.h"
 #include "worker/controller_kv_store.h"
 #include "worker/device_spec.h"
 #include "worker/log.h"
 #include "worker/worker_agent.h"
+#include "worker/worker_metrics.h"
 #include "worker/worker_service.h"
+#ifdef MESHCAST_WITH_CUDA
+#include "worker/cuda/device_executor.h"
+#include "worker/cuda/device_pattern.h"
+#endif
 
 ABSL_FLAG(std::string, controller, "",
           "host:port of meshcast-controller (required)");
@@ -40,8 +54,9 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:0",
           "host:port for the Worker service; port 0 picks a free port");
 ABSL_FLAG(std::string, name, "", "unique worker name (default: the host name)");
 ABSL_FLAG(std::string, devices, "",
-          "cpu:N virtual CPU devices (default cpu:4); cuda[...] is not "
-          "implemented yet");
+          "cpu:N virtual CPU devices (default cpu:4), or GPUs: cuda (all "
+          "visible), cuda:0,2 (CUDA ordinals), cuda:0x4 (4 virtual devices "
+          "on GPU 0); GPUs need a CUDA build");
 ABSL_FLAG(std::string, data_address, "127.0.0.1",
           "address of this host that peer workers connect to for data");
 ABSL_FLAG(double, heartbeat_seconds, 0,
@@ -49,10 +64,24 @@ ABSL_FLAG(double, heartbeat_seconds, 0,
 ABSL_FLAG(int64_t, chunk_bytes, int64_t{1} << 20,
           "pipelining chunk of relay chains, bytes");
 ABSL_FLAG(int, pipeline_depth, 4, "chunks in flight per relay hop");
+ABSL_FLAG(int64_t, gpu_chunk_bytes, int64_t{4} << 20,
+          "GPU workers: relay chunk of NCCL pipelines, bytes (the same on "
+          "every worker of a job)");
+ABSL_FLAG(int, gpu_lanes, 4,
+          "GPU workers: stream lanes (and NCCL communicators per GPU) that "
+          "independent steps spread over");
 ABSL_FLAG(double, rendezvous_timeout_seconds, 60,
           "bound on waiting for a job's peer workers to connect");
 ABSL_FLAG(double, op_timeout_seconds, 120,
           "bound on each data-plane transfer wait");
+ABSL_FLAG(int, metrics_port, -1,
+          "port for Prometheus GET /metrics (docs/metrics.md); 0 picks a free "
+          "port (printed, and written to --metrics-port-file); -1 = off");
+ABSL_FLAG(std::string, metrics_address, "0.0.0.0",
+          "address the metrics port binds (0.0.0.0: every interface, so that "
+          "Prometheus in another container can scrape)");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "if set, write the bound metrics port to this file once serving");
 
 namespace meshcast::worker {
 namespace {
@@ -90,6 +119,15 @@ std::vector<char*> NormalizeFlagNames(int argc, char** argv,
   return pointers;
 }
 
+// Writes "port\n" through a rename, so a reader never sees a partial file.
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::trunc);
+  out << port << "\n";
+  out.close();
+  return out && std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
 int Fail(const std::string& message) {
   std::cerr << "meshcast-worker: " << message << "\n";
   return 2;
@@ -112,6 +150,22 @@ int Main(int argc, char** argv) {
   absl::StatusOr<DeviceSpec> devices =
       ParseDeviceSpec(absl::GetFlag(FLAGS_devices));
   if (!devices.ok()) return Fail(std::string(devices.status().message()));
+  if (devices->kind == "cuda") {
+#ifdef MESHCAST_WITH_CUDA
+    devices = ResolveGpuDevices(*devices, cuda::GpuCount());
+    if (!devices.ok()) return Fail(std::string(devices.status().message()));
+#else
+    return Fail(absl::StrCat(
+        "--devices=", absl::GetFlag(FLAGS_devices),
+        ": this meshcast-worker was built without CUDA (MESHCAST_CUDA=OFF, or "
+        "no CUDA toolkit and NCCL at build time); rebuild with "
+        "-DMESHCAST_CUDA=ON or use --devices=cpu:N"));
+#endif
+  }
+  if (absl::GetFlag(FLAGS_gpu_chunk_bytes) < 1 ||
+      absl::GetFlag(FLAGS_gpu_lanes) < 1) {
+    return Fail("--gpu-chunk-bytes and --gpu-lanes must be >= 1");
+  }
   const std::string name = absl::GetFlag(FLAGS_name).empty()
                                ? HostName()
                                : absl::GetFlag(FLAGS_name);
@@ -131,6 +185,16 @@ int Main(int argc, char** argv) {
         "--op-timeout-seconds > 0");
   }
 
+  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (metrics_port < -1 || metrics_port > 65535) {
+    return Fail("--metrics-port must be 0..65535 (0: a free port) or -1 (off)");
+  }
+  const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  if (metrics_port >= 0 && metrics_address.empty()) {
+    return Fail("--metrics-address must not be empty (e.g. 0.0.0.0 or "
+                "127.0.0.1)");
+  }
+
   // Signals are taken synchronously by sigwait below; block them before any
   // thread starts so every thread inherits the mask.
   sigset_t signals;
@@ -143,7 +207,10 @@ int Main(int argc, char** argv) {
       grpc::CreateChannel(controller, grpc::InsecureChannelCredentials());
   ControllerKvStore kv(channel);
 
+  WorkerMetrics metrics(devices->count,
+                        devices->kind == "cuda" ? "nccl" : "gloo");
   WorkerServiceOptions service_options;
+  service_options.metrics = &metrics;
   service_options.name = name;
   service_options.num_devices = devices->count;
   service_options.task.executor.relay.chunk_bytes =
@@ -155,10 +222,25 @@ int Main(int argc, char** argv) {
       absl::Seconds(absl::GetFlag(FLAGS_rendezvous_timeout_seconds));
   service_options.task.gloo.op_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_op_timeout_seconds));
+#ifdef MESHCAST_WITH_CUDA
+  if (devices->kind == "cuda") {
+    cuda::CudaBackendOptions gpu;
+    gpu.chunk_bytes = absl::GetFlag(FLAGS_gpu_chunk_bytes);
+    gpu.lanes = absl::GetFlag(FLAGS_gpu_lanes);
+    gpu.rendezvous_timeout =
+        absl::Seconds(absl::GetFlag(FLAGS_rendezvous_timeout_seconds));
+    gpu.op_timeout = absl::Seconds(absl::GetFlag(FLAGS_op_timeout_seconds));
+    service_options.task.device_backend =
+        std::make_shared<cuda::CudaBackend>(*devices, gpu);
+  }
+#endif
   WorkerService service(service_options, &kv);
 
   const std::string listen = absl::GetFlag(FLAGS_listen);
   int port = 0;
+  // Both take effect for servers built after these calls.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
@@ -177,6 +259,31 @@ int Main(int argc, char** argv) {
   std::printf("meshcast-worker listening on %s\n", address.c_str());
   std::fflush(stdout);
 
+  std::unique_ptr<MetricsHttpServer> metrics_http;
+  if (metrics_port >= 0) {
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
+        MetricsHttpServer::Start(
+            absl::StrCat(metrics_address, ":", metrics_port),
+            &metrics.registry());
+    if (!http.ok()) {
+      service.Shutdown("worker failed to start");
+      server->Shutdown();
+      return Fail(absl::StrCat("--metrics-port: ", http.status().message()));
+    }
+    metrics_http = *std::move(http);
+    Log(absl::StrCat("serving Prometheus metrics on ", metrics_address, ":",
+                     metrics_http->port(), "/metrics"));
+    std::printf("meshcast-worker metrics on port %d\n", metrics_http->port());
+    std::fflush(stdout);
+    const std::string port_file = absl::GetFlag(FLAGS_metrics_port_file);
+    if (!port_file.empty() && !WritePortFile(port_file, metrics_http->port())) {
+      service.Shutdown("worker failed to start");
+      server->Shutdown();
+      return Fail(absl::StrCat("--metrics-port-file ", port_file,
+                               ": cannot write"));
+    }
+  }
+
   WorkerAgentOptions agent_options;
   agent_options.name = name;
   agent_options.address = address;
@@ -193,6 +300,9 @@ int Main(int argc, char** argv) {
   Log(absl::StrCat("received ", signal_number == SIGTERM ? "SIGTERM" : "SIGINT",
                    "; shutting down"));
   agent.Stop();
+  if (server->GetHealthCheckService() != nullptr) {
+    server->GetHealthCheckService()->SetServingStatus(false);
+  }
   service.Shutdown("worker shutting down");
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(10));
   server->Wait();

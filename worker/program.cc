@@ -234,6 +234,7 @@ absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& proto) {
     desc.id = step.id();
     desc.tensor = step.tensor();
     desc.stage = step.stage();
+    desc.op = step.op();
     desc.chain.assign(group->second->devices().begin(),
                       group->second->devices().end());
     if (desc.chain.size() < 2 ||

@@ -47,6 +47,7 @@ struct StepDesc {
   Box slice;
   std::vector<int> chain;  // global device ids, rank order of the group
   int stage = 0;
+  v1::Step::Op op = v1::Step::OP_BROADCAST;  // for metrics labels
   // Ids of steps of this program that must finish first.
   std::vector<int> deps;
   int64_t bytes = 0;  // NumElements(slice) * DTypeSize(dtype)

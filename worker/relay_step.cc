@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "util/status_macros.h"
 
 namespace meshcast::worker {
@@ -26,7 +27,7 @@ struct Segment {
 class RelayRun {
  public:
   RelayRun(const StepDesc& step, const RelayEnvironment& env)
-      : step_(step), env_(env) {}
+      : step_(step), env_(env), start_(absl::Now()) {}
 
   absl::Status Run() {
     const ParsedProgram& program = *env_.program;
@@ -68,6 +69,7 @@ class RelayRun {
     for (size_t p = 1; p < step_.chain.size(); ++p) {
       RETURN_IF_ERROR(env_.cancellation->status());
       RETURN_IF_ERROR(destinations_[p]->CopyRegionFrom(*previous, step_.slice));
+      HopDone(p);
       previous = destinations_[p];
     }
     return absl::OkStatus();
@@ -128,6 +130,13 @@ class RelayRun {
     return absl::OkStatus();
   }
 
+  void HopDone(int position) const {
+    if (env_.on_hop_done) {
+      env_.on_hop_done(step_, position,
+                       absl::ToDoubleSeconds(absl::Now() - start_));
+    }
+  }
+
   int64_t ChunkBegin(int64_t c) const { return c * chunk_elements_; }
   int64_t ChunkEnd(int64_t c) const {
     return std::min(elements_, (c + 1) * chunk_elements_);
@@ -177,6 +186,7 @@ class RelayRun {
     for (int p = std::max(1, segment.first); p <= segment.last; ++p) {
       RETURN_IF_ERROR(destinations_[p]->UnpackSlice(step_.slice, ChunkBegin(c),
                                                     ChunkEnd(c), data));
+      if (c == chunks_ - 1) HopDone(p);
     }
     // 4. Keep `depth_` receives posted: re-post into the slot freed last
     // (a forwarding segment frees a slot only when its send is done).
@@ -192,6 +202,7 @@ class RelayRun {
 
   const StepDesc& step_;
   const RelayEnvironment& env_;
+  const absl::Time start_;
   int element_size_ = 1;
   int64_t elements_ = 0;
   int64_t chunk_elements_ = 1;

@@ -20,6 +20,7 @@
 #define MESHCAST_WORKER_RELAY_STEP_H_
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/status.h"
 #include "worker/buffer_set.h"
@@ -52,6 +53,11 @@ struct RelayEnvironment {
   Communicator* comm = nullptr;
   const Cancellation* cancellation = nullptr;
   RelayOptions options;
+  // Optional (metrics): called on the step's thread once the hop into chain
+  // position `position`, a device of this worker, has landed its last byte,
+  // `seconds` after the step started here.
+  std::function<void(const StepDesc& step, int position, double seconds)>
+      on_hop_done;
 };
 
 // Runs the local part of `step`; returns when its local receivers hold the

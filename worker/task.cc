@@ -19,11 +19,32 @@ void Task::Abort(absl::string_view reason) {
   executor_.Abort(reason);
   absl::MutexLock lock(&mu_);
   if (comm_ != nullptr) comm_->Abort(reason);
+  if (device_job_ != nullptr) device_job_->Abort(reason);
+}
+
+ExecutorTimings Task::timings() const {
+  absl::MutexLock lock(&mu_);
+  if (device_job_ != nullptr) return device_job_->timings();
+  return executor_.timings();
+}
+
+absl::StatusOr<v1::JobResult> Task::RunOnDevices(
+    const ParsedProgram& program) {
+  DeviceJob* job = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    device_job_ = options_.device_backend->NewJob();
+    job = device_job_.get();
+  }
+  // An Abort before device_job_ was set has set cancellation_ already.
+  RETURN_IF_ERROR(cancellation_.status());
+  return job->Run(program, kv_);
 }
 
 absl::StatusOr<v1::JobResult> Task::Run() {
   ASSIGN_OR_RETURN(const ParsedProgram program, ParseProgram(program_));
   RETURN_IF_ERROR(cancellation_.status());
+  if (options_.device_backend != nullptr) return RunOnDevices(program);
   std::unique_ptr<GlooCommunicator> comm;
   if (program.world_size > 1) {
     if (kv_ == nullptr) {

@@ -2,6 +2,8 @@
 // program, bootstrap the job's communicator through the rendezvous store
 // (keys "job/<job_id>/gloo/", only when world_size > 1), execute, close.
 // Abort works in every phase (rendezvous, fill, steps, verification).
+// With TaskOptions::device_backend set (GPU workers, docs/gpu.md) the job
+// runs on that backend instead of the CPU executor and Gloo.
 //
 //   Task task(request.program(), &kv, options);
 //   absl::StatusOr<v1::JobResult> result = task.Run();   // blocks
@@ -11,6 +13,7 @@
 #ifndef MESHCAST_WORKER_TASK_H_
 #define MESHCAST_WORKER_TASK_H_
 
+#include <memory>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -19,6 +22,7 @@
 #include "meshcast/v1/job.pb.h"
 #include "meshcast/v1/plan.pb.h"
 #include "worker/cancellation.h"
+#include "worker/device_backend.h"
 #include "worker/executor.h"
 #include "worker/gloo_communicator.h"
 #include "worker/kv_store.h"
@@ -28,6 +32,9 @@ namespace meshcast::worker {
 struct TaskOptions {
   ExecutorOptions executor;
   GlooOptions gloo;
+  // Null: virtual CPU devices (Executor + Gloo). Otherwise every job runs as
+  // a DeviceJob of this backend (e.g. GPUs with NCCL).
+  std::shared_ptr<DeviceBackend> device_backend;
 };
 
 class Task {
@@ -40,16 +47,19 @@ class Task {
 
   const std::string& job_id() const { return program_.job_id(); }
   // Valid after Run returned a result.
-  ExecutorTimings timings() const { return executor_.timings(); }
+  ExecutorTimings timings() const;
 
  private:
+  absl::StatusOr<v1::JobResult> RunOnDevices(const ParsedProgram& program);
+
   const v1::WorkerProgram program_;
   KvStore* const kv_;
   const TaskOptions options_;
   Cancellation cancellation_;
   Executor executor_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   Communicator* comm_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::unique_ptr<DeviceJob> device_job_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace meshcast::worker

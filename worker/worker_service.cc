@@ -12,17 +12,25 @@
 namespace meshcast::worker {
 namespace {
 
-void Reject(v1::RunTaskResponse* response, const std::string& job_id,
-            const std::string& error) {
+void Reject(WorkerMetrics* metrics, v1::RunTaskResponse* response,
+            const std::string& job_id, const std::string& error) {
+  if (metrics != nullptr) {
+    metrics->TaskFinished(WorkerMetrics::TaskResult::kFailed, 0, 0);
+  }
   Log(absl::StrCat("job ", job_id, ": rejected: ", error));
   response->set_ok(false);
   response->set_error(error);
 }
 
+WorkerServiceOptions WithExecutorMetrics(WorkerServiceOptions options) {
+  options.task.executor.metrics = options.metrics;
+  return options;
+}
+
 }  // namespace
 
 WorkerService::WorkerService(WorkerServiceOptions options, KvStore* kv)
-    : options_(std::move(options)), kv_(kv) {}
+    : options_(WithExecutorMetrics(std::move(options))), kv_(kv) {}
 
 grpc::Status WorkerService::RunTask(grpc::ServerContext* context,
                                     const v1::RunTaskRequest* request,
@@ -30,12 +38,12 @@ grpc::Status WorkerService::RunTask(grpc::ServerContext* context,
   const v1::WorkerProgram& program = request->program();
   const std::string& job_id = program.job_id();
   if (job_id.empty()) {
-    Reject(response, job_id, "program.job_id is empty");
+    Reject(options_.metrics, response, job_id, "program.job_id is empty");
     return grpc::Status::OK;
   }
   if (program.local_devices_size() > options_.num_devices) {
     Reject(
-        response, job_id,
+        options_.metrics, response, job_id,
         absl::StrCat("program.local_devices has ", program.local_devices_size(),
                      " devices but this worker drives ", options_.num_devices));
     return grpc::Status::OK;
@@ -44,12 +52,12 @@ grpc::Status WorkerService::RunTask(grpc::ServerContext* context,
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) {
-      Reject(response, job_id,
+      Reject(options_.metrics, response, job_id,
              absl::StrCat("worker is shutting down: ", shutdown_reason_));
       return grpc::Status::OK;
     }
     if (!running_.emplace(job_id, task).second) {
-      Reject(response, job_id,
+      Reject(options_.metrics, response, job_id,
              absl::StrCat("job ", job_id, " is already running here"));
       return grpc::Status::OK;
     }
@@ -65,6 +73,7 @@ grpc::Status WorkerService::RunTask(grpc::ServerContext* context,
     absl::MutexLock lock(&mu_);
     running_.erase(job_id);
   }
+  CountTask(program, result);
 
   if (!result.ok()) {
     Log(absl::StrCat("job ", job_id, ": failed: ", result.status().ToString()));
@@ -92,6 +101,37 @@ grpc::Status WorkerService::RunTask(grpc::ServerContext* context,
   response->set_ok(true);
   Log(absl::StrCat("job ", job_id, ": succeeded"));
   return grpc::Status::OK;
+}
+
+void WorkerService::CountTask(const v1::WorkerProgram& program,
+                              const absl::StatusOr<v1::JobResult>& result) {
+  WorkerMetrics* const metrics = options_.metrics;
+  if (metrics == nullptr) return;
+  if (!result.ok()) {
+    metrics->TaskFinished(absl::IsCancelled(result.status())
+                              ? WorkerMetrics::TaskResult::kAborted
+                              : WorkerMetrics::TaskResult::kFailed,
+                          0, 0);
+    return;
+  }
+  if (options_.task.device_backend != nullptr) {
+    // Parsing succeeded once already (the task ran it).
+    absl::StatusOr<ParsedProgram> parsed = ParseProgram(program);
+    if (parsed.ok()) {
+      absl::flat_hash_map<int, const StepDesc*> steps;
+      for (const StepDesc& step : parsed->steps) steps[step.id] = &step;
+      for (const v1::StepResult& step : result->steps()) {
+        auto it = steps.find(step.step());
+        if (it != steps.end()) {
+          metrics->StepFinished(*parsed, *it->second, step.seconds());
+        }
+      }
+    }
+  }
+  metrics->TaskFinished(result->mismatches() > 0
+                            ? WorkerMetrics::TaskResult::kFailed
+                            : WorkerMetrics::TaskResult::kOk,
+                        result->elements_verified(), result->mismatches());
 }
 
 absl::StatusOr<v1::JobResult> WorkerService::RunWatched(

@@ -8,7 +8,9 @@
 //   If the controller cancels the call, the task is aborted.
 // - AbortTask aborts a running job (found=false if none by that id).
 // - GetStatus: name, devices, running jobs.
-// Each task's start and end are logged to stderr.
+// Each task's start and end are logged to stderr; with
+// WorkerServiceOptions::metrics set, every program's outcome is counted and
+// the executor reports its steps there (worker_metrics.h).
 //
 //   WorkerService service(options, &kv);
 //   builder.RegisterService(&service);
@@ -27,6 +29,7 @@
 #include "meshcast/v1/worker.grpc.pb.h"
 #include "worker/kv_store.h"
 #include "worker/task.h"
+#include "worker/worker_metrics.h"
 
 namespace meshcast::worker {
 
@@ -34,6 +37,9 @@ struct WorkerServiceOptions {
   std::string name;
   int num_devices = 0;
   TaskOptions task;
+  // Optional; must outlive the service. Also handed to every task's
+  // executor (task.executor.metrics).
+  WorkerMetrics* metrics = nullptr;
 };
 
 class WorkerService final : public v1::Worker::Service {
@@ -61,6 +67,10 @@ class WorkerService final : public v1::Worker::Service {
   // cancellation; returns its result.
   absl::StatusOr<v1::JobResult> RunWatched(grpc::ServerContext* context,
                                            Task& task);
+  // Counts a program's outcome in the metrics (if any). Steps of a device
+  // backend, which does not report live, are recorded from `result`.
+  void CountTask(const v1::WorkerProgram& program,
+                 const absl::StatusOr<v1::JobResult>& result);
 
   const WorkerServiceOptions options_;
   KvStore* const kv_;

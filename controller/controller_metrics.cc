@@ -1,0 +1,270 @@
+#include "controller/controller_metrics.h"
+
+#include <google/protobuf/descriptor.h>
+#include <grpcpp/support/interceptor.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "meshcast/v1/controller.grpc.pb.h"
+
+#ifndef MESHCAST_VERSION
+#define MESHCAST_VERSION "unknown"
+#endif
+
+namespace meshcast {
+namespace {
+
+constexpr v1::JobState kAllStates[] = {
+    v1::JOB_STATE_QUEUED,    v1::JOB_STATE_PLANNING, v1::JOB_STATE_RUNNING,
+    v1::JOB_STATE_SUCCEEDED, v1::JOB_STATE_FAILED,   v1::JOB_STATE_CANCELLED};
+constexpr v1::JobState kFinalStates[] = {
+    v1::JOB_STATE_SUCCEEDED, v1::JOB_STATE_FAILED, v1::JOB_STATE_CANCELLED};
+
+bool IsFinal(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+// Planning is milliseconds for small meshes and can reach seconds for
+// large ones: 100 us .. ~26 s.
+std::vector<double> PlanningBuckets() {
+  return ExponentialBuckets(1e-4, 4, 10);
+}
+// Jobs run from milliseconds (tiny, local) to an hour (a 2 GiB tensor on a
+// slow link with a queue ahead): 10 ms .. ~2.9 h.
+std::vector<double> JobDurationBuckets() {
+  return ExponentialBuckets(0.01, 4, 10);
+}
+// 1 is "as predicted"; the alert fires above 2. Fine steps around 1, coarse
+// ones for CPU clusters whose links are far from the modelled ones.
+std::vector<double> RatioBuckets() {
+  return {0.25, 0.5, 0.75, 1, 1.25, 1.5, 2, 3, 5, 10, 30, 100, 1000};
+}
+
+// Every method of the services the controller serves, as gRPC names them.
+absl::flat_hash_set<std::string> KnownMethods() {
+  absl::flat_hash_set<std::string> methods = {
+      "/grpc.health.v1.Health/Check",
+      "/grpc.health.v1.Health/Watch",
+      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+      "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+  };
+  const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          v1::Controller::service_full_name());
+  if (service != nullptr) {
+    for (int i = 0; i < service->method_count(); ++i) {
+      methods.insert(absl::StrCat("/", service->full_name(), "/",
+                                  service->method(i)->name()));
+    }
+  }
+  return methods;
+}
+
+class RpcCountingInterceptor : public grpc::experimental::Interceptor {
+ public:
+  RpcCountingInterceptor(ControllerMetrics* metrics, std::string method)
+      : metrics_(metrics), method_(std::move(method)) {}
+
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      metrics_->RpcServed(method_, methods->GetSendStatus().error_code());
+    }
+    methods->Proceed();
+  }
+
+ private:
+  ControllerMetrics* const metrics_;
+  const std::string method_;
+};
+
+class RpcCountingInterceptorFactory
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit RpcCountingInterceptorFactory(ControllerMetrics* metrics)
+      : metrics_(metrics) {}
+
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new RpcCountingInterceptor(
+        metrics_, info->method() != nullptr ? info->method() : "");
+  }
+
+ private:
+  ControllerMetrics* const metrics_;
+};
+
+}  // namespace
+
+ControllerMetrics::ControllerMetrics()
+    : workers_(registry_.AddGauge("meshcast_controller_workers",
+                                  "Registered workers by state (ready, busy, "
+                                  "lost).",
+                                  {"state"})),
+      devices_(registry_.AddGauge(
+          "meshcast_controller_devices",
+          "Devices of live workers: free, or busy (held by a started job).",
+          {"state"})),
+      jobs_(registry_.AddGauge("meshcast_controller_jobs",
+                               "Jobs known to the controller, by type and "
+                               "state.",
+                               {"type", "state"})),
+      jobs_finished_(registry_.AddCounter(
+          "meshcast_controller_jobs_finished_total",
+          "Jobs that reached a final state (succeeded, failed, cancelled).",
+          {"type", "state"})),
+      queue_depth_(registry_.AddGauge("meshcast_controller_queue_depth",
+                                      "Jobs waiting for devices.")),
+      planning_seconds_(registry_.AddHistogram(
+          "meshcast_controller_planning_seconds",
+          "Wall time to plan a job (plan, plan IR, per-worker programs).",
+          {"type"}, PlanningBuckets())),
+      job_duration_seconds_(registry_.AddHistogram(
+          "meshcast_controller_job_duration_seconds",
+          "Time from submission to the final state, by final state.",
+          {"type", "state"}, JobDurationBuckets())),
+      measured_over_predicted_(registry_.AddHistogram(
+          "meshcast_controller_measured_over_predicted_ratio",
+          "Measured data-plane time of a succeeded job over the simulator's "
+          "prediction.",
+          {"type"}, RatioBuckets())),
+      rpcs_(registry_.AddCounter(
+          "meshcast_controller_rpcs_total",
+          "RPCs the controller answered, by method and gRPC status code.",
+          {"method", "code"})),
+      known_methods_(KnownMethods()) {
+  registry_
+      .AddGauge("meshcast_build_info",
+                "Build identity of this process (always 1).",
+                {"component", "version"})
+      .WithLabels({"controller", MESHCAST_VERSION})
+      .Set(1);
+  // Every label set the alerts take increase() of exists from the start, at
+  // 0, so that the first increment is seen (docs/monitoring.md).
+  for (v1::JobState state : kFinalStates) {
+    jobs_finished_.WithLabels({std::string(kReshard), StateLabel(state)});
+  }
+  registry_.AddCollectHook([this] { Collect(); });
+  Collect();
+}
+
+void ControllerMetrics::SetStateSource(
+    std::function<ControllerState()> source) {
+  absl::MutexLock lock(&mu_);
+  source_ = std::move(source);
+}
+
+void ControllerMetrics::Collect() {
+  std::function<ControllerState()> source;
+  {
+    absl::MutexLock lock(&mu_);
+    source = source_;
+  }
+  const ControllerState state = source ? source() : ControllerState();
+  workers_.WithLabels({"ready"}).Set(state.workers_ready);
+  workers_.WithLabels({"busy"}).Set(state.workers_busy);
+  workers_.WithLabels({"lost"}).Set(state.workers_lost);
+  devices_.WithLabels({"free"}).Set(state.devices_free);
+  devices_.WithLabels({"busy"}).Set(state.devices_busy);
+  for (v1::JobState job_state : kAllStates) {
+    auto it = state.jobs.find(job_state);
+    jobs_.WithLabels({std::string(kReshard), StateLabel(job_state)})
+        .Set(it == state.jobs.end() ? 0 : static_cast<double>(it->second));
+  }
+  queue_depth_.WithLabels({}).Set(state.queue_depth);
+}
+
+void ControllerMetrics::JobPlanned(absl::string_view type, double seconds) {
+  planning_seconds_.WithLabels({std::string(type)}).Observe(seconds);
+}
+
+void ControllerMetrics::JobFinished(absl::string_view type, v1::JobState state,
+                                    double seconds) {
+  if (!IsFinal(state)) return;
+  const std::vector<std::string> labels = {std::string(type),
+                                           StateLabel(state)};
+  jobs_finished_.WithLabels(labels).Increment();
+  job_duration_seconds_.WithLabels(labels).Observe(std::max(0.0, seconds));
+}
+
+void ControllerMetrics::JobMeasured(absl::string_view type,
+                                    double measured_seconds,
+                                    double predicted_seconds) {
+  if (!(measured_seconds > 0) || !(predicted_seconds > 0)) return;
+  measured_over_predicted_.WithLabels({std::string(type)})
+      .Observe(measured_seconds / predicted_seconds);
+}
+
+void ControllerMetrics::RpcServed(absl::string_view full_method,
+                                  grpc::StatusCode code) {
+  rpcs_.WithLabels({MethodLabel(full_method), CodeLabel(code)}).Increment();
+}
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+ControllerMetrics::NewRpcInterceptorFactory() {
+  return std::make_unique<RpcCountingInterceptorFactory>(this);
+}
+
+std::string ControllerMetrics::MethodLabel(
+    absl::string_view full_method) const {
+  if (!known_methods_.contains(full_method)) return "other";
+  return std::string(full_method.substr(full_method.rfind('/') + 1));
+}
+
+std::string ControllerMetrics::StateLabel(v1::JobState state) {
+  if (!v1::JobState_IsValid(state)) return "unspecified";
+  std::string name = v1::JobState_Name(state);
+  constexpr absl::string_view kPrefix = "JOB_STATE_";
+  if (absl::StartsWith(name, kPrefix)) name = name.substr(kPrefix.size());
+  return absl::AsciiStrToLower(name);
+}
+
+std::string ControllerMetrics::CodeLabel(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK:
+      return "OK";
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN:
+      return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED:
+      return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL:
+      return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS:
+      return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    default:
+      return "UNKNOWN";
+  }
+}
+
+}  // namespace meshcast

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# gpu-check: builds meshcast with CUDA (MESHCAST_CUDA=ON) and runs, on this
+# machine's GPUs, every GPU test (ctest -L gpu), the GPU benchmark
+# (bench/gpu/gpu_bench) and one end-to-end job on virtual GPU devices
+# through controller, planner and worker (meshctl up / submit), writing
+# everything into one log. See docs/gpu.md.
+#
+#   scripts/gpu-check.sh [LOG]
+#
+# LOG defaults to $OUT/gpu-check.log when $OUT is set, else ./gpu-check.log.
+# Meant for GPU machines: with no GPU visible to nvidia-smi it fails at once.
+# Environment: BUILD_DIR (default build-gpu-check), JOBS (default nproc),
+# CUDA_ARCH (default: the GPU's compute capability, e.g. 90),
+# GPU_BENCH_FLAGS (extra gpu_bench flags), MESHCAST_INSTALL_DEPS=1 (run
+# scripts/install-deps.sh first; needs network).
+# Exit status: 0 if every step passed, 1 otherwise (the log's last lines
+# list each step's result).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$(pwd)
+
+if [[ $# -ge 1 ]]; then
+  LOG=$1
+elif [[ -n "${OUT:-}" ]]; then
+  LOG=$OUT/gpu-check.log
+else
+  LOG=$ROOT/gpu-check.log
+fi
+mkdir -p "$(dirname "$LOG")"
+: >"$LOG"
+BUILD_DIR=${BUILD_DIR:-build-gpu-check}
+case $BUILD_DIR in /*) ;; *) BUILD_DIR=$ROOT/$BUILD_DIR ;; esac
+JOBS=${JOBS:-$(nproc)}
+
+log() { echo "$*" | tee -a "$LOG"; }
+die() {
+  log "gpu-check: FAILED: $*"
+  exit 1
+}
+
+log "# meshcast gpu-check"
+log "# date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+log "# host: $(hostname)"
+log "# commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
+
+# 1. A GPU must be there: this script exists to exercise one.
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  die "nvidia-smi not found: no NVIDIA driver on this machine; gpu-check needs a GPU machine"
+fi
+if ! GPUS=$(nvidia-smi --query-gpu=index,name,memory.total,driver_version,compute_cap \
+              --format=csv,noheader 2>>"$LOG") || [[ -z "$GPUS" ]]; then
+  die "nvidia-smi lists no GPU; gpu-check needs a GPU machine"
+fi
+log "# GPUs (index, name, memory, driver, compute capability):"
+while IFS= read -r line; do log "#   $line"; done <<<"$GPUS"
+if [[ -z "${CUDA_ARCH:-}" ]]; then
+  CUDA_ARCH=$(head -n1 <<<"$GPUS" | awk -F', ' '{print $5}' | tr -d '.')
+fi
+log "# CUDA: $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | tail -n1)"
+log "# building for sm_${CUDA_ARCH} in $BUILD_DIR with $JOBS jobs"
+
+declare -a RESULTS=()
+FAILED=0
+# run_step NAME COMMAND...: runs it with output into the log, records the result.
+run_step() {
+  local name=$1
+  shift
+  log ""
+  log "## $name"
+  log "\$ $*"
+  local start=$SECONDS
+  "$@" 2>&1 | tee -a "$LOG"
+  local rc=${PIPESTATUS[0]}
+  local took=$((SECONDS - start))
+  if [[ $rc -eq 0 ]]; then
+    RESULTS+=("PASS  $name (${took}s)")
+  else
+    RESULTS+=("FAIL  $name (exit $rc, ${took}s)")
+    FAILED=1
+  fi
+  return "$rc"
+}
+
+if [[ "${MESHCAST_INSTALL_DEPS:-0}" == 1 ]]; then
+  run_step "install dependencies" bash scripts/install-deps.sh || die "dependencies"
+fi
+for tool in cmake ninja; do
+  command -v "$tool" >/dev/null 2>&1 ||
+    die "$tool not found (run scripts/install-deps.sh, or set MESHCAST_INSTALL_DEPS=1)"
+done
+
+# 2. Build with CUDA required.
+run_step "configure (MESHCAST_CUDA=ON)" \
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DMESHCAST_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" || die "configure"
+run_step "build" ninja -C "$BUILD_DIR" -j "$JOBS" || die "build"
+
+# 3. Every GPU test. On a GPU nothing may skip except the tests that need
+# more GPUs than there are; the log lists what skipped.
+run_step "GPU tests (ctest -L gpu)" \
+  ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure --timeout 600 -V
+SKIPPED=$(grep -c '\[  SKIPPED \] [A-Za-z].*\.[A-Za-z].* ([0-9]* ms)' "$LOG" || true)
+log "# GPU test cases skipped: $SKIPPED (expected only the 2-GPU cases on a 1-GPU machine)"
+
+# 4. The GPU benchmark (copy, reshard on virtual devices, NCCL).
+# shellcheck disable=SC2086
+run_step "GPU benchmark (gpu_bench)" "$BUILD_DIR/bench/gpu/gpu_bench" ${GPU_BENCH_FLAGS:-}
+
+# 5. End to end: a local cluster of one worker driving 8 virtual devices on
+# GPU 0, one reshard job through controller, planner and GPU executor.
+E2E_DIR=$(mktemp -d)
+cleanup() { "$BUILD_DIR/cli/meshctl" down --dir "$E2E_DIR" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+MESHCTL="$BUILD_DIR/cli/meshctl"
+if run_step "end to end: meshctl up (1 worker, --devices=cuda:0x8)" \
+    "$MESHCTL" up --dir "$E2E_DIR" --workers 1 --devices-per-worker 8 \
+    --worker-flags "--devices=cuda:0x8"; then
+  run_step "end to end: meshctl submit reshard --wait" \
+    env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit reshard \
+    --shape 256x1024x64 --dtype int32 \
+    --src-devices 0,1,2,3 --src-shape 2x2 --src-spec S0RR \
+    --dst-devices 4,5,6,7 --dst-shape 2x2 --dst-spec RS0R \
+    --allow-overlap --wait
+  for f in "$E2E_DIR"/*.log; do
+    [[ -f "$f" ]] || continue
+    log "### $(basename "$f") (last 30 lines)"
+    tail -n 30 "$f" | tee -a "$LOG"
+  done
+fi
+
+log ""
+log "## summary ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
+for r in "${RESULTS[@]}"; do log "  $r"; done
+if [[ $FAILED -ne 0 ]]; then
+  log "gpu-check: FAILED (see $LOG)"
+  exit 1
+fi
+log "gpu-check: all steps passed (log: $LOG)"

@@ -1,0 +1,145 @@
+#include "worker/cuda/cuda_handles.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "util/status_macros.h"
+#include "worker/cuda/device_pattern.h"
+
+namespace meshcast::worker::cuda {
+
+ScopedCudaDevice::ScopedCudaDevice(int gpu) {
+  if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+  if (previous_ != gpu) {
+    status_ = CudaStatus(cudaSetDevice(gpu),
+                         absl::StrCat("cudaSetDevice(", gpu, ")"));
+  }
+}
+
+ScopedCudaDevice::~ScopedCudaDevice() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
+absl::StatusOr<DeviceMemory> DeviceMemory::Allocate(int gpu, size_t bytes) {
+  DeviceMemory memory;
+  memory.gpu_ = gpu;
+  if (bytes == 0) return memory;
+  ScopedCudaDevice on(gpu);
+  RETURN_IF_ERROR(on.status());
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMalloc(&memory.data_, bytes),
+                 absl::StrCat("cudaMalloc of ", bytes, " bytes on GPU ", gpu)));
+  memory.size_ = bytes;
+  return memory;
+}
+
+DeviceMemory& DeviceMemory::operator=(DeviceMemory&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    gpu_ = std::exchange(other.gpu_, -1);
+  }
+  return *this;
+}
+
+void DeviceMemory::Reset() {
+  if (data_ != nullptr) {
+    ScopedCudaDevice on(gpu_);
+    cudaFree(data_);
+  }
+  data_ = nullptr;
+  size_ = 0;
+}
+
+absl::StatusOr<PinnedHostMemory> PinnedHostMemory::Allocate(size_t bytes) {
+  PinnedHostMemory memory;
+  if (bytes == 0) return memory;
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMallocHost(&memory.data_, bytes),
+                 absl::StrCat("cudaMallocHost of ", bytes, " bytes")));
+  memory.size_ = bytes;
+  return memory;
+}
+
+PinnedHostMemory& PinnedHostMemory::operator=(
+    PinnedHostMemory&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+void PinnedHostMemory::Reset() {
+  if (data_ != nullptr) cudaFreeHost(data_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+absl::StatusOr<CudaStream> CudaStream::Create(int gpu) {
+  CudaStream stream;
+  ScopedCudaDevice on(gpu);
+  RETURN_IF_ERROR(on.status());
+  RETURN_IF_ERROR(CudaStatus(
+      cudaStreamCreateWithFlags(&stream.stream_, cudaStreamNonBlocking),
+      absl::StrCat("cudaStreamCreate on GPU ", gpu)));
+  stream.gpu_ = gpu;
+  return stream;
+}
+
+CudaStream& CudaStream::operator=(CudaStream&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    stream_ = std::exchange(other.stream_, nullptr);
+    gpu_ = std::exchange(other.gpu_, -1);
+  }
+  return *this;
+}
+
+void CudaStream::Reset() {
+  if (stream_ != nullptr) {
+    ScopedCudaDevice on(gpu_);
+    cudaStreamDestroy(stream_);
+  }
+  stream_ = nullptr;
+}
+
+absl::StatusOr<CudaEvent> CudaEvent::Create(int gpu) {
+  CudaEvent event;
+  ScopedCudaDevice on(gpu);
+  RETURN_IF_ERROR(on.status());
+  RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&event.event_),
+                             absl::StrCat("cudaEventCreate on GPU ", gpu)));
+  event.gpu_ = gpu;
+  return event;
+}
+
+CudaEvent& CudaEvent::operator=(CudaEvent&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    event_ = std::exchange(other.event_, nullptr);
+    gpu_ = std::exchange(other.gpu_, -1);
+  }
+  return *this;
+}
+
+void CudaEvent::Reset() {
+  if (event_ != nullptr) {
+    ScopedCudaDevice on(gpu_);
+    cudaEventDestroy(event_);
+  }
+  event_ = nullptr;
+}
+
+absl::StatusOr<double> ElapsedSeconds(const CudaEvent& start,
+                                      const CudaEvent& end) {
+  float milliseconds = 0;
+  RETURN_IF_ERROR(
+      CudaStatus(cudaEventElapsedTime(&milliseconds, start.get(), end.get()),
+                 "cudaEventElapsedTime"));
+  return milliseconds / 1000.0;
+}
+
+}  // namespace meshcast::worker::cuda

@@ -1,0 +1,385 @@
+#include "worker/cuda/device_executor.h"
+
+#include <algorithm>
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "util/status_macros.h"
+#include "worker/cuda/cuda_handles.h"
+#include "worker/cuda/device_buffer_set.h"
+#include "worker/cuda/device_copy.h"
+#include "worker/cuda/device_pattern.h"
+#include "worker/cuda/device_relay.h"
+#include "worker/log.h"
+
+namespace meshcast::worker::cuda {
+namespace {
+
+constexpr absl::Duration kPollInterval = absl::Microseconds(100);
+
+using StepKey = std::pair<int, int>;  // (stage, id): the agreed order
+
+StepKey KeyOf(const StepDesc& step) { return {step.stage, step.id}; }
+
+// Indices of program.steps in the order every lane enqueues them: (stage,
+// id) order, which must be a topological order when the job spans workers
+// (every worker derives it alone, so it must not depend on what a worker
+// sees); a single worker may take any topological order, lowest key first.
+absl::StatusOr<std::vector<int>> EnqueueOrder(const ParsedProgram& program) {
+  const int n = static_cast<int>(program.steps.size());
+  absl::flat_hash_map<int, int> index_of;
+  for (int i = 0; i < n; ++i) index_of[program.steps[i].id] = i;
+  if (program.world_size > 1) {
+    for (const StepDesc& step : program.steps) {
+      for (int dep : step.deps) {
+        const StepDesc& before = program.steps[index_of.at(dep)];
+        if (!(KeyOf(before) < KeyOf(step))) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "plan.steps: step ", step.id, " (stage ", step.stage,
+              ") depends on step ", dep, " (stage ", before.stage,
+              "), which is not earlier in (stage, id) order; the GPU "
+              "backend needs deps on earlier stages or lower ids when a "
+              "job spans workers"));
+        }
+      }
+    }
+    std::vector<int> order(n);
+    for (int i = 0; i < n; ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
+      return KeyOf(program.steps[a]) < KeyOf(program.steps[b]);
+    });
+    return order;
+  }
+  std::vector<int> missing(n);
+  std::vector<std::vector<int>> dependents(n);
+  std::set<std::pair<StepKey, int>> ready;
+  for (int i = 0; i < n; ++i) {
+    missing[i] = static_cast<int>(program.steps[i].deps.size());
+    for (int dep : program.steps[i].deps) {
+      dependents[index_of.at(dep)].push_back(i);
+    }
+    if (missing[i] == 0) ready.insert({KeyOf(program.steps[i]), i});
+  }
+  std::vector<int> order;
+  while (!ready.empty()) {
+    const int i = ready.begin()->second;
+    ready.erase(ready.begin());
+    order.push_back(i);
+    for (int j : dependents[i]) {
+      if (--missing[j] == 0) ready.insert({KeyOf(program.steps[j]), j});
+    }
+  }
+  if (static_cast<int>(order.size()) != n) {
+    return absl::InvalidArgumentError("plan.steps: dependency cycle");
+  }
+  return order;
+}
+
+}  // namespace
+
+DeviceExecutor::DeviceExecutor(DeviceSpec spec, CudaBackendOptions options)
+    : spec_(std::move(spec)), options_(options) {}
+
+DeviceExecutor::~DeviceExecutor() = default;
+
+void DeviceExecutor::Abort(absl::string_view reason) {
+  cancellation_.Cancel(reason);
+  absl::MutexLock lock(&mu_);
+  if (nccl_ != nullptr) nccl_->Abort(std::string(reason));
+}
+
+void DeviceExecutor::Fail(const absl::Status& status) {
+  cancellation_.Cancel(status.message());
+  absl::MutexLock lock(&mu_);
+  if (nccl_ != nullptr) nccl_->Abort(std::string(status.message()));
+}
+
+ExecutorTimings DeviceExecutor::timings() const {
+  absl::MutexLock lock(&mu_);
+  return timings_;
+}
+
+absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
+                                                  KvStore* kv) {
+  RETURN_IF_ERROR(cancellation_.status());
+  if (spec_.kind != "cuda" || spec_.all_visible_gpus ||
+      static_cast<int>(spec_.gpus.size()) != spec_.count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the GPU executor needs a resolved cuda device spec, got ",
+                     DeviceSpecToString(spec_)));
+  }
+  if (options_.lanes < 1 || options_.chunk_bytes < 1) {
+    return absl::InvalidArgumentError(
+        "GPU executor options: lanes and chunk_bytes must be >= 1");
+  }
+
+  // 1. Local devices, ascending, onto the logical devices of the spec.
+  std::vector<int> local = program.local_devices;
+  std::sort(local.begin(), local.end());
+  if (local.size() > spec_.gpus.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the program uses ", local.size(), " devices on this worker but ",
+        "--devices=", DeviceSpecToString(spec_), " gives ", spec_.gpus.size()));
+  }
+  absl::flat_hash_map<int, int> device_gpu;
+  std::vector<int> gpus;  // distinct, in order of first use
+  std::vector<std::pair<int, int>> device_gpu_index;
+  for (size_t i = 0; i < local.size(); ++i) {
+    const int gpu = spec_.gpus[i];
+    device_gpu[local[i]] = gpu;
+    auto it = std::find(gpus.begin(), gpus.end(), gpu);
+    if (it == gpus.end()) it = gpus.insert(gpus.end(), gpu);
+    device_gpu_index.emplace_back(local[i],
+                                  static_cast<int>(it - gpus.begin()));
+  }
+  if (gpus.empty()) gpus.push_back(spec_.gpus.front());
+  if (gpus.size() > 1) RETURN_IF_ERROR(EnablePeerAccess(gpus));
+  ASSIGN_OR_RETURN(const std::vector<int> order, EnqueueOrder(program));
+
+  // 2. Tiles.
+  const absl::Time setup_start = absl::Now();
+  ASSIGN_OR_RETURN(DeviceBufferSet buffers,
+                   DeviceBufferSet::Create(program, device_gpu, cancellation_));
+  const absl::Time setup_end = absl::Now();
+
+  // 3. NCCL, when the job spans workers (its creation is the barrier).
+  std::unique_ptr<NcclCommunicator> nccl;
+  if (program.world_size > 1) {
+    if (kv == nullptr) {
+      return absl::FailedPreconditionError(
+          "the job spans workers but this worker has no rendezvous store");
+    }
+    NcclWorkerSetup setup;
+    setup.worker_rank = program.rank;
+    setup.world_size = program.world_size;
+    setup.gpus = gpus;
+    setup.devices = device_gpu_index;
+    setup.chunk_bytes = options_.chunk_bytes;
+    NcclOptions nccl_options;
+    nccl_options.init_timeout = options_.rendezvous_timeout;
+    nccl_options.op_timeout = options_.op_timeout;
+    nccl_options.lanes = options_.lanes;
+    absl::StatusOr<std::unique_ptr<NcclCommunicator>> created =
+        NcclCommunicator::Create(
+            *kv, absl::StrCat("job/", program.job_id, "/nccl/"), setup,
+            nccl_options, [this] { return cancellation_.cancelled(); });
+    RETURN_IF_ERROR(cancellation_.status());
+    if (!created.ok()) {
+      return absl::Status(
+          created.status().code(),
+          absl::StrCat("creating the job's NCCL communicators: ",
+                       created.status().message()));
+    }
+    nccl = *std::move(created);
+    absl::MutexLock lock(&mu_);
+    nccl_ = nccl.get();
+  }
+  // An Abort before nccl_ was set has cancelled already.
+  absl::Status failure = cancellation_.status();
+
+  // 4. Lanes of streams, events, and the lane threads.
+  std::vector<DeviceLane> lanes(options_.lanes);
+  std::vector<CudaStream> streams;
+  for (int l = 0; l < options_.lanes && failure.ok(); ++l) {
+    lanes[l].index = l;
+    for (int gpu : gpus) {
+      absl::StatusOr<CudaStream> stream = CudaStream::Create(gpu);
+      if (!stream.ok()) {
+        failure = stream.status();
+        break;
+      }
+      lanes[l].streams[gpu] = stream->get();
+      streams.push_back(*std::move(stream));
+    }
+  }
+  const int n = static_cast<int>(program.steps.size());
+  DeviceRelayEnvironment env;
+  env.program = &program;
+  env.buffers = &buffers;
+  env.nccl = nccl.get();
+  env.chunk_bytes = options_.chunk_bytes;
+  std::vector<CudaEvent> start_events(n), done_events(n);
+  for (int i = 0; i < n && failure.ok(); ++i) {
+    absl::StatusOr<int> gpu = PrimaryGpu(program.steps[i], env);
+    absl::StatusOr<CudaEvent> start =
+        gpu.ok() ? CudaEvent::Create(*gpu) : gpu.status();
+    absl::StatusOr<CudaEvent> done =
+        gpu.ok() ? CudaEvent::Create(*gpu) : gpu.status();
+    if (!start.ok() || !done.ok()) {
+      failure = start.ok() ? done.status() : start.status();
+      break;
+    }
+    start_events[i] = *std::move(start);
+    done_events[i] = *std::move(done);
+  }
+  absl::flat_hash_map<int, int> index_of;
+  for (int i = 0; i < n; ++i) index_of[program.steps[i].id] = i;
+  std::vector<std::vector<int>> lane_steps(options_.lanes);
+  for (int i : order) {
+    lane_steps[program.steps[i].id % options_.lanes].push_back(i);
+  }
+
+  absl::Mutex mu;
+  absl::CondVar changed;
+  std::vector<bool> enqueued(n, false);
+  absl::Status first_error = failure;
+  auto lane_main = [&](int l) {
+    for (int i : lane_steps[l]) {
+      const StepDesc& step = program.steps[i];
+      std::vector<cudaEvent_t> waits;
+      {
+        absl::MutexLock lock(&mu);
+        while (true) {
+          if (!first_error.ok() || cancellation_.cancelled()) return;
+          bool ready = true;
+          for (int dep : step.deps) ready &= enqueued[index_of.at(dep)];
+          if (ready) break;
+          changed.WaitWithTimeout(&mu, absl::Milliseconds(50));
+        }
+      }
+      for (int dep : step.deps) {
+        waits.push_back(done_events[index_of.at(dep)].get());
+      }
+      absl::Status status =
+          EnqueueRelayStep(step, env, lanes[l], waits, start_events[i].get(),
+                           done_events[i].get());
+      if (!status.ok()) Fail(status);
+      absl::MutexLock lock(&mu);
+      if (!status.ok()) {
+        if (first_error.ok()) first_error = status;
+      } else {
+        enqueued[i] = true;
+      }
+      changed.SignalAll();
+      if (!status.ok()) return;
+    }
+  };
+  const absl::Time steps_start = absl::Now();
+  std::vector<std::thread> threads;
+  if (failure.ok()) {
+    for (int l = 0; l < options_.lanes; ++l) {
+      if (!lane_steps[l].empty()) threads.emplace_back(lane_main, l);
+    }
+  }
+
+  // 5. Wait for the done events.
+  std::vector<bool> complete(n, false);
+  int completed = 0;
+  absl::Time last_progress = absl::Now();
+  while (failure.ok()) {
+    std::vector<int> to_poll;
+    {
+      absl::MutexLock lock(&mu);
+      if (!first_error.ok()) {
+        failure = first_error;
+        break;
+      }
+      for (int i = 0; i < n; ++i) {
+        if (enqueued[i] && !complete[i]) to_poll.push_back(i);
+      }
+    }
+    if (cancellation_.cancelled()) {
+      failure = cancellation_.status();
+      break;
+    }
+    for (int i : to_poll) {
+      const cudaError_t query = cudaEventQuery(done_events[i].get());
+      if (query == cudaSuccess) {
+        complete[i] = true;
+        ++completed;
+        last_progress = absl::Now();
+      } else if (query == cudaErrorNotReady) {
+        cudaGetLastError();  // not an error; keep it out of later checks
+      } else {
+        failure = CudaStatus(
+            query, absl::StrCat("step ", program.steps[i].id, " on the GPU"));
+        break;
+      }
+    }
+    if (!failure.ok() || completed == n) break;
+    if (nccl != nullptr) {
+      failure = nccl->CheckAsyncErrors();
+      if (!failure.ok()) break;
+    }
+    if (absl::Now() - last_progress > options_.op_timeout) {
+      failure = absl::DeadlineExceededError(absl::StrCat(
+          "no step finished for ", absl::FormatDuration(options_.op_timeout),
+          " (", completed, " of ", n,
+          " done); a peer worker may be dead or stuck"));
+      break;
+    }
+    absl::SleepFor(kPollInterval);
+  }
+  if (!failure.ok()) Fail(failure);
+  for (std::thread& thread : threads) thread.join();
+  // Drain the streams: after an NCCL abort its kernels return, so this
+  // does not hang on a dead peer; memory is freed only after it.
+  for (CudaStream& stream : streams) {
+    ScopedCudaDevice on(stream.gpu());
+    const absl::Status drained = CudaStatus(cudaStreamSynchronize(stream.get()),
+                                            "draining a step stream");
+    if (failure.ok() && !drained.ok()) failure = drained;
+  }
+  const absl::Time steps_end = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    nccl_ = nullptr;
+  }
+  if (!failure.ok()) {
+    if (nccl != nullptr) nccl->Abort(std::string(failure.message()));
+    RETURN_IF_ERROR(cancellation_.status());
+    return failure;
+  }
+
+  // 6. Timings, verification, teardown.
+  v1::JobResult result;
+  result.set_predicted_seconds(program.predicted_seconds);
+  result.set_lower_bound_seconds(program.lower_bound_seconds);
+  result.set_seconds(absl::ToDoubleSeconds(steps_end - steps_start));
+  int64_t received_bytes = 0;
+  for (int i = 0; i < n; ++i) {
+    const StepDesc& step = program.steps[i];
+    ASSIGN_OR_RETURN(const double seconds,
+                     ElapsedSeconds(start_events[i], done_events[i]));
+    v1::StepResult* step_result = result.add_steps();
+    step_result->set_step(step.id);
+    step_result->set_worker(program.worker);
+    step_result->set_bytes(step.bytes);
+    step_result->set_seconds(seconds);
+    for (size_t p = 1; p < step.chain.size(); ++p) {
+      if (program.IsLocal(step.chain[p])) received_bytes += step.bytes;
+    }
+  }
+  result.set_bytes_moved(received_bytes);
+  ASSIGN_OR_RETURN(const VerificationSummary verification,
+                   buffers.VerifyDestinations());
+  result.set_elements_verified(verification.elements);
+  result.set_mismatches(verification.mismatches);
+  const absl::Time verify_end = absl::Now();
+  if (nccl != nullptr) {
+    const absl::Status finalized = nccl->Finalize();
+    if (!finalized.ok()) {
+      // The data is verified; a peer that left early only costs the
+      // graceful teardown (Finalize aborted the communicators instead).
+      Log(absl::StrCat("job ", program.job_id,
+                       ": NCCL finalize failed: ", finalized.ToString()));
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    timings_.setup_seconds = absl::ToDoubleSeconds(setup_end - setup_start);
+    timings_.barrier_seconds = absl::ToDoubleSeconds(steps_start - setup_end);
+    timings_.steps_seconds = result.seconds();
+    timings_.verify_seconds = absl::ToDoubleSeconds(verify_end - steps_end);
+    timings_.tile_bytes = buffers.total_bytes();
+    timings_.first_mismatch = verification.first_mismatch;
+  }
+  return result;
+}
+
+}  // namespace meshcast::worker::cuda

@@ -1,0 +1,509 @@
+#include "worker/nccl_communicator.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "util/status_macros.h"
+#include "worker/cuda/cuda_handles.h"
+
+namespace meshcast::worker {
+namespace {
+
+using cuda::ScopedCudaDevice;
+
+constexpr absl::Duration kKvPollSlice = absl::Milliseconds(200);
+
+// Waits for `key` until `deadline`, re-checking `cancelled` every slice.
+absl::StatusOr<std::string> GetUntil(KvStore& kv, const std::string& key,
+                                     absl::Time deadline,
+                                     const std::function<bool()>& cancelled,
+                                     const std::string& who) {
+  while (true) {
+    if (cancelled && cancelled()) {
+      return absl::CancelledError("NCCL rendezvous cancelled");
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) break;
+    absl::StatusOr<std::string> value =
+        kv.Get(key, std::min(left, kKvPollSlice));
+    if (value.ok()) return value;
+    if (value.status().code() != absl::StatusCode::kDeadlineExceeded) {
+      return value.status();
+    }
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("NCCL rendezvous: no value for ", key, " in time (", who,
+                   " has not joined the job)"));
+}
+
+}  // namespace
+
+absl::Status NcclStatus(ncclResult_t result, const std::string& what,
+                        ncclComm_t comm) {
+  if (result == ncclSuccess) return absl::OkStatus();
+  std::string message =
+      absl::StrCat(what, ": NCCL error ", static_cast<int>(result), " (",
+                   ncclGetErrorString(result), ")");
+  if (comm != nullptr) {
+    const char* last = ncclGetLastError(comm);
+    if (last != nullptr && last[0] != '\0')
+      absl::StrAppend(&message, ": ", last);
+  }
+  switch (result) {
+    case ncclInvalidArgument:
+    case ncclInvalidUsage:
+      return absl::InvalidArgumentError(message);
+    case ncclRemoteError:
+    case ncclSystemError:
+      return absl::UnavailableError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+std::string EncodeNcclWorkerInfo(const NcclWorkerSetup& setup) {
+  std::vector<std::string> devices;
+  for (const auto& [device, gpu] : setup.devices) {
+    devices.push_back(absl::StrCat(device, ":", gpu));
+  }
+  return absl::StrCat("gpus=", setup.gpus.size(), ";chunk=", setup.chunk_bytes,
+                      ";devices=", absl::StrJoin(devices, ","));
+}
+
+absl::StatusOr<NcclWorkerInfo> DecodeNcclWorkerInfo(const std::string& text) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed NCCL rendezvous entry '", text, "': ", why,
+                     " (expected gpus=N;chunk=BYTES;devices=D:G,...)"));
+  };
+  std::vector<absl::string_view> fields = absl::StrSplit(text, ';');
+  if (fields.size() != 3) return bad("3 fields");
+  NcclWorkerInfo info;
+  absl::string_view gpus = fields[0], chunk = fields[1], devices = fields[2];
+  if (!absl::ConsumePrefix(&gpus, "gpus=") ||
+      !absl::SimpleAtoi(gpus, &info.gpus) || info.gpus < 1) {
+    return bad("gpus");
+  }
+  if (!absl::ConsumePrefix(&chunk, "chunk=") ||
+      !absl::SimpleAtoi(chunk, &info.chunk_bytes) || info.chunk_bytes < 1) {
+    return bad("chunk");
+  }
+  if (!absl::ConsumePrefix(&devices, "devices=")) return bad("devices");
+  if (devices.empty()) return info;
+  for (absl::string_view item : absl::StrSplit(devices, ',')) {
+    std::vector<absl::string_view> pair = absl::StrSplit(item, ':');
+    int device = 0, gpu = 0;
+    if (pair.size() != 2 || !absl::SimpleAtoi(pair[0], &device) ||
+        !absl::SimpleAtoi(pair[1], &gpu) || device < 0 || gpu < 0 ||
+        gpu >= info.gpus) {
+      return bad(absl::StrCat("device entry '", item, "'"));
+    }
+    info.devices.emplace_back(device, gpu);
+  }
+  return info;
+}
+
+std::string HexEncode(const std::string& bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    hex.push_back(kDigits[c >> 4]);
+    hex.push_back(kDigits[c & 15]);
+  }
+  return hex;
+}
+
+absl::StatusOr<std::string> HexDecode(const std::string& hex) {
+  auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  if (hex.size() % 2 != 0) {
+    return absl::InvalidArgumentError("hex string has an odd length");
+  }
+  std::string bytes(hex.size() / 2, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const int high = digit(hex[2 * i]), low = digit(hex[2 * i + 1]);
+    if (high < 0 || low < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("not a hex digit at offset ", 2 * i));
+    }
+    bytes[i] = static_cast<char>(high * 16 + low);
+  }
+  return bytes;
+}
+
+NcclCommunicator::NcclCommunicator(NcclOptions options,
+                                   std::function<bool()> cancelled)
+    : options_(options), cancelled_(std::move(cancelled)) {}
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
+    KvStore& kv, const std::string& key_prefix, NcclWorkerSetup setup,
+    const NcclOptions& options, std::function<bool()> cancelled) {
+  if (setup.world_size < 1 || setup.worker_rank < 0 ||
+      setup.worker_rank >= setup.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("NCCL setup: worker rank ", setup.worker_rank,
+                     " is not in [0, world size ", setup.world_size, ")"));
+  }
+  if (setup.gpus.empty()) {
+    return absl::InvalidArgumentError("NCCL setup: no local GPU");
+  }
+  if (absl::flat_hash_set<int>(setup.gpus.begin(), setup.gpus.end()).size() !=
+      setup.gpus.size()) {
+    return absl::InvalidArgumentError(
+        "NCCL setup: a GPU is listed twice (NCCL allows one rank per GPU)");
+  }
+  if (options.lanes < 1) {
+    return absl::InvalidArgumentError("NCCL options: lanes must be >= 1");
+  }
+  if (setup.chunk_bytes < 1) {
+    return absl::InvalidArgumentError("NCCL setup: chunk_bytes must be >= 1");
+  }
+  for (const auto& [device, gpu] : setup.devices) {
+    if (gpu < 0 || gpu >= static_cast<int>(setup.gpus.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("NCCL setup: device ", device, " maps to GPU index ",
+                       gpu, " of ", setup.gpus.size()));
+    }
+  }
+
+  std::unique_ptr<NcclCommunicator> comm(
+      new NcclCommunicator(options, std::move(cancelled)));
+  comm->gpus_ = setup.gpus;
+  const absl::Time deadline = absl::Now() + options.init_timeout;
+
+  // 1. Who holds which ranks.
+  RETURN_IF_ERROR(kv.Set(absl::StrCat(key_prefix, "ranks/", setup.worker_rank),
+                         EncodeNcclWorkerInfo(setup)));
+  int offset = 0;
+  for (int w = 0; w < setup.world_size; ++w) {
+    NcclWorkerInfo info;
+    if (w == setup.worker_rank) {
+      info.gpus = static_cast<int>(setup.gpus.size());
+      info.chunk_bytes = setup.chunk_bytes;
+      info.devices = setup.devices;
+      comm->first_rank_ = offset;
+    } else {
+      ASSIGN_OR_RETURN(
+          const std::string text,
+          GetUntil(kv, absl::StrCat(key_prefix, "ranks/", w), deadline,
+                   comm->cancelled_, absl::StrCat("worker rank ", w)));
+      ASSIGN_OR_RETURN(info, DecodeNcclWorkerInfo(text));
+      if (info.chunk_bytes != setup.chunk_bytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "worker rank ", w, " relays in chunks of ", info.chunk_bytes,
+            " bytes but this worker uses ", setup.chunk_bytes,
+            "; every worker of a job must use the same --chunk-bytes"));
+      }
+    }
+    for (const auto& [device, gpu] : info.devices) {
+      if (!comm->device_rank_.emplace(device, offset + gpu).second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "NCCL rendezvous: device ", device, " claimed by two workers"));
+      }
+    }
+    offset += info.gpus;
+  }
+  comm->nranks_ = offset;
+
+  // 2. The unique id, from worker 0.
+  ncclUniqueId id;
+  const std::string id_key = absl::StrCat(key_prefix, "unique_id");
+  if (setup.worker_rank == 0) {
+    RETURN_IF_ERROR(NcclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId"));
+    RETURN_IF_ERROR(kv.Set(
+        id_key, HexEncode(std::string(id.internal, sizeof(id.internal)))));
+  } else {
+    ASSIGN_OR_RETURN(
+        const std::string hex,
+        GetUntil(kv, id_key, deadline, comm->cancelled_, "worker rank 0"));
+    ASSIGN_OR_RETURN(const std::string bytes, HexDecode(hex));
+    if (bytes.size() != sizeof(id.internal)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(id_key, " holds ", bytes.size(), " bytes, expected ",
+                       sizeof(id.internal)));
+    }
+    std::memcpy(id.internal, bytes.data(), bytes.size());
+  }
+
+  // 3. The world communicators (lane 0), then the lanes as splits of it.
+  for (int lane = 0; lane < options.lanes; ++lane) {
+    auto state = std::make_unique<Lane>();
+    absl::MutexLock lock(&state->mu);
+    state->comms.assign(setup.gpus.size(), nullptr);
+    comm->lanes_.push_back(std::move(state));
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  for (int lane = 0; lane < options.lanes; ++lane) {
+    std::vector<ncclComm_t> created(setup.gpus.size(), nullptr);
+    std::vector<ncclComm_t> world;
+    if (lane > 0) {
+      absl::MutexLock lock(&comm->lanes_[0]->mu);
+      world = comm->lanes_[0]->comms;
+    }
+    absl::Status status =
+        NcclStatus(ncclGroupStart(), "ncclGroupStart (communicator init)");
+    if (status.ok()) {
+      for (size_t i = 0; i < setup.gpus.size() && status.ok(); ++i) {
+        ScopedCudaDevice on(setup.gpus[i]);
+        status = on.status();
+        if (!status.ok()) break;
+        const int rank = comm->first_rank_ + static_cast<int>(i);
+        const ncclResult_t result =
+            lane == 0 ? ncclCommInitRankConfig(&created[i], comm->nranks_, id,
+                                               rank, &config)
+                      : ncclCommSplit(world[i], /*color=*/0, /*key=*/rank,
+                                      &created[i], &config);
+        if (result != ncclInProgress) {
+          status = NcclStatus(
+              result, lane == 0 ? "ncclCommInitRankConfig" : "ncclCommSplit");
+        }
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      if (status.ok() && end != ncclInProgress) {
+        status = NcclStatus(end, "ncclGroupEnd (communicator init)");
+      }
+    }
+    {
+      absl::MutexLock lock(&comm->lanes_[lane]->mu);
+      comm->lanes_[lane]->comms = created;
+    }
+    if (status.ok()) {
+      status = comm->WaitAccepted(
+          lane, std::max(absl::ZeroDuration(), deadline - absl::Now()),
+          absl::StrCat(
+              lane == 0 ? "creating" : "splitting", " the NCCL communicators (",
+              comm->nranks_, " ranks, this worker ", comm->first_rank_, "..",
+              comm->first_rank_ + setup.gpus.size() - 1, ", lane ", lane, ")"));
+    }
+    if (!status.ok()) {
+      comm->Abort(std::string(status.message()));
+      return status;
+    }
+  }
+  return comm;
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  Abort("the NCCL communicator was destroyed without Finalize");
+}
+
+absl::Status NcclCommunicator::AbortedStatus() const {
+  absl::MutexLock lock(&abort_mu_);
+  return absl::CancelledError(abort_reason_);
+}
+
+absl::Status NcclCommunicator::WaitAccepted(int lane, absl::Duration timeout,
+                                            const std::string& what) {
+  const absl::Time deadline = absl::Now() + timeout;
+  Lane& state = *lanes_[lane];
+  while (true) {
+    bool pending = false;
+    {
+      absl::MutexLock lock(&state.mu);
+      if (aborted_.load()) return AbortedStatus();
+      for (ncclComm_t comm : state.comms) {
+        if (comm == nullptr) continue;
+        ncclResult_t async = ncclSuccess;
+        RETURN_IF_ERROR(NcclStatus(ncclCommGetAsyncError(comm, &async),
+                                   "ncclCommGetAsyncError", comm));
+        if (async == ncclInProgress) {
+          pending = true;
+        } else if (async != ncclSuccess) {
+          return NcclStatus(async, what, comm);
+        }
+      }
+    }
+    if (!pending) return absl::OkStatus();
+    if (cancelled_ && cancelled_()) {
+      return absl::CancelledError(absl::StrCat(what, ": cancelled"));
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          what, " did not finish within ", absl::FormatDuration(timeout),
+          " (a peer worker is missing, slow or dead)"));
+    }
+    absl::SleepFor(options_.poll_interval);
+  }
+}
+
+absl::StatusOr<int> NcclCommunicator::GpuIndex(int gpu) const {
+  for (size_t i = 0; i < gpus_.size(); ++i) {
+    if (gpus_[i] == gpu) return static_cast<int>(i);
+  }
+  return absl::NotFoundError(
+      absl::StrCat("GPU ", gpu, " has no NCCL rank in this job"));
+}
+
+absl::StatusOr<int> NcclCommunicator::RankOfDevice(int device) const {
+  auto it = device_rank_.find(device);
+  if (it == device_rank_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("device ", device, " has no NCCL rank in this job"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<int> NcclCommunicator::RankOfLocalGpu(int gpu) const {
+  ASSIGN_OR_RETURN(const int index, GpuIndex(gpu));
+  return first_rank_ + index;
+}
+
+absl::Status NcclCommunicator::GroupStart(int lane)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (lane < 0 || lane >= lanes()) {
+    return absl::InvalidArgumentError(absl::StrCat("no NCCL lane ", lane));
+  }
+  Lane& state = *lanes_[lane];
+  // Held until GroupEnd, so Abort cannot free a communicator that has
+  // operations queued in this thread's group.
+  state.mu.Lock();
+  if (state.in_group) {
+    state.mu.Unlock();
+    return absl::FailedPreconditionError("nested NCCL group on one lane");
+  }
+  const absl::Status status = NcclStatus(ncclGroupStart(), "ncclGroupStart");
+  if (!status.ok()) {
+    state.mu.Unlock();
+    return status;
+  }
+  state.in_group = true;
+  return absl::OkStatus();
+}
+
+absl::Status NcclCommunicator::GroupEnd(int lane)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (lane < 0 || lane >= lanes()) {
+    return absl::InvalidArgumentError(absl::StrCat("no NCCL lane ", lane));
+  }
+  Lane& state = *lanes_[lane];
+  if (!state.in_group) {
+    return absl::FailedPreconditionError("GroupEnd without GroupStart");
+  }
+  const ncclResult_t result = ncclGroupEnd();
+  state.in_group = false;
+  state.mu.Unlock();
+  if (result != ncclInProgress) {
+    RETURN_IF_ERROR(NcclStatus(result, "ncclGroupEnd"));
+  }
+  if (aborted_.load()) return AbortedStatus();
+  return WaitAccepted(lane, options_.op_timeout, "NCCL send/recv group");
+}
+
+absl::Status NcclCommunicator::Send(
+    int lane, int gpu, const void* data, size_t bytes, int peer_rank,
+    cudaStream_t stream) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // The caller holds the lane's mutex since GroupStart.
+  if (lane < 0 || lane >= lanes() || !lanes_[lane]->in_group) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("NCCL send/recv on lane ", lane, " outside a group"));
+  }
+  if (aborted_.load()) return AbortedStatus();
+  ASSIGN_OR_RETURN(const int index, GpuIndex(gpu));
+  ncclComm_t comm = lanes_[lane]->comms[index];
+  if (comm == nullptr) return absl::FailedPreconditionError("no communicator");
+  const ncclResult_t result =
+      ncclSend(data, bytes, ncclUint8, peer_rank, comm, stream);
+  if (result == ncclInProgress) return absl::OkStatus();
+  return NcclStatus(
+      result, absl::StrCat("ncclSend of ", bytes, " bytes to rank ", peer_rank),
+      comm);
+}
+
+absl::Status NcclCommunicator::Recv(int lane, int gpu, void* data, size_t bytes,
+                                    int peer_rank, cudaStream_t stream)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (lane < 0 || lane >= lanes() || !lanes_[lane]->in_group) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("NCCL send/recv on lane ", lane, " outside a group"));
+  }
+  if (aborted_.load()) return AbortedStatus();
+  ASSIGN_OR_RETURN(const int index, GpuIndex(gpu));
+  ncclComm_t comm = lanes_[lane]->comms[index];
+  if (comm == nullptr) return absl::FailedPreconditionError("no communicator");
+  const ncclResult_t result =
+      ncclRecv(data, bytes, ncclUint8, peer_rank, comm, stream);
+  if (result == ncclInProgress) return absl::OkStatus();
+  return NcclStatus(
+      result,
+      absl::StrCat("ncclRecv of ", bytes, " bytes from rank ", peer_rank),
+      comm);
+}
+
+absl::Status NcclCommunicator::CheckAsyncErrors() {
+  for (auto& lane : lanes_) {
+    absl::MutexLock lock(&lane->mu);
+    if (aborted_.load()) return AbortedStatus();
+    for (ncclComm_t comm : lane->comms) {
+      if (comm == nullptr) continue;
+      ncclResult_t async = ncclSuccess;
+      RETURN_IF_ERROR(NcclStatus(ncclCommGetAsyncError(comm, &async),
+                                 "ncclCommGetAsyncError", comm));
+      if (async != ncclSuccess && async != ncclInProgress) {
+        return NcclStatus(async, "NCCL communicator failed", comm);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void NcclCommunicator::Abort(const std::string& reason) {
+  {
+    absl::MutexLock lock(&abort_mu_);
+    if (aborted_.load()) return;
+    abort_reason_ = reason;
+    aborted_.store(true);
+  }
+  // Splits before the world communicators they came from.
+  for (auto it = lanes_.rbegin(); it != lanes_.rend(); ++it) {
+    absl::MutexLock lock(&(*it)->mu);
+    for (ncclComm_t& comm : (*it)->comms) {
+      if (comm != nullptr) ncclCommAbort(comm);
+      comm = nullptr;
+    }
+  }
+}
+
+absl::Status NcclCommunicator::Finalize() {
+  if (aborted_.load()) return AbortedStatus();
+  absl::Status status;
+  for (auto& lane : lanes_) {
+    absl::MutexLock lock(&lane->mu);
+    for (ncclComm_t comm : lane->comms) {
+      if (comm == nullptr || !status.ok()) continue;
+      const ncclResult_t result = ncclCommFinalize(comm);
+      if (result != ncclInProgress) {
+        status = NcclStatus(result, "ncclCommFinalize", comm);
+      }
+    }
+  }
+  for (int lane = 0; lane < lanes() && status.ok(); ++lane) {
+    status = WaitAccepted(lane, options_.op_timeout,
+                          "finalizing the NCCL communicators");
+  }
+  if (!status.ok()) {
+    Abort(std::string(status.message()));
+    return status;
+  }
+  for (auto it = lanes_.rbegin(); it != lanes_.rend(); ++it) {
+    absl::MutexLock lock(&(*it)->mu);
+    for (ncclComm_t& comm : (*it)->comms) {
+      if (comm != nullptr) ncclCommDestroy(comm);
+      comm = nullptr;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace meshcast::worker
