@@ -1,10 +1,16 @@
 #include "cli/cluster_commands.h"
 
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <system_error>
@@ -14,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -28,6 +35,8 @@
 #include "cli/daemon_process.h"
 #include "cli/flags.h"
 #include "cli/job_format.h"
+#include "cli/local_prometheus.h"
+#include "cli/worker_devices.h"
 #include "util/status_macros.h"
 
 namespace meshcast::cli {
@@ -39,13 +48,22 @@ constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
 
 constexpr char kUpDescription[] =
     "Starts a local meshcast cluster on this machine: one meshcast-controller\n"
-    "and --workers meshcast-worker processes, each worker with\n"
-    "--devices-per-worker virtual CPU devices, all on 127.0.0.1. They run in\n"
-    "the background (own session) and keep running after meshctl exits.\n"
-    "Logs (DIR/logs/*.log), the job database (DIR/meshcast.db) and\n"
-    "DIR/cluster.json (controller address, pids, log paths) live in the\n"
-    "cluster directory. meshctl up returns once every worker has registered\n"
-    "with the controller, or fails naming the log of a daemon that died.\n"
+    "and --workers meshcast-worker processes, each worker with the devices\n"
+    "of --devices (default cpu:4: four virtual CPU devices), all on\n"
+    "127.0.0.1. They run in the background (own session) and keep running\n"
+    "after meshctl exits. Logs (DIR/logs/*.log), the job database\n"
+    "(DIR/meshcast.db) and DIR/cluster.json (controller address, pids, log\n"
+    "paths) live in the cluster directory. meshctl up returns once every\n"
+    "worker has registered with the controller, or fails naming the log of a\n"
+    "daemon that died.\n"
+    "\n"
+    "--monitoring also serves each daemon's Prometheus metrics on 127.0.0.1\n"
+    "and starts a Prometheus server (Debian package `prometheus`,\n"
+    "/usr/bin/prometheus) scraping them, with the meshcast alert rules when\n"
+    "the sources are found; its configuration and data live in\n"
+    "DIR/prometheus. meshctl up then also waits until Prometheus is ready and\n"
+    "scrapes every daemon, and prints the metrics endpoints and how to point\n"
+    "Grafana at it. 'meshctl down' stops it with the daemons.\n"
     "\n"
     "The daemons are looked for in --bin-dir, else next to meshctl's build\n"
     "tree (../controller, ../worker), else beside meshctl, else on $PATH.\n"
@@ -62,6 +80,36 @@ std::string FlagsHelpFor(const char* binary) {
 
 std::string PortFile(const std::string& dir) {
   return absl::StrCat(dir, "/controller.port");
+}
+
+// Where a daemon started with --monitoring writes its bound metrics port.
+std::string MetricsPortFile(const std::string& dir, const std::string& name) {
+  return absl::StrCat(dir, "/metrics/", name, ".port");
+}
+
+// The port in a port file, or 0 while the file is missing or incomplete.
+int ReadPortFile(const std::string& path) {
+  std::ifstream in(path);
+  int port = 0;
+  std::string text;
+  if (in && std::getline(in, text) &&
+      absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &port) && port > 0 &&
+      port <= 65535) {
+    return port;
+  }
+  return 0;
+}
+
+// Flags that make a daemon serve its metrics on 127.0.0.1, on a port the
+// kernel picks and the daemon writes to its metrics port file.
+std::vector<std::string> MetricsFlags(const std::string& dir,
+                                      const std::string& name) {
+  return {"--metrics-port=0", "--metrics-address=127.0.0.1",
+          absl::StrCat("--metrics-port-file=", MetricsPortFile(dir, name))};
+}
+
+std::string MetricsUrl(const std::string& address) {
+  return absl::StrCat("http://", address, "/metrics");
 }
 
 absl::StatusOr<std::string> MakeDirectory(const std::string& dir) {
@@ -141,31 +189,52 @@ class Launcher {
     return absl::OkStatus();
   }
 
-  // The controller's port once it has written its port file.
-  absl::StatusOr<int> WaitForPort(absl::Time deadline) {
-    const std::string path = PortFile(dir_);
+  // The port in `path` once `process` has written it there.
+  absl::StatusOr<int> WaitForPortFile(const std::string& path,
+                                      const ClusterProcess& process,
+                                      absl::string_view what,
+                                      absl::Time deadline) {
     while (true) {
-      std::ifstream in(path);
-      int port = 0;
-      std::string text;
-      if (in && std::getline(in, text) &&
-          absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &port) &&
-          port > 0) {
-        return port;
-      }
+      if (const int port = ReadPortFile(path); port > 0) return port;
       RETURN_IF_ERROR(CheckAlive());
       if (absl::Now() > deadline) {
         return absl::DeadlineExceededError(
-            absl::StrCat("the controller did not start listening in time; see ",
-                         file_.processes.front().log));
+            absl::StrCat(process.name, " did not ", what, " in time (no ", path,
+                         "); see ", process.log));
       }
       absl::SleepFor(absl::Milliseconds(20));
     }
   }
 
+  // The controller's port once it has written its port file.
+  absl::StatusOr<int> WaitForPort(absl::Time deadline) {
+    return WaitForPortFile(PortFile(dir_), file_.processes.front(),
+                           "start listening", deadline);
+  }
+
+  // Records the metrics port every daemon wrote (they were started with
+  // MetricsFlags), and replaces --metrics-port=0 in its recorded command
+  // line with that port, so that a restarted daemon serves where
+  // Prometheus scrapes.
+  absl::Status CollectMetricsPorts(absl::Time deadline) {
+    for (ClusterProcess& process : file_.processes) {
+      if (process.role != "controller" && process.role != "worker") continue;
+      ASSIGN_OR_RETURN(const int port,
+                       WaitForPortFile(MetricsPortFile(dir_, process.name),
+                                       process, "serve its metrics", deadline));
+      process.metrics = absl::StrCat("127.0.0.1:", port);
+      for (std::string& arg : process.args) {
+        if (arg == "--metrics-port=0") {
+          arg = absl::StrCat("--metrics-port=", port);
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
   // Polls GetCluster until every worker named in the file is registered
-  // and not lost.
-  absl::Status WaitForWorkers(absl::Time deadline) {
+  // and not lost; returns that last view of the cluster.
+  absl::StatusOr<v1::GetClusterResponse> WaitForWorkers(absl::Time deadline) {
     std::set<std::string> expected;
     for (const ClusterProcess& process : file_.processes) {
       if (process.role == "worker") expected.insert(process.name);
@@ -191,7 +260,7 @@ class Launcher {
               missing.erase(worker.name());
             }
           }
-          if (missing.empty()) return absl::OkStatus();
+          if (missing.empty()) return *std::move(cluster);
         }
       }
       if (absl::Now() > deadline) {
@@ -215,22 +284,178 @@ class Launcher {
   bool committed_ = false;
 };
 
-std::string UsageText(const ClusterFile& file) {
+// What `up --monitoring` set up besides the cluster file, for its text.
+struct MonitoringSetup {
+  std::string config;  // DIR/prometheus/prometheus.yml
+  std::string data;    // DIR/prometheus/data
+  std::vector<std::string> rule_files;
+  std::optional<std::string> source_tree;
+};
+
+// `kind` is what the workers registered: --worker-flags may override
+// --devices.
+std::string DevicesText(const ClusterFile& file, const std::string& kind) {
+  return absl::StrCat(file.workers, " x ", file.devices_per_worker, " ", kind,
+                      " devices (--devices ", file.devices, ")");
+}
+
+std::string MonitoringText(const ClusterFile& file,
+                           const MonitoringSetup& monitoring) {
+  std::string out = "  metrics     ";
+  size_t width = 0;
+  for (const ClusterProcess& process : file.processes) {
+    if (!process.metrics.empty()) width = std::max(width, process.name.size());
+  }
+  bool first = true;
+  for (const ClusterProcess& process : file.processes) {
+    if (process.metrics.empty()) continue;
+    std::string name = process.name;
+    name.resize(width + 2, ' ');
+    absl::StrAppend(&out, first ? "" : "              ", name,
+                    MetricsUrl(process.metrics), "\n");
+    first = false;
+  }
+  int prometheus_pid = 0;
+  for (const ClusterProcess& process : file.processes) {
+    if (process.role == "prometheus") prometheus_pid = process.pid;
+  }
+  absl::StrAppend(&out, "  prometheus  ", file.prometheus, " (pid ",
+                  prometheus_pid, "), scraping every daemon\n",
+                  "              config ", monitoring.config, ", data ",
+                  monitoring.data, "\n");
+  if (monitoring.rule_files.empty()) {
+    absl::StrAppend(&out,
+                    "              alert rules: none (no meshcast sources "
+                    "found near meshctl or the working directory)\n");
+  } else {
+    absl::StrAppend(&out, "              alert rules: ",
+                    absl::StrJoin(monitoring.rule_files, ", "), "\n");
+  }
+  return out;
+}
+
+std::string UsageText(const ClusterFile& file, const std::string& device_kind,
+                      const MonitoringSetup* monitoring) {
   const int hosts = file.workers >= 2 ? file.workers / 2 : 1;
-  const std::string mesh = absl::StrCat(hosts, "x", file.devices_per_worker);
+  const std::string mesh =
+      absl::StrCat(hosts, "x", std::max(1, file.devices_per_worker));
   std::string out = absl::StrCat(
       "meshcast local cluster is up in ", file.dir, "\n", "  controller  ",
       file.controller, " (pid ", file.processes[0].pid, ")\n", "  workers     ",
-      file.workers, " x ", file.devices_per_worker, " cpu devices\n",
-      "  logs        ", file.dir, "/logs\n", "  database    ", file.database,
-      "\n\n", "Use it:\n", "  export MESHCAST_CONTROLLER=", file.controller,
+      DevicesText(file, device_kind), "\n", "  logs        ", file.dir,
+      "/logs\n", "  database    ", file.database, "\n");
+  if (monitoring != nullptr) {
+    absl::StrAppend(&out, MonitoringText(file, *monitoring));
+  }
+  absl::StrAppend(
+      &out, "\n", "Use it:\n", "  export MESHCAST_CONTROLLER=", file.controller,
       "\n", "  meshctl cluster\n",
       "  meshctl submit reshard --shape 64x64x256 --dtype int32 \\\n",
       "    --src-mesh ", mesh, " --src-spec S0RR --dst-mesh ", mesh,
       " --dst-spec RS0R", file.workers >= 2 ? "" : " --allow-overlap",
-      " --wait\n", "  meshctl list\n", "Stop it:\n", "  meshctl down --dir ",
-      file.dir, "\n");
+      " --wait\n", "  meshctl list\n");
+  if (monitoring != nullptr) {
+    absl::StrAppend(
+        &out, "Watch it:\n", "  ", file.prometheus, "/targets, ",
+        file.prometheus,
+        "/graph?g0.expr=meshcast_controller_jobs_finished_total\n",
+        GrafanaInstructions(file.prometheus, monitoring->source_tree));
+  }
+  absl::StrAppend(&out, "Stop it:\n", "  meshctl down --dir ", file.dir, "\n");
   return out;
+}
+
+// An absolute, symlink-free path for a binary given on the command line, so
+// that `down` recognises the process by its argv[0].
+std::string AbsoluteBinary(const std::string& path) {
+  char resolved[PATH_MAX];
+  if (realpath(path.c_str(), resolved) != nullptr) return resolved;
+  return path;
+}
+
+bool IsExecutable(const std::string& path) {
+  std::error_code error;
+  return std::filesystem::is_regular_file(path, error) &&
+         access(path.c_str(), X_OK) == 0;
+}
+
+// The directories FindSourceTree starts from: meshctl's own and the
+// working directory.
+std::vector<std::string> SourceTreeStarts(const CommandContext& context) {
+  std::vector<std::string> starts;
+  if (!context.program_path.empty()) {
+    starts.push_back(
+        std::filesystem::path(context.program_path).parent_path().string());
+  }
+  std::error_code error;
+  const std::filesystem::path cwd = std::filesystem::current_path(error);
+  if (!error) starts.push_back(cwd.string());
+  return starts;
+}
+
+absl::Status WriteTextFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+struct PrometheusOptions {
+  std::string binary;  // absolute
+  int port = 0;        // 0: pick a free one
+  absl::Duration scrape_interval;
+};
+
+// The Prometheus part of `up --monitoring`, once every daemon `launcher`
+// started is registered: records their metrics ports, writes
+// DIR/prometheus/prometheus.yml, starts Prometheus through `launcher` (so
+// that a failure stops it with the rest), records it in cluster.json and
+// waits until it is ready and scrapes every daemon. Errors are one line
+// naming the log to read.
+absl::StatusOr<MonitoringSetup> StartPrometheus(
+    Launcher& launcher, const PrometheusOptions& options,
+    const CommandContext& context, absl::Time deadline) {
+  ClusterFile& file = launcher.file();
+  RETURN_IF_ERROR(launcher.CollectMetricsPorts(deadline));
+  std::vector<ScrapeTarget> targets;
+  for (const ClusterProcess& process : file.processes) {
+    targets.push_back(ScrapeTarget{
+        process.role == "controller" ? kControllerScrapeJob : kWorkerScrapeJob,
+        process.metrics, process.role == "worker" ? process.name : ""});
+  }
+  MonitoringSetup setup;
+  setup.source_tree = FindSourceTree(SourceTreeStarts(context));
+  if (setup.source_tree) setup.rule_files = AlertRuleFiles(*setup.source_tree);
+  setup.config = absl::StrCat(file.dir, "/prometheus/prometheus.yml");
+  setup.data = absl::StrCat(file.dir, "/prometheus/data");
+  RETURN_IF_ERROR(WriteTextFile(setup.config,
+                                PrometheusConfigYaml(targets, setup.rule_files,
+                                                     options.scrape_interval)));
+  int port = options.port;
+  if (port == 0) {
+    // The macro expands to several statements: keep the braces.
+    ASSIGN_OR_RETURN(port, PickFreeLoopbackPort());
+  }
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  file.prometheus = absl::StrCat("http://", address);
+  RETURN_IF_ERROR(
+      launcher.Start("prometheus", "prometheus", options.binary,
+                     {absl::StrCat("--config.file=", setup.config),
+                      absl::StrCat("--storage.tsdb.path=", setup.data),
+                      absl::StrCat("--web.listen-address=", address)}));
+  RETURN_IF_ERROR(WriteClusterFile(file.dir, file));
+  const absl::Status ready =
+      WaitForPrometheus(address, static_cast<int>(targets.size()), deadline,
+                        [&launcher] { return launcher.CheckAlive(); });
+  // A process that died names its own log; a timeout points at
+  // Prometheus's.
+  if (absl::IsDeadlineExceeded(ready)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        ready.message(), "; see ", file.dir, "/logs/prometheus.log"));
+  }
+  RETURN_IF_ERROR(ready);
+  return setup;
 }
 
 }  // namespace
@@ -239,7 +464,8 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
                            const CommandContext& context) {
   constexpr char kCommand[] = "meshctl up";
   int workers = 4;
-  int devices_per_worker = 4;
+  int devices_per_worker = kDefaultCpuDevicesPerWorker;
+  std::string devices_flag;
   std::string dir_flag;
   double inter_gbps = 10;
   double intra_gbps = 100;
@@ -250,11 +476,19 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
   double heartbeat_seconds = 0;
   std::string controller_flags;
   std::string worker_flags;
+  bool monitoring = false;
+  int prometheus_port = 0;
+  std::string prometheus_binary = kDefaultPrometheusBinary;
+  double scrape_interval_seconds = 1;
   std::string output = "table";
   FlagSet flags(kCommand, absl::StrCat(kUpDescription, "\n\n", kExitCodesHelp));
   flags.Int("workers", &workers, "N", "number of worker processes (hosts)");
+  flags.String("devices", &devices_flag, "SPEC",
+               "every worker's devices: cpu:N (N virtual CPU devices), cuda\n"
+               "(every visible GPU), cuda:0,1 (CUDA ordinals), cuda:0x4 (4\n"
+               "devices on GPU 0); default cpu:4");
   flags.Int("devices-per-worker", &devices_per_worker, "K",
-            "virtual CPU devices per worker");
+            "short for --devices cpu:K");
   flags.String("dir", &dir_flag, "DIR",
                "cluster directory (default: $MESHCAST_HOME, else ./.meshcast)");
   flags.Double("inter-gbps", &inter_gbps, "GBPS",
@@ -266,7 +500,8 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
   flags.String("bin-dir", &bin_dir, "DIR",
                "directory holding meshcast-controller and meshcast-worker");
   flags.Double("timeout", &timeout_seconds, "SECONDS",
-               "how long to wait for every worker to register");
+               "how long to wait for every worker to register (and, with\n"
+               "--monitoring, for Prometheus to scrape every daemon)");
   flags.Double("lease-seconds", &lease_seconds, "SECONDS",
                "worker lease: a worker silent this long is lost (0 = the\n"
                "controller's default)");
@@ -276,6 +511,16 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
                FlagsHelpFor(kControllerBinary));
   flags.String("worker-flags", &worker_flags, "FLAGS",
                FlagsHelpFor(kWorkerBinary));
+  flags.Bool("monitoring", &monitoring,
+             "serve the daemons' metrics on 127.0.0.1 and start a local\n"
+             "Prometheus scraping them (see above)");
+  flags.Int("prometheus-port", &prometheus_port, "PORT",
+            "with --monitoring: Prometheus's port on 127.0.0.1 (0 = a free "
+            "port)");
+  flags.String("prometheus-bin", &prometheus_binary, "PATH",
+               "with --monitoring: the Prometheus server binary");
+  flags.Double("scrape-interval", &scrape_interval_seconds, "SECONDS",
+               "with --monitoring: scrape and rule evaluation interval");
   flags.Choice("output", &output, {"table", "json"},
                "table: how to use the cluster; json: the cluster.json record");
   const absl::Status parsed = flags.Parse(args);
@@ -291,15 +536,22 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
     return Fail(kCommand, kExitUsage,
                 absl::StrCat("--workers: must be 1..256, got ", workers));
   }
-  if (devices_per_worker < 1 || devices_per_worker > 1024) {
+  if (flags.IsSet("devices") && devices_flag.empty()) {
     return Fail(kCommand, kExitUsage,
-                absl::StrCat("--devices-per-worker: must be 1..1024, got ",
-                             devices_per_worker));
+                "--devices: must not be empty; e.g. cpu:4, cuda, cuda:0x4");
   }
-  if (controller_port < 0 || controller_port > 65535) {
-    return Fail(kCommand, kExitUsage,
-                absl::StrCat("--controller-port: must be 0..65535, got ",
-                             controller_port));
+  absl::StatusOr<WorkerDevices> devices = ResolveWorkerDevices(
+      devices_flag, devices_per_worker, flags.IsSet("devices-per-worker"));
+  if (!devices.ok()) {
+    return Fail(kCommand, kExitUsage, devices.status().message());
+  }
+  for (const auto& [flag, port] :
+       {std::pair<const char*, int>{"--controller-port", controller_port},
+        {"--prometheus-port", prometheus_port}}) {
+    if (port < 0 || port > 65535) {
+      return Fail(kCommand, kExitUsage,
+                  absl::StrCat(flag, ": must be 0..65535, got ", port));
+    }
   }
   for (const auto& [flag, value, zero_ok] :
        {std::tuple<const char*, double, bool>{"--inter-gbps", inter_gbps,
@@ -307,11 +559,35 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
         {"--intra-gbps", intra_gbps, false},
         {"--timeout", timeout_seconds, false},
         {"--lease-seconds", lease_seconds, true},
-        {"--heartbeat-seconds", heartbeat_seconds, true}}) {
-    if (!(value > 0 || (zero_ok && value == 0))) {
+        {"--heartbeat-seconds", heartbeat_seconds, true},
+        {"--scrape-interval", scrape_interval_seconds, false}}) {
+    if (!(value > 0 || (zero_ok && value == 0)) || !std::isfinite(value)) {
       return Fail(kCommand, kExitUsage,
                   absl::StrCat(flag, ": must be ", zero_ok ? ">= 0" : "> 0",
                                ", got ", value));
+    }
+  }
+  if (!monitoring) {
+    for (const char* flag :
+         {"prometheus-port", "prometheus-bin", "scrape-interval"}) {
+      if (flags.IsSet(flag)) {
+        return Fail(kCommand, kExitUsage,
+                    absl::StrCat("--", flag, ": only with --monitoring"));
+      }
+    }
+  }
+  if (monitoring) {
+    prometheus_binary = AbsoluteBinary(prometheus_binary);
+    if (!IsExecutable(prometheus_binary)) {
+      return Fail(
+          kCommand, flags.IsSet("prometheus-bin") ? kExitUsage : kExitFailure,
+          absl::StrCat(
+              "--monitoring: no Prometheus server at ", prometheus_binary,
+              flags.IsSet("prometheus-bin")
+                  ? " (--prometheus-bin)"
+                  : "; install Debian's `prometheus` package (apt-get "
+                    "install prometheus, or scripts/install-deps.sh) or pass "
+                    "--prometheus-bin PATH"));
     }
   }
 
@@ -342,6 +618,18 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
     return Fail(kCommand, missing_binary_code,
                 worker_binary.status().message());
   }
+  if (monitoring) {
+    std::error_code error;
+    std::filesystem::create_directories(*dir + "/metrics", error);
+    if (!error) {
+      std::filesystem::create_directories(*dir + "/prometheus/data", error);
+    }
+    if (error) {
+      return Fail(kCommand, kExitFailure,
+                  absl::StrCat("--monitoring: cannot create directories in ",
+                               *dir, ": ", error.message()));
+    }
+  }
 
   const absl::Time deadline = absl::Now() + absl::Seconds(timeout_seconds);
   Launcher launcher(*dir);
@@ -349,7 +637,8 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
   file.dir = *dir;
   file.database = absl::StrCat(*dir, "/meshcast.db");
   file.workers = workers;
-  file.devices_per_worker = devices_per_worker;
+  file.devices = devices->spec;
+  file.devices_per_worker = devices->count;
   file.started_unix = NowUnix();
 
   std::remove(PortFile(*dir).c_str());
@@ -366,6 +655,14 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
     controller_args.push_back(
         absl::StrCat("--heartbeat_seconds=", heartbeat_seconds));
   }
+  if (monitoring) {
+    std::remove(MetricsPortFile(*dir, "controller").c_str());
+    for (std::string& flag : MetricsFlags(*dir, "controller")) {
+      controller_args.push_back(std::move(flag));
+    }
+  }
+  // Extra flags last: Abseil keeps the last value of a repeated flag, so
+  // they override meshctl's.
   for (absl::string_view extra :
        absl::StrSplit(controller_flags, ' ', absl::SkipEmpty())) {
     controller_args.emplace_back(extra);
@@ -384,18 +681,23 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
   file.processes[0].args[0] = absl::StrCat("--listen=", file.controller);
 
   for (int i = 0; i < workers; ++i) {
+    const std::string name = absl::StrCat("worker-", i);
     std::vector<std::string> worker_args = {
         absl::StrCat("--controller=", file.controller), "--listen=127.0.0.1:0",
-        absl::StrCat("--name=worker-", i),
-        absl::StrCat("--devices=cpu:", devices_per_worker),
-        "--data_address=127.0.0.1"};
+        absl::StrCat("--name=", name),
+        absl::StrCat("--devices=", devices->spec), "--data_address=127.0.0.1"};
+    if (monitoring) {
+      std::remove(MetricsPortFile(*dir, name).c_str());
+      for (std::string& flag : MetricsFlags(*dir, name)) {
+        worker_args.push_back(std::move(flag));
+      }
+    }
     for (absl::string_view extra :
          absl::StrSplit(worker_flags, ' ', absl::SkipEmpty())) {
       worker_args.emplace_back(extra);
     }
-    if (absl::Status status =
-            launcher.Start("worker", absl::StrCat("worker-", i), *worker_binary,
-                           std::move(worker_args));
+    if (absl::Status status = launcher.Start("worker", name, *worker_binary,
+                                             std::move(worker_args));
         !status.ok()) {
       return FailWithStatus(kCommand, status);
     }
@@ -405,12 +707,41 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
   if (absl::Status status = WriteClusterFile(*dir, file); !status.ok()) {
     return FailWithStatus(kCommand, status);
   }
-  if (absl::Status status = launcher.WaitForWorkers(deadline); !status.ok()) {
-    return Fail(kCommand, kExitFailure, status.message());
+  absl::StatusOr<v1::GetClusterResponse> cluster =
+      launcher.WaitForWorkers(deadline);
+  if (!cluster.ok()) {
+    return Fail(kCommand, kExitFailure, cluster.status().message());
+  }
+  // What the workers registered is the truth: `cuda` counts the visible
+  // GPUs, and --worker-flags may have overridden --devices.
+  std::string device_kind = devices->kind;
+  for (const v1::WorkerInfo& worker : cluster->workers()) {
+    if (worker.name() != "worker-0") continue;
+    if (worker.num_devices() > 0)
+      file.devices_per_worker = worker.num_devices();
+    if (!worker.device_kind().empty()) device_kind = worker.device_kind();
+  }
+
+  std::optional<MonitoringSetup> setup;
+  if (monitoring) {
+    absl::StatusOr<MonitoringSetup> started = StartPrometheus(
+        launcher,
+        PrometheusOptions{prometheus_binary, prometheus_port,
+                          absl::Seconds(scrape_interval_seconds)},
+        context, deadline);
+    if (!started.ok()) {
+      return Fail(kCommand, kExitFailure, started.status().message());
+    }
+    setup = *std::move(started);
+  }
+  if (absl::Status status = WriteClusterFile(*dir, file); !status.ok()) {
+    return FailWithStatus(kCommand, status);
   }
   launcher.Commit();
   CommandResult result;
-  result.out = output == "json" ? ClusterFileToJson(file) : UsageText(file);
+  result.out = output == "json"
+                   ? ClusterFileToJson(file)
+                   : UsageText(file, device_kind, setup ? &*setup : nullptr);
   return result;
 }
 
@@ -424,10 +755,11 @@ CommandResult RunDownCommand(const std::vector<std::string>& args,
       absl::StrCat(
           "Stops the local cluster recorded in DIR/cluster.json by 'meshctl\n"
           "up': SIGTERM to the controller (it fails its unfinished jobs with\n"
-          "\"controller shut down\") and then to the workers, SIGKILL to any\n"
-          "still running after --grace seconds. Removes cluster.json; logs\n"
-          "and the job database stay, so a later 'meshctl up' on the same\n"
-          "directory lists the old jobs.\n\n",
+          "\"controller shut down\"), then to the workers, then to the local\n"
+          "Prometheus of 'up --monitoring'; SIGKILL to any still running\n"
+          "after --grace seconds. Removes cluster.json; logs, the job\n"
+          "database and Prometheus's data stay, so a later 'meshctl up' on\n"
+          "the same directory lists the old jobs.\n\n",
           kExitCodesHelp));
   flags.String("dir", &dir_flag, "DIR",
                "cluster directory (default: $MESHCAST_HOME, else ./.meshcast)");
@@ -452,29 +784,41 @@ CommandResult RunDownCommand(const std::vector<std::string>& args,
     return Fail(kCommand, kExitFailure, file.status().message());
   }
   // The controller first, so that it records why unfinished jobs ended
-  // rather than blaming lost workers.
-  std::vector<int> controllers, workers;
+  // rather than blaming lost workers; Prometheus last, so that it sees the
+  // daemons go.
+  std::vector<int> controllers, workers, prometheus;
   int already_stopped = 0;
   for (const ClusterProcess& process : file->processes) {
     if (!IsProcessOf(process.pid, process.binary)) {
       ++already_stopped;
       continue;
     }
-    (process.role == "controller" ? controllers : workers)
-        .push_back(process.pid);
+    if (process.role == "controller") {
+      controllers.push_back(process.pid);
+    } else if (process.role == "prometheus") {
+      prometheus.push_back(process.pid);
+    } else {
+      workers.push_back(process.pid);
+    }
   }
   const absl::Duration grace = absl::Seconds(grace_seconds);
-  std::vector<int> killed = StopProcesses(controllers, grace);
-  std::vector<int> killed_workers = StopProcesses(workers, grace);
-  killed.insert(killed.end(), killed_workers.begin(), killed_workers.end());
+  std::vector<int> killed;
+  for (const std::vector<int>* group : {&controllers, &workers, &prometheus}) {
+    const std::vector<int> group_killed = StopProcesses(*group, grace);
+    killed.insert(killed.end(), group_killed.begin(), group_killed.end());
+  }
   RemoveClusterFile(dir).IgnoreError();
   std::remove(PortFile(dir).c_str());
+  for (const ClusterProcess& process : file->processes) {
+    std::remove(MetricsPortFile(dir, process.name).c_str());
+  }
 
   CommandResult result;
   result.out = absl::StrCat("stopped the local cluster in ",
                             file->dir.empty() ? dir : file->dir, ": ",
                             controllers.size(), " controller and ",
                             workers.size(), " worker process(es)");
+  if (!prometheus.empty()) absl::StrAppend(&result.out, " and Prometheus");
   if (already_stopped > 0) {
     absl::StrAppend(&result.out, ", ", already_stopped, " had already exited");
   }

@@ -1,13 +1,18 @@
 // The cluster subcommands of meshctl (see command.h for the shape):
 //
-//   meshctl up [--workers N] [--devices-per-worker K] [--dir D] ...
+//   meshctl up [--workers N] [--devices SPEC | --devices-per-worker K]
+//              [--dir D] [--monitoring] ...
 //       starts a local cluster: meshcast-controller and N meshcast-worker
-//       processes on 127.0.0.1, detached, with logs and the SQLite database
-//       under D; records them in D/cluster.json; returns once every worker
-//       has registered.
+//       processes (each with --devices SPEC) on 127.0.0.1, detached, with
+//       logs and the SQLite database under D; records them in
+//       D/cluster.json; returns once every worker has registered. With
+//       --monitoring the daemons also serve metrics on 127.0.0.1 and a
+//       local Prometheus (local_prometheus.h) scrapes them; `up` then also
+//       waits until Prometheus is ready and every target is up.
 //   meshctl down [--dir D]
-//       stops them (SIGTERM, then SIGKILL after a grace period) and removes
-//       D/cluster.json; logs and database stay.
+//       stops them and the Prometheus (SIGTERM, then SIGKILL after a grace
+//       period) and removes D/cluster.json; logs, database and Prometheus
+//       data stay.
 //   meshctl cluster
 //       the live topology and a table of workers.
 //

@@ -22,20 +22,20 @@ std::string ClusterFilePath(const std::string& dir) {
 std::string ClusterFileToJson(const ClusterFile& file) {
   Json processes = Json::array();
   for (const ClusterProcess& p : file.processes) {
-    processes.push_back(Json{{"role", p.role},
-                             {"name", p.name},
-                             {"pid", p.pid},
-                             {"log", p.log},
-                             {"binary", p.binary},
-                             {"args", p.args}});
+    Json process{{"role", p.role}, {"name", p.name},     {"pid", p.pid},
+                 {"log", p.log},   {"binary", p.binary}, {"args", p.args}};
+    if (!p.metrics.empty()) process["metrics"] = p.metrics;
+    processes.push_back(std::move(process));
   }
   Json out{{"controller", file.controller},
            {"dir", file.dir},
            {"database", file.database},
-           {"workers", file.workers},
-           {"devices_per_worker", file.devices_per_worker},
-           {"started_unix", file.started_unix},
-           {"processes", std::move(processes)}};
+           {"workers", file.workers}};
+  if (!file.devices.empty()) out["devices"] = file.devices;
+  out["devices_per_worker"] = file.devices_per_worker;
+  out["started_unix"] = file.started_unix;
+  if (!file.prometheus.empty()) out["prometheus"] = file.prometheus;
+  out["processes"] = std::move(processes);
   return out.dump(2) + "\n";
 }
 
@@ -62,7 +62,9 @@ absl::StatusOr<ClusterFile> ClusterFileFromJson(const std::string& text) {
   text_field(json, "dir", &file.dir);
   text_field(json, "database", &file.database);
   int_field(json, "workers", &file.workers);
+  text_field(json, "devices", &file.devices);
   int_field(json, "devices_per_worker", &file.devices_per_worker);
+  text_field(json, "prometheus", &file.prometheus);
   if (json.contains("started_unix") && json["started_unix"].is_number()) {
     file.started_unix = json["started_unix"].get<double>();
   }
@@ -78,6 +80,7 @@ absl::StatusOr<ClusterFile> ClusterFileFromJson(const std::string& text) {
       int_field(p, "pid", &process.pid);
       text_field(p, "log", &process.log);
       text_field(p, "binary", &process.binary);
+      text_field(p, "metrics", &process.metrics);
       if (p.contains("args") && p["args"].is_array()) {
         for (const Json& arg : p["args"]) {
           if (arg.is_string()) process.args.push_back(arg.get<std::string>());

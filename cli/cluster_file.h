@@ -15,11 +15,18 @@
 // cluster.json (bytes and seconds, snake_case):
 //   {"controller": "127.0.0.1:41234", "dir": "/abs/.meshcast",
 //    "database": "/abs/.meshcast/meshcast.db", "workers": 4,
-//    "devices_per_worker": 4, "started_unix": 1.7e9,
-//    "processes": [{"role": "controller" | "worker", "name": "controller",
+//    "devices": "cpu:4", "devices_per_worker": 4, "started_unix": 1.7e9,
+//    "prometheus": "http://127.0.0.1:9090",          // --monitoring only
+//    "processes": [{"role": "controller" | "worker" | "prometheus",
+//                   "name": "controller",
 //                   "pid": 123, "log": "/abs/.meshcast/logs/controller.log",
 //                   "binary": "/abs/meshcast-controller",
-//                   "args": ["--listen", ...]}, ...]}
+//                   "args": ["--listen", ...],
+//                   "metrics": "127.0.0.1:40001"},   // --monitoring only
+//                  ...]}
+//
+// Keys added later ("devices", "prometheus", "metrics") are optional when
+// reading, so a record written by an older meshctl still reads.
 //
 // Thread safety: pure functions and value types; concurrent writers of the
 // same directory race (the last rename wins).
@@ -41,12 +48,15 @@ inline constexpr char kDefaultControllerAddress[] = "127.0.0.1:50051";
 inline constexpr char kDefaultClusterDir[] = ".meshcast";
 
 struct ClusterProcess {
-  std::string role;  // "controller" or "worker"
-  std::string name;  // "controller", "worker-0", ...
+  std::string role;  // "controller", "worker" or "prometheus"
+  std::string name;  // "controller", "worker-0", ..., "prometheus"
   int pid = 0;
   std::string log;
   std::string binary;
   std::vector<std::string> args;  // without the binary
+  // host:port of the daemon's Prometheus /metrics; empty when metrics are
+  // off (`up` without --monitoring) and for Prometheus itself.
+  std::string metrics;
 };
 
 struct ClusterFile {
@@ -54,8 +64,11 @@ struct ClusterFile {
   std::string dir;
   std::string database;
   int workers = 0;
+  std::string devices;  // every worker's --devices, e.g. "cpu:4"
   int devices_per_worker = 0;
   double started_unix = 0;
+  // Base URL of the local Prometheus (`up --monitoring`), else empty.
+  std::string prometheus;
   std::vector<ClusterProcess> processes;  // controller first
 };
 

@@ -16,6 +16,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // A context whose environment is `env` only.
 CommandContext FakeEnv(std::map<std::string, std::string> env) {
@@ -75,6 +76,42 @@ TEST(ClusterFileTest, RoundTrip) {
   EXPECT_THAT(file->processes[0].args, ElementsAre("--listen=127.0.0.1:4321"));
   ASSERT_TRUE(RemoveClusterFile(dir).ok());
   EXPECT_TRUE(absl::IsNotFound(ReadClusterFile(dir).status()));
+}
+
+TEST(ClusterFileTest, MonitoringFieldsRoundTrip) {
+  const std::string dir = FreshDir("monitoring");
+  ClusterFile sample = Sample(dir);
+  sample.devices = "cuda:0x4";
+  sample.prometheus = "http://127.0.0.1:9090";
+  sample.processes[0].metrics = "127.0.0.1:40001";
+  sample.processes.push_back(ClusterProcess{"prometheus",
+                                            "prometheus",
+                                            13,
+                                            dir + "/logs/prometheus.log",
+                                            "/usr/bin/prometheus",
+                                            {"--config.file=x"}});
+  const std::string json = ClusterFileToJson(sample);
+  absl::StatusOr<ClusterFile> file = ClusterFileFromJson(json);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->devices, "cuda:0x4");
+  EXPECT_EQ(file->prometheus, "http://127.0.0.1:9090");
+  ASSERT_EQ(file->processes.size(), 3u);
+  EXPECT_EQ(file->processes[0].metrics, "127.0.0.1:40001");
+  EXPECT_EQ(file->processes[1].metrics, "");
+  EXPECT_EQ(file->processes[2].role, "prometheus");
+
+  // Without monitoring the keys are left out, and a record written before
+  // they existed still reads.
+  const std::string plain = ClusterFileToJson(Sample(dir));
+  EXPECT_THAT(plain, Not(HasSubstr("prometheus")));
+  EXPECT_THAT(plain, Not(HasSubstr("metrics")));
+  file = ClusterFileFromJson(
+      R"({"controller": "h:1", "workers": 2, "devices_per_worker": 4,
+          "processes": [{"role": "worker", "name": "worker-0", "pid": 5}]})");
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->devices, "");
+  EXPECT_EQ(file->prometheus, "");
+  EXPECT_EQ(file->processes[0].metrics, "");
 }
 
 TEST(ClusterFileTest, BadFilesAreErrorsNotCrashes) {

@@ -227,7 +227,8 @@ absl::StatusOr<PlacedMesh> PlaceOne(
               name, " ", mesh.ToString(), " and ", other_name, " ",
               other_request->ToString(), " on disjoint hosts need ",
               rows + other->hosts.size(), " hosts; cluster has ",
-              ClusterText(topology), " (set allow_overlap to share hosts)"));
+              ClusterText(topology),
+              " (set allow_overlap to share hosts: meshctl --allow-overlap)"));
         }
         return absl::UnavailableError(
             absl::StrCat(name, " ", mesh.ToString(), " needs ", rows,

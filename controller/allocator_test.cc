@@ -98,7 +98,9 @@ TEST(AllocatorTest, RefusesWhatTheClusterCannotHold) {
                                  Cluster(3, 4));
   EXPECT_TRUE(absl::IsInvalidArgument(s));
   EXPECT_THAT(s.message(), HasSubstr("on disjoint hosts need 4 hosts"));
-  EXPECT_THAT(s.message(), HasSubstr("allow_overlap"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("set allow_overlap to share hosts: meshctl "
+                        "--allow-overlap"));
   s = DeviceAllocator::CheckFits({Mesh({2, 4}, 1), Mesh({1, 4}), true},
                                  Cluster(2, 4));
   EXPECT_THAT(s.message(), HasSubstr("needs hosts 1..2"));

@@ -144,6 +144,8 @@ grpc::Status ControllerService::Plan(grpc::ServerContext*,
     out->set_chosen(row.chosen);
   }
   *response->mutable_topology() = TopologyToProto(result->topology);
+  *response->mutable_placed_src_mesh() = MeshToProto(result->placed_src_mesh);
+  *response->mutable_placed_dst_mesh() = MeshToProto(result->placed_dst_mesh);
   return grpc::Status::OK;
 }
 

@@ -18,6 +18,7 @@
 namespace meshcast {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 bool IsFinal(v1::JobState s) {
@@ -167,6 +168,11 @@ TEST_F(ControllerServiceTest, SubmitGetListWatchAndCancel) {
   job = WaitForFinal(job.id());
   EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.message();
   EXPECT_EQ(job.result().elements_verified(), 32);
+  // The controller placed both 1x2 meshes, on disjoint hosts.
+  EXPECT_THAT(job.placed_src_mesh().shape(), ElementsAre(1, 2));
+  EXPECT_THAT(job.placed_src_mesh().devices(), ElementsAre(0, 1));
+  EXPECT_THAT(job.placed_dst_mesh().shape(), ElementsAre(1, 2));
+  EXPECT_THAT(job.placed_dst_mesh().devices(), ElementsAre(2, 3));
 
   v1::ListJobsResponse list;
   ASSERT_TRUE(
@@ -293,6 +299,8 @@ TEST_F(ControllerServiceTest, PlanDryRunOnTheLiveTopology) {
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(response.rows_size(), 5);
   EXPECT_EQ(response.topology().num_hosts(), 2);
+  EXPECT_THAT(response.placed_src_mesh().devices(), ElementsAre(0, 1));
+  EXPECT_THAT(response.placed_dst_mesh().devices(), ElementsAre(2, 3));
   EXPECT_GT(response.plan().steps_size(), 0);
   int chosen = 0;
   for (const v1::StrategyRow& row : response.rows()) {
@@ -400,6 +408,7 @@ TEST_F(ControllerServiceTest, HistorySurvivesARestart) {
   EXPECT_EQ(list.jobs(0).message(), "controller shut down");
   EXPECT_EQ(list.jobs(1).id(), done);
   EXPECT_EQ(list.jobs(1).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_THAT(list.jobs(1).placed_dst_mesh().devices(), ElementsAre(2, 3));
 }
 
 }  // namespace

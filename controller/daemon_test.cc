@@ -1,6 +1,7 @@
-// Runs the real meshcast-controller binary: flags (dashed spelling), port 0
-// with --port-file, a worker registering and then missing its lease, a job
-// failing on an unreachable worker, SIGTERM, and the history after a
+// Runs the real meshcast-controller binary: flags (dashed spelling, the
+// topology ones reported by GetCluster, bad values refused naming the flag),
+// port 0 with --port-file, a worker registering and then missing its lease,
+// a job failing on an unreachable worker, SIGTERM, and the history after a
 // restart on the same database.
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
@@ -29,7 +30,10 @@ using ::testing::HasSubstr;
 
 class Daemon {
  public:
-  explicit Daemon(const std::string& dir) : dir_(dir) {
+  // `extra` flags come after the defaults below and override them.
+  explicit Daemon(const std::string& dir,
+                  const std::vector<std::string>& extra = {})
+      : dir_(dir) {
     std::remove(PortFile().c_str());
     std::vector<std::string> args = {
         MESHCAST_CONTROLLER_BINARY,
@@ -42,6 +46,7 @@ class Daemon {
         "--metrics-port=0",
         "--metrics-address=127.0.0.1",
     };
+    args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -78,6 +83,10 @@ class Daemon {
   // SIGTERM, then the exit status (-1 if it did not exit within 20 s).
   int Terminate() {
     kill(pid_, SIGTERM);
+    return Wait();
+  }
+  // The exit status once it exits on its own (-1 if not within 20 s).
+  int Wait() {
     const absl::Time deadline = absl::Now() + absl::Seconds(20);
     while (absl::Now() < deadline) {
       int status = 0;
@@ -134,6 +143,10 @@ TEST(DaemonTest, ServesShutsDownOnSigtermAndKeepsHistory) {
             .ok());
     EXPECT_EQ(cluster.topology().num_hosts(), 2);
     EXPECT_DOUBLE_EQ(cluster.topology().inter_host_bandwidth(), 40e9 / 8);
+    // Not given: the defaults, with no CPU-side costs.
+    EXPECT_DOUBLE_EQ(cluster.topology().inter_host_latency(), 10e-6);
+    EXPECT_EQ(cluster.topology().host_copy_bandwidth(), 0);
+    EXPECT_EQ(cluster.topology().transfer_setup_seconds(), 0);
 
     v1::SubmitJobRequest submit;
     v1::ReshardSpec* r = submit.mutable_spec()->mutable_reshard();
@@ -196,6 +209,65 @@ TEST(DaemonTest, ServesShutsDownOnSigtermAndKeepsHistory) {
   EXPECT_THAT(text, HasSubstr("received SIGTERM"));
   EXPECT_THAT(text, HasSubstr("job " + job_id + " FAILED"));
   if (getenv("KEEP_DAEMON_LOG")) std::cerr << text;
+  for (const char* f : {"/meshcast.db", "/meshcast.db-wal", "/meshcast.db-shm",
+                        "/port", "/controller.log"}) {
+    std::remove((dir + f).c_str());
+  }
+  rmdir(dir.c_str());
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+}
+
+TEST(DaemonTest, TopologyFlagsReachGetCluster) {
+  char dir_template[] = "/tmp/meshcast_daemon_test_XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  {
+    Daemon daemon(dir, {"--intra-gbps=80", "--inter-latency-us=40",
+                        "--intra_latency_us=3", "--host-copy-gbps=24",
+                        "--transfer-setup-us=300"});
+    ASSERT_TRUE(daemon.spawned());
+    const int port = daemon.WaitForPort();
+    ASSERT_GT(port, 0) << ReadFile(dir + "/controller.log");
+    auto stub = v1::Controller::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                            grpc::InsecureChannelCredentials()));
+    v1::GetClusterResponse cluster;
+    ASSERT_TRUE(
+        stub->GetCluster(Context().get(), v1::GetClusterRequest(), &cluster)
+            .ok());
+    const v1::Topology& t = cluster.topology();
+    EXPECT_DOUBLE_EQ(t.inter_host_bandwidth(), 40e9 / 8);
+    EXPECT_DOUBLE_EQ(t.intra_host_bandwidth(), 80e9 / 8);
+    EXPECT_DOUBLE_EQ(t.inter_host_latency(), 40e-6);
+    EXPECT_DOUBLE_EQ(t.intra_host_latency(), 3e-6);
+    EXPECT_DOUBLE_EQ(t.host_copy_bandwidth(), 3e9);
+    EXPECT_DOUBLE_EQ(t.transfer_setup_seconds(), 300e-6);
+    EXPECT_GT(t.pipeline_chunk_bytes(), 0);
+    EXPECT_EQ(daemon.Terminate(), 0);
+  }
+  // The startup line says what the planner assumes.
+  EXPECT_THAT(ReadFile(dir + "/controller.log"),
+              HasSubstr("host copy 24 Gbps, transfer setup 300 us"));
+
+  // Bad values: exit status 2 before serving, the message naming the flag.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"--host-copy-gbps=-1", "--host-copy-gbps must be"},
+      {"--transfer-setup-us=-300", "--transfer-setup-us must be"},
+      {"--inter-latency-us=-5", "--inter-latency-us must be"},
+      {"--intra-gbps=0", "--intra-gbps must be"},
+  };
+  for (const auto& [flag, message] : bad) {
+    std::remove((dir + "/controller.log").c_str());
+    Daemon daemon(dir, {flag});
+    ASSERT_TRUE(daemon.spawned());
+    EXPECT_EQ(daemon.Wait(), 2) << flag;
+    EXPECT_THAT(ReadFile(dir + "/controller.log"), HasSubstr(message)) << flag;
+  }
   for (const char* f : {"/meshcast.db", "/meshcast.db-wal", "/meshcast.db-shm",
                         "/port", "/controller.log"}) {
     std::remove((dir + f).c_str());

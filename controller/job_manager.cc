@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "controller/log.h"
 #include "controller/program_builder.h"
+#include "controller/proto_convert.h"
 #include "util/status_macros.h"
 
 namespace meshcast {
@@ -273,6 +274,8 @@ absl::StatusOr<DryRunResult> JobManager::DryRun(const v1::ReshardSpec& spec) {
   ASSIGN_OR_RETURN(
       const Placement placement,
       DeviceAllocator::PlaceOnIdleCluster(request.placement, result.topology));
+  result.placed_src_mesh = placement.src;
+  result.placed_dst_mesh = placement.dst;
   absl::StatusOr<ReshardProblem> problem =
       MakeProblem(request, placement, result.topology);
   if (!problem.ok()) {
@@ -392,6 +395,10 @@ void JobManager::ScheduleLocked() {
     job->started = true;
     job->placement = *std::move(placement);
     job->topology = topology;
+    // Published with the PLANNING transition below (and kept in the store),
+    // so clients see where an auto-placed mesh went.
+    *job->job.mutable_placed_src_mesh() = MeshToProto(job->placement.src);
+    *job->job.mutable_placed_dst_mesh() = MeshToProto(job->placement.dst);
     std::string missing;
     for (int host : job->placement.hosts) {
       absl::StatusOr<WorkerRecord> worker = registry_->WorkerOnHost(host);

@@ -3,6 +3,9 @@
 //   QUEUED --(devices free, worker hosts live)--> PLANNING --> RUNNING
 //     --> SUCCEEDED | FAILED | CANCELLED
 //
+// A job that leaves the queue records where its meshes went
+// (Job.placed_src_mesh / placed_dst_mesh, persisted with it).
+//
 // Submit validates a spec completely before accepting it (unknown spec
 // token, spec rank against the tensor, unknown dtype or strategy, a mesh the
 // cluster can never hold: INVALID_ARGUMENT, nothing queued). A scheduler
@@ -67,6 +70,9 @@ struct DryRunResult {
   v1::Plan plan;
   std::vector<StrategyRowResult> rows;
   Topology topology;
+  // Where the meshes would go on the idle cluster.
+  DeviceMesh placed_src_mesh;
+  DeviceMesh placed_dst_mesh;
 };
 
 class JobManager {

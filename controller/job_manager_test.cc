@@ -313,9 +313,15 @@ TEST_F(JobManagerTest, JobsOnDisjointDevicesRunTogetherOthersWait) {
   EXPECT_EQ(manager_->Get(a)->state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(manager_->Get(b)->state(), v1::JOB_STATE_RUNNING);
   EXPECT_THAT(manager_->BusyHosts(), ElementsAre(0, 1, 2, 3));
+  // Each running job shows where it went: a on hosts 0 and 1, b on 2 and 3.
+  EXPECT_THAT(manager_->Get(a)->placed_src_mesh().devices(), ElementsAre(0, 1));
+  EXPECT_THAT(manager_->Get(a)->placed_dst_mesh().devices(), ElementsAre(2, 3));
+  EXPECT_THAT(manager_->Get(b)->placed_src_mesh().devices(), ElementsAre(4, 5));
+  EXPECT_THAT(manager_->Get(b)->placed_dst_mesh().devices(), ElementsAre(6, 7));
   const std::string c = Submit(SmallJob());
   ASSERT_TRUE(WaitForMessage(c, "waiting for devices"));
   EXPECT_EQ(manager_->Get(c)->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_FALSE(manager_->Get(c)->has_placed_src_mesh());
   // A queued job is cancelled at once.
   const std::string d = Submit(SmallJob());
   absl::StatusOr<v1::Job> cancelled = manager_->Cancel(d);
@@ -420,6 +426,8 @@ TEST_F(JobManagerTest, DryRunComparesEveryStrategy) {
   EXPECT_EQ(chosen, 1);
   EXPECT_GT(result->plan.steps_size(), 0);
   EXPECT_EQ(result->topology.num_hosts, 2);
+  EXPECT_THAT(result->placed_src_mesh.devices, ElementsAre(0, 1));
+  EXPECT_THAT(result->placed_dst_mesh.devices, ElementsAre(2, 3));
   v1::ReshardSpec pinned = SmallJob().reshard();
   pinned.set_strategy("send_recv");
   result = manager_->DryRun(pinned);

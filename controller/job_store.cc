@@ -28,7 +28,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   progress REAL NOT NULL,
   spec BLOB,
   plan BLOB,
-  result BLOB
+  result BLOB,
+  placement BLOB
 );
 CREATE TABLE IF NOT EXISTS events (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -39,8 +40,11 @@ CREATE TABLE IF NOT EXISTS events (
   progress REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_job ON events(job_id, seq);
-PRAGMA user_version = 1;
 )sql";
+
+// Version 2 added jobs.placement: a serialized v1::Job that holds only the
+// fields with no column of their own (placed_src_mesh, placed_dst_mesh).
+constexpr int kSchemaVersion = 2;
 
 absl::Status SqliteError(sqlite3* db, absl::string_view what) {
   return absl::InternalError(
@@ -114,7 +118,19 @@ absl::StatusOr<int64_t> NumberOfId(absl::string_view id) {
 
 constexpr const char* kJobColumns =
     "id, name, state, message, created_unix, started_unix, finished_unix, "
-    "progress, spec, plan, result";
+    "progress, spec, plan, result, placement";
+
+// The part of a job stored in the placement column.
+v1::Job PlacementOf(const v1::Job& job) {
+  v1::Job placement;
+  if (job.has_placed_src_mesh()) {
+    *placement.mutable_placed_src_mesh() = job.placed_src_mesh();
+  }
+  if (job.has_placed_dst_mesh()) {
+    *placement.mutable_placed_dst_mesh() = job.placed_dst_mesh();
+  }
+  return placement;
+}
 
 // Reads a row selected with kJobColumns.
 absl::StatusOr<v1::Job> ReadJob(Statement& stmt, bool include_plan) {
@@ -140,11 +156,53 @@ absl::StatusOr<v1::Job> ReadJob(Statement& stmt, bool include_plan) {
     return absl::DataLossError(
         absl::StrCat("stored result of job ", job.id(), " is corrupt"));
   }
+  // NULL in rows written before schema version 2: no placement known.
+  v1::Job placement;
+  if (!placement.ParseFromString(stmt.ColumnBlob(11))) {
+    return absl::DataLossError(
+        absl::StrCat("stored placement of job ", job.id(), " is corrupt"));
+  }
+  job.MergeFrom(PlacementOf(placement));
   if (!include_plan) {
     job.clear_plan();
     job.mutable_result()->clear_steps();
   }
   return job;
+}
+
+// Brings a database written by an older controller up to kSchemaVersion.
+// CREATE TABLE IF NOT EXISTS leaves an old jobs table as it was, so columns
+// added since are added here; old rows read them as NULL.
+absl::Status Migrate(sqlite3* db) {
+  int version = 0;
+  {
+    Statement stmt(db, "PRAGMA user_version");
+    RETURN_IF_ERROR(stmt.status());
+    ASSIGN_OR_RETURN(const bool row, stmt.Step());
+    if (row) version = static_cast<int>(stmt.ColumnInt(0));
+  }
+  if (version >= kSchemaVersion) return absl::OkStatus();
+  bool has_placement = false;
+  {
+    Statement stmt(db, "PRAGMA table_info(jobs)");
+    RETURN_IF_ERROR(stmt.status());
+    while (true) {
+      ASSIGN_OR_RETURN(const bool row, stmt.Step());
+      if (!row) break;
+      if (stmt.ColumnText(1) == "placement") has_placement = true;
+    }
+  }
+  const std::string upgrade = absl::StrCat(
+      has_placement ? "" : "ALTER TABLE jobs ADD COLUMN placement BLOB;",
+      "PRAGMA user_version = ", kSchemaVersion, ";");
+  char* error = nullptr;
+  if (sqlite3_exec(db, upgrade.c_str(), nullptr, nullptr, &error) !=
+      SQLITE_OK) {
+    std::string message = error != nullptr ? error : "unknown error";
+    sqlite3_free(error);
+    return absl::InternalError(message);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -175,6 +233,11 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(
     return absl::UnavailableError(
         absl::StrCat("--db ", path, ": cannot set up the schema: ", message));
   }
+  if (absl::Status migrated = Migrate(db); !migrated.ok()) {
+    sqlite3_close(db);
+    return absl::UnavailableError(absl::StrCat(
+        "--db ", path, ": cannot upgrade the schema: ", migrated.message()));
+  }
   int64_t next_number = 1;
   {
     Statement stmt(db, "SELECT COALESCE(MAX(number), 0) FROM jobs");
@@ -197,22 +260,25 @@ std::string JobStore::AllocateJobId() {
 
 absl::Status JobStore::SaveJob(const v1::Job& job) {
   ASSIGN_OR_RETURN(const int64_t number, NumberOfId(job.id()));
-  std::string spec, plan, result;
+  std::string spec, plan, result, placement;
   job.spec().SerializeToString(&spec);
   job.plan().SerializeToString(&plan);
   job.result().SerializeToString(&result);
+  PlacementOf(job).SerializeToString(&placement);
   absl::MutexLock lock(&mu_);
   Statement stmt(db_,
                  "INSERT INTO jobs (number, id, name, state, message, "
                  "created_unix, started_unix, finished_unix, progress, spec, "
-                 "plan, result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                 "plan, result, placement) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                 "?, ?, ?, ?) "
                  "ON CONFLICT(number) DO UPDATE SET name=excluded.name, "
                  "state=excluded.state, message=excluded.message, "
                  "created_unix=excluded.created_unix, "
                  "started_unix=excluded.started_unix, "
                  "finished_unix=excluded.finished_unix, "
                  "progress=excluded.progress, spec=excluded.spec, "
-                 "plan=excluded.plan, result=excluded.result");
+                 "plan=excluded.plan, result=excluded.result, "
+                 "placement=excluded.placement");
   RETURN_IF_ERROR(stmt.status());
   stmt.BindInt(1, number);
   stmt.BindText(2, job.id());
@@ -226,6 +292,7 @@ absl::Status JobStore::SaveJob(const v1::Job& job) {
   stmt.BindBlob(10, spec);
   stmt.BindBlob(11, plan);
   stmt.BindBlob(12, result);
+  stmt.BindBlob(13, placement);
   RETURN_IF_ERROR(stmt.Step().status());
   if (number >= next_number_) next_number_ = number + 1;
   return absl::OkStatus();

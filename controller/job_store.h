@@ -3,8 +3,10 @@
 // controller restart.
 //
 // Tables: `jobs` (id, name, state, message, timestamps, progress, and the
-// spec, plan and result as serialized protos) and `events` (every state
-// change and progress note of every job, in order).
+// spec, plan, result and placed meshes as serialized protos) and `events`
+// (every state change and progress note of every job, in order). A database
+// of an older controller is upgraded in place when opened (schema version
+// in PRAGMA user_version).
 //
 //   ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(path));
 //   ASSIGN_OR_RETURN(std::vector<std::string> failed,

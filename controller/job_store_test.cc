@@ -1,5 +1,6 @@
 #include "controller/job_store.h"
 
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -152,6 +153,75 @@ TEST_F(JobStoreTest, ReopenKeepsHistoryAndFailsUnfinishedJobs) {
   EXPECT_EQ(store->AllocateJobId(), "job-000005");
   // A second pass finds nothing left to fail.
   EXPECT_TRUE(store->FailUnfinishedJobs("again", 300)->empty());
+}
+
+TEST_F(JobStoreTest, KeepsPlacedMeshes) {
+  auto store = Open();
+  v1::Job job = MakeJob(store->AllocateJobId(), v1::JOB_STATE_RUNNING);
+  job.mutable_placed_src_mesh()->add_shape(1);
+  job.mutable_placed_src_mesh()->add_shape(2);
+  job.mutable_placed_src_mesh()->add_devices(4);
+  job.mutable_placed_src_mesh()->add_devices(5);
+  job.mutable_placed_dst_mesh()->add_shape(2);
+  job.mutable_placed_dst_mesh()->add_devices(8);
+  job.mutable_placed_dst_mesh()->add_devices(10);
+  ASSERT_TRUE(store->SaveJob(job).ok());
+  absl::StatusOr<v1::Job> read = store->GetJob(job.id());
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_THAT(read->placed_src_mesh().shape(), ElementsAre(1, 2));
+  EXPECT_THAT(read->placed_src_mesh().devices(), ElementsAre(4, 5));
+  EXPECT_THAT(read->placed_dst_mesh().devices(), ElementsAre(8, 10));
+  // Listed jobs carry them too (they are small, unlike plans).
+  absl::StatusOr<std::vector<v1::Job>> listed = store->ListJobs(0, false);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_THAT((*listed)[0].placed_dst_mesh().devices(), ElementsAre(8, 10));
+  // A job saved before placement has none.
+  const v1::Job queued = MakeJob(store->AllocateJobId(), v1::JOB_STATE_QUEUED);
+  ASSERT_TRUE(store->SaveJob(queued).ok());
+  EXPECT_FALSE(store->GetJob(queued.id())->has_placed_src_mesh());
+}
+
+TEST_F(JobStoreTest, UpgradesADatabaseWithoutThePlacementColumn) {
+  // The schema of the first controller release, with one finished job.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  std::string spec;
+  MakeJob("job-000001", v1::JOB_STATE_SUCCEEDED)
+      .spec()
+      .SerializeToString(&spec);
+  const std::string old_schema = R"sql(
+    CREATE TABLE jobs (number INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE,
+      name TEXT NOT NULL, state INTEGER NOT NULL, message TEXT NOT NULL,
+      created_unix REAL NOT NULL, started_unix REAL NOT NULL,
+      finished_unix REAL NOT NULL, progress REAL NOT NULL, spec BLOB,
+      plan BLOB, result BLOB);
+    CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+      job_id TEXT NOT NULL, state INTEGER NOT NULL, message TEXT NOT NULL,
+      time_unix REAL NOT NULL, progress REAL NOT NULL);
+    INSERT INTO jobs VALUES (1, 'job-000001', 'old', 4, 'done', 1, 2, 3, 1,
+      NULL, NULL, NULL);
+    PRAGMA user_version = 1;)sql";
+  ASSERT_EQ(sqlite3_exec(db, old_schema.c_str(), nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  absl::StatusOr<v1::Job> old = store->GetJob("job-000001");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_FALSE(old->has_placed_src_mesh());
+  v1::Job job = MakeJob(store->AllocateJobId(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(job.id(), "job-000002");
+  job.mutable_placed_dst_mesh()->add_devices(3);
+  ASSERT_TRUE(store->SaveJob(job).ok());
+  store.reset();
+  // Opening the upgraded database again changes nothing.
+  store = Open();
+  ASSERT_NE(store, nullptr);
+  EXPECT_THAT(store->GetJob("job-000002")->placed_dst_mesh().devices(),
+              ElementsAre(3));
 }
 
 TEST_F(JobStoreTest, RejectsForeignIdsAndUnopenablePaths) {

@@ -5,13 +5,15 @@
 //   meshcast-controller --listen=127.0.0.1:50051 --db=meshcast.db
 //   meshcast-controller --listen=127.0.0.1:0 --port-file=/tmp/port
 //   meshcast-controller --metrics-port=9401      # Prometheus /metrics
+//   meshcast-controller --host-copy-gbps=40 --transfer-setup-us=300
+//                                  # CPU devices: copies and set-up cost time
 //
 // Flags may be written with dashes or underscores (--inter-gbps or
 // --inter_gbps). SIGTERM or SIGINT shuts down cleanly: unfinished jobs are
 // failed with "controller shut down" and aborted on their workers.
 #include <signal.h>
 
-#include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -22,34 +24,52 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "controller/controller_flags.h"
 #include "controller/controller_server.h"
 #include "controller/log.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+namespace {
+// The defaults live in ControllerFlags, so the daemon and its tests agree.
+const meshcast::ControllerFlags kDefaults;
+}  // namespace
+
+ABSL_FLAG(std::string, listen, kDefaults.listen,
           "host:port for the Controller gRPC service; port 0 picks a free "
           "port (printed, and written to --port-file)");
-ABSL_FLAG(std::string, db, "meshcast.db",
+ABSL_FLAG(std::string, db, kDefaults.db,
           "SQLite database file for jobs and events (created if missing)");
 ABSL_FLAG(std::string, port_file, "",
           "if set, write the bound port number to this file once serving");
-ABSL_FLAG(int, metrics_port, -1,
+ABSL_FLAG(int, metrics_port, kDefaults.metrics_port,
           "port for Prometheus GET /metrics (docs/metrics.md); 0 picks a free "
           "port (printed, and written to --metrics-port-file); -1 = off");
-ABSL_FLAG(std::string, metrics_address, "0.0.0.0",
+ABSL_FLAG(std::string, metrics_address, kDefaults.metrics_address,
           "address the metrics port binds (0.0.0.0: every interface, so that "
           "Prometheus in another container can scrape)");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "if set, write the bound metrics port to this file once serving");
-ABSL_FLAG(double, lease_seconds, 5,
+ABSL_FLAG(double, lease_seconds, kDefaults.lease_seconds,
           "a worker without a heartbeat for this long is marked lost and its "
           "jobs fail");
-ABSL_FLAG(double, heartbeat_seconds, 1,
+ABSL_FLAG(double, heartbeat_seconds, kDefaults.heartbeat_seconds,
           "heartbeat period the controller asks workers to use");
-ABSL_FLAG(double, inter_gbps, 10,
+ABSL_FLAG(double, inter_gbps, kDefaults.inter_gbps,
           "per-host NIC bandwidth of the topology, Gbit/s each direction");
-ABSL_FLAG(double, intra_gbps, 100,
+ABSL_FLAG(double, intra_gbps, kDefaults.intra_gbps,
           "per-device bandwidth inside a host, Gbit/s each direction");
-ABSL_FLAG(double, task_timeout_seconds, 600,
+ABSL_FLAG(double, inter_latency_us, kDefaults.inter_latency_us,
+          "per-message latency between hosts, microseconds");
+ABSL_FLAG(double, intra_latency_us, kDefaults.intra_latency_us,
+          "per-message latency inside a host, microseconds");
+ABSL_FLAG(double, host_copy_gbps, kDefaults.host_copy_gbps,
+          "memory-copy capacity of each host, Gbit/s, shared by its devices: "
+          "copies inside the host and the pack/unpack of slices that cross "
+          "hosts draw on it (CPU devices share the host's cores); 0 = "
+          "unlimited (GPU hosts)");
+ABSL_FLAG(double, transfer_setup_us, kDefaults.transfer_setup_us,
+          "fixed start-up time of every transfer before its first byte "
+          "moves (thread start, tag matching, a round trip), microseconds");
+ABSL_FLAG(double, task_timeout_seconds, kDefaults.task_timeout_seconds,
           "deadline of one job's data-plane run on its workers");
 
 namespace {
@@ -69,8 +89,6 @@ std::vector<std::string> NormalizeFlagNames(int argc, char** argv) {
   }
   return args;
 }
-
-bool PositiveFinite(double v) { return std::isfinite(v) && v > 0; }
 
 // Writes "port\n" to `path` through a rename, so a reader never sees a
 // partial file.
@@ -94,52 +112,27 @@ int main(int argc, char** argv) {
   for (std::string& a : normalized) args.push_back(a.data());
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
 
-  const double lease = absl::GetFlag(FLAGS_lease_seconds);
-  const double heartbeat = absl::GetFlag(FLAGS_heartbeat_seconds);
-  const double inter = absl::GetFlag(FLAGS_inter_gbps);
-  const double intra = absl::GetFlag(FLAGS_intra_gbps);
-  const double task_timeout = absl::GetFlag(FLAGS_task_timeout_seconds);
-  if (!PositiveFinite(heartbeat) || !PositiveFinite(lease) ||
-      lease <= heartbeat) {
-    std::cerr << "meshcast-controller: --lease-seconds (" << lease
-              << ") must be greater than --heartbeat-seconds (" << heartbeat
-              << ") and both positive\n";
+  meshcast::ControllerFlags flags;
+  flags.listen = absl::GetFlag(FLAGS_listen);
+  flags.db = absl::GetFlag(FLAGS_db);
+  flags.lease_seconds = absl::GetFlag(FLAGS_lease_seconds);
+  flags.heartbeat_seconds = absl::GetFlag(FLAGS_heartbeat_seconds);
+  flags.task_timeout_seconds = absl::GetFlag(FLAGS_task_timeout_seconds);
+  flags.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  flags.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  flags.inter_gbps = absl::GetFlag(FLAGS_inter_gbps);
+  flags.intra_gbps = absl::GetFlag(FLAGS_intra_gbps);
+  flags.inter_latency_us = absl::GetFlag(FLAGS_inter_latency_us);
+  flags.intra_latency_us = absl::GetFlag(FLAGS_intra_latency_us);
+  flags.host_copy_gbps = absl::GetFlag(FLAGS_host_copy_gbps);
+  flags.transfer_setup_us = absl::GetFlag(FLAGS_transfer_setup_us);
+  const absl::StatusOr<meshcast::ControllerConfig> parsed =
+      meshcast::ConfigFromFlags(flags);
+  if (!parsed.ok()) {
+    std::cerr << "meshcast-controller: " << parsed.status().message() << "\n";
     return 2;
   }
-  if (!PositiveFinite(inter) || !PositiveFinite(intra)) {
-    std::cerr << "meshcast-controller: --inter-gbps and --intra-gbps must be "
-                 "positive (Gbit/s)\n";
-    return 2;
-  }
-  if (!PositiveFinite(task_timeout)) {
-    std::cerr << "meshcast-controller: --task-timeout-seconds must be "
-                 "positive\n";
-    return 2;
-  }
-  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  if (metrics_port < -1 || metrics_port > 65535) {
-    std::cerr << "meshcast-controller: --metrics-port must be 0..65535 (0: a "
-                 "free port) or -1 (off)\n";
-    return 2;
-  }
-  const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
-  if (metrics_port >= 0 && metrics_address.empty()) {
-    std::cerr << "meshcast-controller: --metrics-address must not be empty "
-                 "(e.g. 0.0.0.0 or 127.0.0.1)\n";
-    return 2;
-  }
-
-  meshcast::ControllerConfig config;
-  config.listen = absl::GetFlag(FLAGS_listen);
-  config.db_path = absl::GetFlag(FLAGS_db);
-  config.registry.lease = absl::Seconds(lease);
-  config.registry.heartbeat = absl::Seconds(heartbeat);
-  config.registry.inter_host_bandwidth = inter * 1e9 / 8;
-  config.registry.intra_host_bandwidth = intra * 1e9 / 8;
-  config.jobs.task_timeout = absl::Seconds(task_timeout);
-  if (metrics_port >= 0) {
-    config.metrics_listen = absl::StrCat(metrics_address, ":", metrics_port);
-  }
+  const meshcast::ControllerConfig& config = *parsed;
 
   // Block the shutdown signals before any thread starts, so that every
   // thread inherits the mask and only sigwait below receives them.
@@ -158,15 +151,21 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int port = (*server)->port();
-  meshcast::LogInfo("listening on ", config.listen, " (port ", port,
-                    "), database ", config.db_path, ", lease ", lease,
-                    " s, heartbeat ", heartbeat, " s, links ", inter,
-                    " Gbps between hosts / ", intra, " Gbps inside");
+  meshcast::LogInfo(
+      "listening on ", config.listen, " (port ", port, "), database ",
+      config.db_path, ", lease ", flags.lease_seconds, " s, heartbeat ",
+      flags.heartbeat_seconds, " s, topology: links ", flags.inter_gbps,
+      " Gbps between hosts (", flags.inter_latency_us, " us) / ",
+      flags.intra_gbps, " Gbps inside (", flags.intra_latency_us,
+      " us), host copy ",
+      flags.host_copy_gbps > 0 ? absl::StrCat(flags.host_copy_gbps, " Gbps")
+                               : std::string("unlimited"),
+      ", transfer setup ", flags.transfer_setup_us, " us");
   std::cout << "meshcast-controller listening on port " << port << std::endl;
   const int bound_metrics_port = (*server)->metrics_port();
   if (bound_metrics_port > 0) {
-    meshcast::LogInfo("serving Prometheus metrics on ", metrics_address, ":",
-                      bound_metrics_port, "/metrics");
+    meshcast::LogInfo("serving Prometheus metrics on ", flags.metrics_address,
+                      ":", bound_metrics_port, "/metrics");
     std::cout << "meshcast-controller metrics on port " << bound_metrics_port
               << std::endl;
   }

@@ -220,6 +220,9 @@ v1::Topology TopologyToProto(const Topology& topology) {
   proto.set_intra_host_bandwidth(topology.intra_host_bandwidth);
   proto.set_inter_host_latency(topology.inter_host_latency);
   proto.set_intra_host_latency(topology.intra_host_latency);
+  proto.set_host_copy_bandwidth(topology.host_copy_bandwidth);
+  proto.set_transfer_setup_seconds(topology.transfer_setup_seconds);
+  proto.set_pipeline_chunk_bytes(topology.pipeline_chunk_bytes);
   return proto;
 }
 

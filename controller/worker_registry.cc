@@ -173,6 +173,8 @@ Topology WorkerRegistry::topology() const {
   topology.intra_host_bandwidth = options_.intra_host_bandwidth;
   topology.inter_host_latency = options_.inter_host_latency;
   topology.intra_host_latency = options_.intra_host_latency;
+  topology.host_copy_bandwidth = options_.host_copy_bandwidth;
+  topology.transfer_setup_seconds = options_.transfer_setup_seconds;
   return topology;
 }
 

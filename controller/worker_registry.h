@@ -72,6 +72,11 @@ class WorkerRegistry {
     double intra_host_bandwidth = 100e9 / 8;
     double inter_host_latency = 10e-6;
     double intra_host_latency = 2e-6;
+    // CPU-side costs of the topology (planner/topology.h): the per-host
+    // memory-copy capacity (bytes/s, 0 = unlimited) and the fixed start-up
+    // time of every transfer (s).
+    double host_copy_bandwidth = 0;
+    double transfer_setup_seconds = 0;
   };
   using Listener = std::function<void(const WorkerEvent&)>;
 

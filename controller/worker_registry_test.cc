@@ -37,6 +37,8 @@ class WorkerRegistryTest : public ::testing::Test {
     o.lease = absl::Seconds(5);
     o.inter_host_bandwidth = 1e9;
     o.intra_host_bandwidth = 1e10;
+    o.host_copy_bandwidth = 3e9;
+    o.transfer_setup_seconds = 250e-6;
     return o;
   }
   std::vector<WorkerEvent> events() {
@@ -61,6 +63,8 @@ TEST_F(WorkerRegistryTest, HostIndicesAreAssignedInOrderAndStable) {
   EXPECT_EQ(t.devices_per_host, 4);
   EXPECT_DOUBLE_EQ(t.inter_host_bandwidth, 1e9);
   EXPECT_DOUBLE_EQ(t.intra_host_bandwidth, 1e10);
+  EXPECT_DOUBLE_EQ(t.host_copy_bandwidth, 3e9);
+  EXPECT_DOUBLE_EQ(t.transfer_setup_seconds, 250e-6);
   EXPECT_EQ(registry_.WorkerOnHost(1)->name, "b");
   EXPECT_TRUE(absl::IsNotFound(registry_.WorkerOnHost(3).status()));
   // b registering while live means it restarted.

@@ -7,9 +7,11 @@
 # as well as what it sends), optionally with netem delay. The controller runs
 # in its own namespace on an unshaped link; each host namespace runs one
 # meshcast-worker with K virtual CPU devices. The controller is told the
-# emulated NIC rate (as TCP goodput) and the per-device bandwidth a worker
-# reaches inside a host (calibrated with a real worker, or memcpy, or
-# given), so the planner's topology matches what the transfers will see.
+# emulated NIC rate (as TCP goodput), the memory-copy capacity a worker's K
+# devices share (calibrated with a real worker, or memcpy, or given), the
+# per-device bandwidth inside a host (memcpy, or calibrated, or given) and a
+# fixed start-up time per transfer, so the planner's topology matches what
+# the transfers will see.
 #
 #   scripts/netcluster.sh up [--hosts 4] [--devices 2] [--rate 1gbit] \
 #       [--delay 0ms] [--dir .netcluster] [--bin-dir build] [--id nc]
@@ -52,6 +54,8 @@ dir=""
 bin_dir=""
 intra_gbps=""
 inter_gbps=""
+host_copy_gbps=""
+transfer_setup_us=300
 mtu=1500
 port=50051
 worker_port=50052
@@ -88,15 +92,27 @@ flags (up):
                        tc time units such as 0ms, 500us (default 0ms; needs
                        the sch_netem kernel module)
   --mtu M              MTU of the emulated links (default 1500)
+  --host-copy-gbps G|memcpy|calibrate
+                       memory-copy capacity of each host for the planner,
+                       shared by its K devices (copies inside the host and
+                       the pack/unpack of slices that cross hosts): a number
+                       (Gbit/s; 0 = unlimited, no such resource); memcpy:
+                       this machine's single-thread memcpy speed; calibrate
+                       (the default with K >= 2 devices): what a worker's K
+                       devices copy together, measured with an intra-host
+                       job on a throw-away controller before the cluster
+                       starts (they share the worker's cores)
   --intra-gbps G|memcpy|calibrate
                        per-device bandwidth inside a host for the planner:
-                       a number (Gbit/s); memcpy: this machine's single-
-                       thread memcpy speed; calibrate (the default with
-                       K >= 2 devices): what a worker reaches copying
-                       between its K devices, measured with an intra-host
-                       job on a throw-away controller before the cluster
-                       starts (the devices of a worker share its cores, so
-                       this is well below memcpy)
+                       a number (Gbit/s); memcpy (the default): this
+                       machine's single-thread memcpy speed, one copy at a
+                       time per device; calibrate: fold the shared copy
+                       capacity into each device's port instead (the model
+                       before --host-copy-gbps, which then defaults to 0)
+  --transfer-setup-us U
+                       fixed start-up time of every transfer for the planner
+                       (thread start, tag matching, a round trip),
+                       microseconds (default 300; 0 = none)
   --inter-gbps G       NIC bandwidth for the planner (default: the TCP goodput
                        of --rate at --mtu: rate x (mtu-52)/(mtu+14))
   --port P             controller port (default 50051; workers use 50052)
@@ -175,6 +191,8 @@ parse_args() {
       --mtu) mtu="$value" ;;
       --intra-gbps) intra_gbps="$value" ;;
       --inter-gbps) inter_gbps="$value" ;;
+      --host-copy-gbps) host_copy_gbps="$value" ;;
+      --transfer-setup-us) transfer_setup_us="$value" ;;
       --port) port="$value" ;;
       --lease-seconds) lease_seconds="$value" ;;
       --register-timeout) register_timeout="$value" ;;
@@ -217,6 +235,10 @@ delay_to_us() {
 
 is_positive_number() {
   [[ "$1" =~ ^[0-9]+(\.[0-9]+)?$ ]] && python3 -c "import sys; sys.exit(0 if float('$1') > 0 else 1)"
+}
+
+is_non_negative_number() {
+  [[ "$1" =~ ^[0-9]+(\.[0-9]+)?$ ]]
 }
 
 # Namespace and interface names of cluster $id.
@@ -441,13 +463,20 @@ wait_registered() {
   done
 }
 
-# Measures the intra-host bandwidth a worker reaches: a throw-away controller
-# (own database) and one worker with K devices in host 0's namespace run an
-# all-gather inside the host (1xK S1RR -> the same devices RRR) three times.
-# Each device port then carries (K-1)/K of the tensor each way, which the
-# model times as that over the per-device bandwidth; the median gives it.
-# Sets intra_gbps.
-calibrate_intra() {
+# Measures how fast a worker's K devices copy among themselves: a throw-away
+# controller (own database) and one worker with K devices in host 0's
+# namespace run an all-gather inside the host (1xK S1RR -> the same devices
+# RRR, 32 MiB of int32 per device): once to warm up (first-touch page
+# faults, thread start), then five times. The median data-plane time,
+# less the per-transfer set-up the controller will charge, gives the figure
+# asked for:
+#  - host copy (--host-copy-gbps calibrate): each of the K slices is copied
+#    to the K-1 other devices, (K-1) x tensor bytes through the host's one
+#    shared copy capacity;
+#  - per-device port (--intra-gbps calibrate, the older model without a
+#    host copy resource): each device receives (K-1)/K of the tensor.
+# Sets host_copy_gbps or intra_gbps, whichever is "calibrate".
+calibrate_copy() {
   local cal_db="$dir/calibration.db" cpid wpid
   rm -f "$cal_db"
   # shellcheck disable=SC2086
@@ -463,33 +492,51 @@ calibrate_intra() {
     $worker_args)"
   wait_registered 1 "the calibration worker" calibration-worker "$wpid" "$register_timeout"
   # 32 MiB per device of int32, split evenly over the K devices.
-  local shape="128x$((devices * 64))x1024" seconds=()
-  for _ in 1 2 3; do
+  local shape="128x$((devices * 64))x1024" seconds=() run
+  for run in 0 1 2 3 4 5; do
     seconds+=("$(meshctl_in_cluster submit reshard --shape "$shape" --dtype int32 \
       --src-mesh "1x${devices}@0" --src-spec S1RR --dst-mesh "1x${devices}@0" \
       --dst-spec RRR --strategy meshcast --wait --timeout 60 --output json |
       python3 -c 'import json, sys; job = json.load(sys.stdin); print(job["result"]["seconds"] if job["state"] == "SUCCEEDED" else "failed: " + job["message"])')")
-    [[ "${seconds[-1]}" =~ ^[0-9.e-]+$ ]] || die "intra-host calibration job ${seconds[-1]}; see $dir/logs/calibration-worker.log (or pass --intra-gbps)"
+    [[ "${seconds[-1]}" =~ ^[0-9.e-]+$ ]] || die "intra-host calibration job ${seconds[-1]}; see $dir/logs/calibration-worker.log (or pass --host-copy-gbps / --intra-gbps as numbers)"
+    ((run > 0)) || seconds=()
   done
   stop_pids "$cpid" "$wpid"
   rm -f "$cal_db" "$cal_db-wal" "$cal_db-shm"
-  intra_gbps="$(python3 -c "
-import statistics
-seconds = statistics.median([$(IFS=,; echo "${seconds[*]}")])
-port_bytes = 4 * 128 * $devices * 64 * 1024 * ($devices - 1) / $devices
-print(f'{port_bytes * 8 / seconds / 1e9:.4g}')")"
-  log "calibrated intra-host bandwidth: $intra_gbps Gbit/s per device (runs ${seconds[*]} s; memcpy $memcpy_gbps)"
+  local which=host_copy
+  [[ "$intra_gbps" == calibrate ]] && which=intra
+  local gbps
+  gbps="$(python3 -c "
+import statistics, sys
+seconds = statistics.median([$(IFS=,; echo "${seconds[*]}")]) - $transfer_setup_us * 1e-6
+if seconds <= 0:
+    sys.exit('median run shorter than --transfer-setup-us')
+tensor = 4 * 128 * $devices * 64 * 1024
+k = $devices
+moved = (k - 1) * tensor if '$which' == 'host_copy' else tensor * (k - 1) / k
+print(f'{moved * 8 / seconds / 1e9:.4g}')")" ||
+    die "intra-host calibration: runs ${seconds[*]} s; pass --host-copy-gbps / --intra-gbps as numbers or a smaller --transfer-setup-us"
+  if [[ "$which" == host_copy ]]; then
+    host_copy_gbps="$gbps"
+    log "calibrated host copy capacity: $host_copy_gbps Gbit/s per host, shared by $devices devices (runs ${seconds[*]} s; memcpy $memcpy_gbps)"
+  else
+    intra_gbps="$gbps"
+    log "calibrated intra-host bandwidth: $intra_gbps Gbit/s per device (runs ${seconds[*]} s; memcpy $memcpy_gbps)"
+  fi
 }
 
 # Starts the controller and the workers and waits until every worker has
 # registered. Sets controller_pid and worker_pids (declared by the caller).
 start_daemons() {
   local i
-  [[ "$intra_gbps" == calibrate ]] && calibrate_intra
+  if [[ "$intra_gbps" == calibrate || "$host_copy_gbps" == calibrate ]]; then
+    calibrate_copy
+  fi
   # shellcheck disable=SC2086
   controller_pid="$(start_daemon controller "$(controller_ns)" "$controller_bin" \
     --listen "${CONTROLLER_ADDR}:${port}" --db "$dir/controller.db" \
     --inter-gbps "$inter_gbps" --intra-gbps "$intra_gbps" \
+    --host-copy-gbps "$host_copy_gbps" --transfer-setup-us "$transfer_setup_us" \
     --lease-seconds "$lease_seconds" $controller_args)"
   wait_registered 0 "meshcast-controller" controller "$controller_pid" 20
 
@@ -526,22 +573,38 @@ cmd_up() {
     # timestamps around each MSS); the planner needs the payload rate.
     inter_gbps="$(python3 -c "print(f'{$rate_bits * ($mtu - 52) / ($mtu + 14) / 1e9:.6g}')")"
   fi
-  if [[ -z "$intra_gbps" ]]; then
-    intra_gbps=calibrate
-    ((with_daemons && devices >= 2)) || intra_gbps=memcpy
+  # One shared copy capacity per host (calibrated) and per-device ports at
+  # memcpy speed by default; --intra-gbps calibrate instead folds the
+  # shared capacity into the ports (the model before host copy existed).
+  [[ -z "$intra_gbps" ]] && intra_gbps=memcpy
+  if [[ -z "$host_copy_gbps" ]]; then
+    host_copy_gbps=calibrate
+    ((with_daemons && devices >= 2)) || host_copy_gbps=memcpy
+    [[ "$intra_gbps" == calibrate ]] && host_copy_gbps=0
   fi
   case "$intra_gbps" in
     memcpy | calibrate) ;;
     *) is_positive_number "$intra_gbps" || die "--intra-gbps must be a positive number (Gbit/s), memcpy or calibrate, got '$intra_gbps'" ;;
   esac
-  if [[ "$intra_gbps" == calibrate ]] && ((!with_daemons || devices < 2)); then
-    die "--intra-gbps calibrate needs the daemons and --devices >= 2"
+  case "$host_copy_gbps" in
+    memcpy | calibrate) ;;
+    *) is_non_negative_number "$host_copy_gbps" || die "--host-copy-gbps must be a number >= 0 (Gbit/s; 0 = unlimited), memcpy or calibrate, got '$host_copy_gbps'" ;;
+  esac
+  is_non_negative_number "$transfer_setup_us" || die "--transfer-setup-us must be a number >= 0 (microseconds), got '$transfer_setup_us'"
+  if [[ "$intra_gbps" == calibrate && "$host_copy_gbps" == calibrate ]]; then
+    die "--intra-gbps and --host-copy-gbps cannot both be calibrate (one measurement fits one of them); give the other a number or memcpy"
+  fi
+  if [[ "$intra_gbps" == calibrate || "$host_copy_gbps" == calibrate ]] && ((!with_daemons || devices < 2)); then
+    die "calibrate (--intra-gbps or --host-copy-gbps) needs the daemons and --devices >= 2"
   fi
   intra_source="$intra_gbps"
   [[ "$intra_gbps" == memcpy || "$intra_gbps" == calibrate ]] || intra_source=given
+  host_copy_source="$host_copy_gbps"
+  [[ "$host_copy_gbps" == memcpy || "$host_copy_gbps" == calibrate ]] || host_copy_source=given
   memcpy_gbps="$(measure_memcpy_gbps)"
   log "memcpy: $memcpy_gbps Gbit/s single-threaded"
   [[ "$intra_gbps" == memcpy ]] && intra_gbps="$memcpy_gbps"
+  [[ "$host_copy_gbps" == memcpy ]] && host_copy_gbps="$memcpy_gbps"
   controller_bin="" worker_bin="" meshctl_bin=""
   if ((with_daemons)); then
     controller_bin="$(find_binary meshcast-controller)"
@@ -614,6 +677,9 @@ cmd_up() {
     printf 'NETCLUSTER_INTRA_GBPS=%q\n' "$intra_gbps"
     printf 'NETCLUSTER_INTRA_SOURCE=%q\n' "$intra_source"
     printf 'NETCLUSTER_MEMCPY_GBPS=%q\n' "$memcpy_gbps"
+    printf 'NETCLUSTER_HOST_COPY_GBPS=%q\n' "$host_copy_gbps"
+    printf 'NETCLUSTER_HOST_COPY_SOURCE=%q\n' "$host_copy_source"
+    printf 'NETCLUSTER_TRANSFER_SETUP_US=%q\n' "$transfer_setup_us"
     printf 'NETCLUSTER_BRIDGE_NS=%q\n' "$br"
     printf 'NETCLUSTER_CONTROLLER_NS=%q\n' "$cns"
     printf 'NETCLUSTER_HOST_NS=%q\n' "$host_namespaces"
@@ -632,7 +698,8 @@ cmd_up() {
   fi
   cat <<EOF
 netcluster '$id' is up: controller ${CONTROLLER_ADDR}:${port} in namespace $cns, $hosts workers x cpu:$devices
-  links: $rate each way per host (planner: $inter_gbps Gbps), intra-host $intra_gbps Gbps
+  links: $rate each way per host (planner: $inter_gbps Gbps), intra-host $intra_gbps Gbps per device,
+  host copy $host_copy_gbps Gbps per host (0 = unlimited), transfer setup $transfer_setup_us us
   state: $(env_file), logs: $dir/logs/
   try:   $0 exec --dir $dir -- meshctl cluster
   stop:  $0 down --dir $dir

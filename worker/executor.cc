@@ -1,5 +1,6 @@
 #include "worker/executor.h"
 
+#include <exception>
 #include <memory>
 #include <set>
 #include <thread>
@@ -154,7 +155,16 @@ absl::Status Executor::RunSteps(const ParsedProgram& program,
   auto run_step = [&](int i) {
     if (metrics != nullptr) metrics->StepStarted();
     const absl::Time start = absl::Now();
-    absl::Status status = ExecuteRelayStep(program.steps[i], env);
+    absl::Status status;
+    // An exception escaping a std::thread ends the process; the
+    // communicator turns Gloo's into Statuses, this catches the rest
+    // (e.g. std::bad_alloc for the staging slots) and fails the job.
+    try {
+      status = ExecuteRelayStep(program.steps[i], env);
+    } catch (const std::exception& e) {
+      status = absl::InternalError(
+          absl::StrCat("step ", program.steps[i].id, ": ", e.what()));
+    }
     const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
     if (metrics != nullptr) {
       metrics->StepEnded();

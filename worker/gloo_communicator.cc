@@ -1,7 +1,10 @@
 #include "worker/gloo_communicator.h"
 
+#include <signal.h>
+
 #include <chrono>
 #include <exception>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -121,6 +124,17 @@ absl::Status FromException(absl::string_view what, const std::exception& e) {
   return absl::UnavailableError(message);
 }
 
+// Gloo writes to its TCP sockets with writev(2), which raises SIGPIPE when
+// the peer's socket is already gone (a worker killed mid-job resets its
+// connections); SIGPIPE's default action ends the whole process silently,
+// with no log line and no core. Gloo handles the EPIPE error itself, so the
+// signal only has to be ignored. Process-wide, but harmless for the rest of
+// the worker: gRPC sends with MSG_NOSIGNAL and never relies on SIGPIPE.
+void IgnoreSigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] { signal(SIGPIPE, SIG_IGN); });
+}
+
 }  // namespace
 
 class GlooRequest;
@@ -224,6 +238,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     return absl::InvalidArgumentError(
         "communicator hostname (the worker's --data-address) is empty");
   }
+  IgnoreSigpipe();
   KvGlooStore store(kv, key_prefix, options, std::move(cancelled));
   try {
     gloo::transport::tcp::attr attr;

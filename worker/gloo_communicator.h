@@ -12,7 +12,9 @@
 //   RETURN_IF_ERROR(comm->Send(bytes, peer, tag));
 //
 // Gloo reports failures with exceptions; none escape this class: every
-// failure becomes an absl::Status. Bounded waits: the rendezvous and the
+// failure becomes an absl::Status. Create() sets SIGPIPE to ignored for the
+// whole process: Gloo writes to its sockets without MSG_NOSIGNAL, and a
+// write to a killed peer must fail that transfer, not end this process. Bounded waits: the rendezvous and the
 // connects are bounded by rendezvous_timeout, each Wait by op_timeout, a
 // peer that dies closes its sockets and fails the operations on it at once,
 // and Abort wakes every pending Wait and closes the connections.

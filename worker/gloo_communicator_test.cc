@@ -1,8 +1,10 @@
 #include "worker/gloo_communicator.h"
 
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -249,6 +251,71 @@ TEST(GlooCommunicatorTest, TwoProcessesThroughTheControllerStore) {
   ASSERT_EQ(waitpid(child, &wait_status, 0), child);
   EXPECT_TRUE(WIFEXITED(wait_status));
   EXPECT_EQ(WEXITSTATUS(wait_status), 0);
+}
+
+
+pid_t SpawnPeer(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  pid_t child = -1;
+  if (posix_spawn(&child, args[0].c_str(), nullptr, nullptr, argv.data(),
+                  environ) != 0) {
+    return -1;
+  }
+  return child;
+}
+
+// Regression test: a worker whose peer was SIGKILLed mid-job died with it,
+// silently, from SIGPIPE, when Gloo wrote to the reset connection. Here a
+// thread keeps sending to a peer process while it is killed; the sends
+// must fail and this process must live on. A few rounds, as the write that
+// hits the reset connection races with Gloo noticing the closed socket.
+TEST(GlooCommunicatorTest, SendingToAKilledPeerProcessFailsWithoutSigpipe) {
+  testing::FakeController controller;
+  ASSERT_TRUE(controller.Start().ok());
+  ControllerKvStore kv(grpc::CreateChannel(controller.address(),
+                                           grpc::InsecureChannelCredentials()));
+  for (int round = 0; round < 3; ++round) {
+    const std::string prefix = absl::StrCat("job/killed", round, "/gloo/");
+    const pid_t child = SpawnPeer(
+        {MESHCAST_GLOO_PEER_BINARY, controller.address(), prefix, "1", "2",
+         "hang"});
+    ASSERT_GT(child, 0);
+    auto comm = GlooCommunicator::Create(kv, prefix, 0, 2, FastOptions());
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    // Gloo's sockets do not use MSG_NOSIGNAL: the process must ignore it.
+    struct sigaction action;
+    ASSERT_EQ(sigaction(SIGPIPE, nullptr, &action), 0);
+    EXPECT_EQ(action.sa_handler, SIG_IGN);
+
+    std::atomic<bool> killed{false};
+    absl::Status last;
+    std::thread sender([&] {
+      const std::vector<uint8_t> data(64, 7);
+      std::vector<std::unique_ptr<CommRequest>> sends;
+      const absl::Time deadline = absl::Now() + absl::Seconds(5);
+      for (uint64_t tag = 0; absl::Now() < deadline; ++tag) {
+        auto send = (*comm)->StartSend(data, 1, tag);
+        if (!send.ok()) {
+          last = send.status();
+          if (killed.load()) break;
+          continue;
+        }
+        // The peer never receives: nothing completes; keep them posted.
+        if (sends.size() < 100000) sends.push_back(*std::move(send));
+      }
+      (*comm)->Abort("test over");
+    });
+    absl::SleepFor(absl::Milliseconds(50));
+    ASSERT_EQ(kill(child, SIGKILL), 0);
+    int wait_status = 0;
+    ASSERT_EQ(waitpid(child, &wait_status, 0), child);
+    killed.store(true);
+    sender.join();
+    EXPECT_TRUE(WIFSIGNALED(wait_status));
+    EXPECT_FALSE(last.ok()) << "sends to a killed peer kept succeeding";
+  }
 }
 
 }  // namespace

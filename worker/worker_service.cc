@@ -1,6 +1,7 @@
 #include "worker/worker_service.h"
 
 #include <algorithm>
+#include <exception>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -139,7 +140,14 @@ absl::StatusOr<v1::JobResult> WorkerService::RunWatched(
   absl::StatusOr<v1::JobResult> result;
   absl::Notification done;
   std::thread runner([&] {
-    result = task.Run();
+    // An exception escaping this thread would end the daemon; fail the job.
+    try {
+      result = task.Run();
+    } catch (const std::exception& e) {
+      result = absl::InternalError(absl::StrCat("job ", task.job_id(),
+                                                ": unexpected error: ",
+                                                e.what()));
+    }
     done.Notify();
   });
   bool aborted = false;

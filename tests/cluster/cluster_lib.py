@@ -209,10 +209,15 @@ class LocalCluster:
     """`meshctl up` in a fresh directory; `meshctl down` (and SIGKILL of
     anything left) on exit."""
 
-    def __init__(self, workers, devices, up_args=()):
+    def __init__(self, workers, devices, up_args=(), output="json"):
+        """`devices`: an int K gives `--devices-per-worker K`, a string
+        `--devices SPEC`. `output="table"` runs `up` with its human output
+        (kept in `up_text`) and reads cluster.json instead."""
         self.workers = workers
         self.devices = devices
         self.up_args = list(up_args)
+        self.output = output
+        self.up_text = None
         self.dir = tempfile.mkdtemp(prefix="meshcast-cluster-test-")
         self.bin_dir = os.path.join(self.dir, "bin")
         self.cluster_dir = os.path.join(self.dir, "cluster")
@@ -227,14 +232,24 @@ class LocalCluster:
             check(path and os.access(path, os.X_OK),
                   "binary %s not found (%r)" % (name, path))
             os.symlink(path, os.path.join(self.bin_dir, name))
+        devices_flag = ("--devices" if isinstance(self.devices, str)
+                        else "--devices-per-worker")
         result = meshctl("up", "--dir", self.cluster_dir, "--bin-dir", self.bin_dir,
-                         "--workers", self.workers, "--devices-per-worker",
-                         self.devices, "--output", "json", *self.up_args,
+                         "--workers", self.workers, devices_flag,
+                         self.devices, "--output", self.output, *self.up_args,
                          timeout=60)
         if result.code != 0:
             self._dump_logs()
+            # Whatever `up` recorded before failing goes too.
+            if os.path.exists(os.path.join(self.cluster_dir, "cluster.json")):
+                self.reload()
+                self._stop()
             raise TestFailure("meshctl up failed: %r" % result)
-        self.info = result.json()
+        if self.output == "json":
+            self.info = result.json()
+        else:
+            self.up_text = result.out
+            self.reload()
         log("cluster up in", self.cluster_dir, "controller",
             self.info["controller"])
         return self

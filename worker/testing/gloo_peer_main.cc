@@ -1,11 +1,15 @@
-// gloo_peer_for_test CONTROLLER PREFIX RANK SIZE: one rank of a Gloo
+// gloo_peer_for_test CONTROLLER PREFIX RANK SIZE [hang]: one rank of a Gloo
 // communicator in its own process, for gloo_communicator_test. Exchanges a
 // 1 MiB message (tag 5) with rank 0 and exits 0 if what it received is
-// right. Bounded: every wait times out within seconds.
+// right. With "hang" it only connects and then sleeps (at most 30 s), for
+// the test to SIGKILL it mid-job. Bounded: every wait times out within
+// seconds.
 #include <cstdlib>
 #include <iostream>
+#include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "worker/controller_kv_store.h"
@@ -26,8 +30,10 @@ std::vector<uint8_t> Message(int from, int to, size_t bytes) {
 
 int main(int argc, char** argv) {
   using namespace meshcast::worker;
-  if (argc != 5) {
-    std::cerr << "usage: gloo_peer_for_test CONTROLLER PREFIX RANK SIZE\n";
+  const bool hang = argc == 6 && std::string(argv[5]) == "hang";
+  if (argc != 5 && !hang) {
+    std::cerr << "usage: gloo_peer_for_test CONTROLLER PREFIX RANK SIZE "
+                 "[hang]\n";
     return 2;
   }
   const int rank = std::atoi(argv[3]);
@@ -41,6 +47,10 @@ int main(int argc, char** argv) {
   if (!comm.ok()) {
     std::cerr << "peer: " << comm.status() << "\n";
     return 1;
+  }
+  if (hang) {
+    absl::SleepFor(absl::Seconds(30));
+    return 0;
   }
   std::vector<uint8_t> incoming(1 << 20);
   auto recv = (*comm)->StartRecv(absl::MakeSpan(incoming), 0, 5);

@@ -1,0 +1,56 @@
+// ControllerFlags: the meshcast-controller command line in the units people
+// type (Gbit/s, microseconds, seconds), and its conversion into a checked
+// ControllerConfig in base units (bytes/s, seconds). main.cc takes its flag
+// defaults from here, so the daemon and its tests agree on them.
+//
+//   ControllerFlags flags;               // the defaults
+//   flags.host_copy_gbps = 40;           // from --host-copy-gbps
+//   flags.transfer_setup_us = 300;       // from --transfer-setup-us
+//   absl::StatusOr<ControllerConfig> config = ConfigFromFlags(flags);
+//   if (!config.ok()) { std::cerr << config.status().message(); exit(2); }
+//
+// Every error is INVALID_ARGUMENT and names the flag (dashed spelling) and
+// the values it allows, e.g. "--host-copy-gbps must be >= 0 Gbit/s (0 =
+// unlimited), got -1".
+//
+// Thread safety: plain value type and a pure function.
+#ifndef MESHCAST_CONTROLLER_CONTROLLER_FLAGS_H_
+#define MESHCAST_CONTROLLER_CONTROLLER_FLAGS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "controller/controller_server.h"
+
+namespace meshcast {
+
+struct ControllerFlags {
+  std::string listen = "127.0.0.1:50051";
+  std::string db = "meshcast.db";
+  double lease_seconds = 5;
+  double heartbeat_seconds = 1;
+  double task_timeout_seconds = 600;
+  // -1: no metrics endpoint; 0: a free port.
+  int metrics_port = -1;
+  std::string metrics_address = "0.0.0.0";
+
+  // The topology the planner and the simulator see.
+  double inter_gbps = 10;        // per-host NIC, each direction
+  double intra_gbps = 100;       // per-device port inside a host
+  double inter_latency_us = 10;  // per message between hosts
+  double intra_latency_us = 2;   // per message inside a host
+  // Per-host memory-copy capacity shared by the host's devices; 0 means
+  // unlimited (no such resource, the right model for GPU hosts).
+  double host_copy_gbps = 0;
+  // Fixed start-up cost of every transfer.
+  double transfer_setup_us = 0;
+};
+
+// Checks every flag and builds the daemon's configuration. The topology
+// values end up in config.registry (WorkerRegistry::Options), from which
+// every planned job, the Plan RPC and GetCluster take them.
+absl::StatusOr<ControllerConfig> ConfigFromFlags(const ControllerFlags& flags);
+
+}  // namespace meshcast
+
+#endif  // MESHCAST_CONTROLLER_CONTROLLER_FLAGS_H_
