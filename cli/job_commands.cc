@@ -290,6 +290,10 @@ CommandResult RunSubmitCommand(const std::vector<std::string>& args,
     result.out = JobToJson(*final_job, /*details=*/true).dump() + "\n";
   } else {
     result.out = absl::StrCat(FinalLine(*final_job), "\n");
+    if (const std::string meshes = DescribePlacedMeshes(*final_job);
+        !meshes.empty()) {
+      absl::StrAppend(&result.out, "placed: ", meshes, "\n");
+    }
   }
   if (final_job->state() != v1::JOB_STATE_SUCCEEDED) {
     result.exit_code = kExitFailure;

@@ -333,21 +333,33 @@ TEST_F(JobCommandsTest, ClusterTable) {
   worker->set_num_devices(2);
   worker->set_host_index(0);
   worker->set_state(v1::WorkerInfo::STATE_READY);
+  cluster.mutable_topology()->set_host_copy_bandwidth(5e9);
+  cluster.mutable_topology()->set_transfer_setup_seconds(2e-5);
   fake_.SetCluster(cluster);
   CommandResult result = RunClusterCommand(WithController({}), context_);
   ASSERT_EQ(result.exit_code, kExitOk) << result.err;
   EXPECT_THAT(result.out, HasSubstr("1 (1 ready, 0 busy, 0 lost)"));
+  EXPECT_THAT(result.out, HasSubstr("host copy 40 Gbps"));
+  EXPECT_THAT(result.out, HasSubstr("transfer setup"));
   EXPECT_THAT(result.out, HasSubstr("worker-0"));
   result = RunClusterCommand(WithController({"--output", "json"}), context_);
   const nlohmann::json json = nlohmann::json::parse(result.out);
   EXPECT_EQ(json["controller"], fake_.address());
   EXPECT_EQ(json["workers"][0]["devices"], nlohmann::json({0, 1}));
+  EXPECT_EQ(json["topology"]["host_copy_bandwidth_bytes_per_second"], 5e9);
+  EXPECT_EQ(json["topology"]["transfer_setup_seconds"], 2e-5);
 }
 
 TEST_F(JobCommandsTest, LivePlan) {
   v1::PlanResponse response;
   response.mutable_topology()->set_num_hosts(5);
   response.mutable_topology()->set_devices_per_host(4);
+  response.mutable_topology()->set_transfer_setup_seconds(1e-5);
+  response.mutable_placed_src_mesh()->add_shape(2);
+  response.mutable_placed_src_mesh()->add_shape(4);
+  for (int d = 4; d < 12; ++d) {
+    response.mutable_placed_src_mesh()->add_devices(d);
+  }
   v1::Plan* plan = response.mutable_plan();
   plan->set_strategy("meshcast");
   plan->set_predicted_seconds(0.002);
@@ -378,7 +390,10 @@ TEST_F(JobCommandsTest, LivePlan) {
   const nlohmann::json json = nlohmann::json::parse(result.out);
   EXPECT_EQ(json["strategy"], "meshcast");
   EXPECT_EQ(json["controller"], fake_.address());
-  EXPECT_EQ(json["src_mesh"]["devices"], nlohmann::json({4}));
+  // The controller's placement wins over the devices holding tiles.
+  EXPECT_EQ(json["src_mesh"]["devices"],
+            nlohmann::json({4, 5, 6, 7, 8, 9, 10, 11}));
+  EXPECT_EQ(json["topology"]["transfer_setup_seconds"], 1e-5);
   EXPECT_EQ(json["strategies"].size(), 2u);
   EXPECT_EQ(json["strategies"][1]["chosen"], true);
   EXPECT_EQ(json["transfers"][0]["src_device"], 4);
@@ -389,11 +404,36 @@ TEST_F(JobCommandsTest, LivePlan) {
   ASSERT_EQ(result.exit_code, kExitOk) << result.err;
   EXPECT_THAT(result.out, HasSubstr("(live dry run)"));
   EXPECT_THAT(result.out, HasSubstr("* meshcast"));
+  EXPECT_THAT(result.out,
+              HasSubstr("(placed by the controller on devices 4-11)"));
+  EXPECT_THAT(result.out, HasSubstr("transfer setup"));
 
   args.insert(args.end(), {"--cluster", "5x4"});
   result = RunPlanCommand(WithController(args), context_);
   EXPECT_EQ(result.exit_code, kExitUsage);
   ExpectOneLine(result, "meshctl plan: --cluster: not used with --live");
+}
+
+TEST_F(JobCommandsTest, GetShowsPlacedMeshes) {
+  v1::Job job;
+  job.set_id("j-7");
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.mutable_placed_src_mesh()->add_shape(2);
+  job.mutable_placed_src_mesh()->add_shape(4);
+  for (int d = 0; d < 8; ++d) job.mutable_placed_src_mesh()->add_devices(d);
+  job.mutable_placed_dst_mesh()->add_shape(8);
+  for (int d = 8; d < 16; ++d) job.mutable_placed_dst_mesh()->add_devices(d);
+  fake_.AddJob(job);
+  CommandResult result = RunGetCommand(WithController({"j-7"}), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("src mesh 2x4 on devices 0-7, dst mesh 8 "
+                                    "on devices 8-15"));
+  result = RunGetCommand(WithController({"j-7", "--output", "json"}), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  const nlohmann::json json = nlohmann::json::parse(result.out);
+  EXPECT_EQ(json["placed_src_mesh"]["shape"], nlohmann::json({2, 4}));
+  EXPECT_EQ(json["placed_dst_mesh"]["devices"],
+            nlohmann::json({8, 9, 10, 11, 12, 13, 14, 15}));
 }
 
 }  // namespace

@@ -193,11 +193,45 @@ std::string DescribeReshard(const v1::ReshardSpec& reshard) {
 }
 
 std::string DescribeTopology(const v1::Topology& topology) {
-  return absl::StrFormat(
+  std::string out = absl::StrFormat(
       "%d hosts x %d devices, %g Gbps between hosts, %g Gbps inside a host",
       topology.num_hosts(), topology.devices_per_host(),
       Gbps(topology.inter_host_bandwidth()),
       Gbps(topology.intra_host_bandwidth()));
+  // The CPU-side costs show only when the controller reports them, so GPU
+  // clusters read as before (0 means unlimited / none).
+  if (topology.host_copy_bandwidth() > 0) {
+    absl::StrAppendFormat(&out, ", host copy %g Gbps",
+                          Gbps(topology.host_copy_bandwidth()));
+  }
+  if (topology.transfer_setup_seconds() > 0) {
+    absl::StrAppend(&out, ", transfer setup ",
+                    FormatSeconds(topology.transfer_setup_seconds()));
+  }
+  if (topology.pipeline_chunk_bytes() > 0) {
+    absl::StrAppend(&out, ", pipeline chunks of ",
+                    FormatBytes(topology.pipeline_chunk_bytes()));
+  }
+  return out;
+}
+
+std::string DescribePlacedMesh(absl::string_view side,
+                               const v1::DeviceMesh& mesh) {
+  std::vector<int> devices(mesh.devices().begin(), mesh.devices().end());
+  std::sort(devices.begin(), devices.end());
+  return absl::StrCat(side, " mesh ", absl::StrJoin(mesh.shape(), "x"),
+                      " on devices ", FormatDeviceRanges(devices));
+}
+
+std::string DescribePlacedMeshes(const v1::Job& job) {
+  std::vector<std::string> parts;
+  if (job.has_placed_src_mesh()) {
+    parts.push_back(DescribePlacedMesh("src", job.placed_src_mesh()));
+  }
+  if (job.has_placed_dst_mesh()) {
+    parts.push_back(DescribePlacedMesh("dst", job.placed_dst_mesh()));
+  }
+  return absl::StrJoin(parts, ", ");
 }
 
 std::vector<int> PlanDevices(const v1::Plan& plan, v1::Buffer::Role role) {
@@ -217,7 +251,14 @@ OrderedJson TopologyToJson(const v1::Topology& topology) {
       {"intra_host_bandwidth_bytes_per_second",
        topology.intra_host_bandwidth()},
       {"inter_host_latency_seconds", topology.inter_host_latency()},
-      {"intra_host_latency_seconds", topology.intra_host_latency()}};
+      {"intra_host_latency_seconds", topology.intra_host_latency()},
+      {"host_copy_bandwidth_bytes_per_second", topology.host_copy_bandwidth()},
+      {"transfer_setup_seconds", topology.transfer_setup_seconds()},
+      {"pipeline_chunk_bytes", topology.pipeline_chunk_bytes()}};
+}
+
+OrderedJson PlacedMeshToJson(const v1::DeviceMesh& mesh) {
+  return OrderedJson{{"shape", mesh.shape()}, {"devices", mesh.devices()}};
 }
 
 OrderedJson ReshardToJson(const v1::ReshardSpec& reshard) {
@@ -246,6 +287,12 @@ OrderedJson JobToJson(const v1::Job& job, bool details) {
     spec["reshard"] = ReshardToJson(job.spec().reshard());
   }
   out["spec"] = std::move(spec);
+  if (job.has_placed_src_mesh()) {
+    out["placed_src_mesh"] = PlacedMeshToJson(job.placed_src_mesh());
+  }
+  if (job.has_placed_dst_mesh()) {
+    out["placed_dst_mesh"] = PlacedMeshToJson(job.placed_dst_mesh());
+  }
   if (job.has_plan()) {
     const v1::Plan& plan = job.plan();
     out["plan"] = OrderedJson{
@@ -352,6 +399,9 @@ std::string RenderJobDetails(const v1::Job& job, double now_unix) {
   if (!job.message().empty()) line("message:", job.message());
   if (job.spec().has_reshard()) {
     line("reshard:", DescribeReshard(job.spec().reshard()));
+  }
+  if (const std::string meshes = DescribePlacedMeshes(job); !meshes.empty()) {
+    line("meshes:", meshes);
   }
   if (job.has_plan()) {
     const v1::Plan& plan = job.plan();

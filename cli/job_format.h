@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "meshcast/v1/controller.pb.h"
 #include "meshcast/v1/job.pb.h"
 #include "meshcast/v1/plan.pb.h"
@@ -34,17 +35,32 @@ std::string DescribeMeshRequest(const v1::DeviceMesh& mesh);
 // "64x64x256 int32 (4.00 MiB): 2x4 S0RR -> 2x4 RS0R, strategy auto".
 std::string DescribeReshard(const v1::ReshardSpec& reshard);
 // "5 hosts x 4 devices, 10 Gbps between hosts, 100 Gbps inside a host".
+// Host copy rate, transfer setup time and pipeline chunk are appended when
+// set: ", host copy 80 Gbps, transfer setup 20.0 us, pipeline chunks of ...".
 std::string DescribeTopology(const v1::Topology& topology);
+// Where the controller put a mesh: "src mesh 2x4 on devices 0-7" for `side`
+// "src".
+std::string DescribePlacedMesh(absl::string_view side,
+                               const v1::DeviceMesh& mesh);
+// The job's placed meshes, "src mesh 2x4 on devices 0-7, dst mesh 2x4 on
+// devices 8-15"; empty while the controller has placed neither.
+std::string DescribePlacedMeshes(const v1::Job& job);
 
 // Devices that hold a buffer of `role` in `plan`, ascending.
 std::vector<int> PlanDevices(const v1::Plan& plan, v1::Buffer::Role role);
 
+// Every field, always: num_hosts, devices_per_host, *_bandwidth_bytes_per_
+// second, *_latency_seconds, host_copy_bandwidth_bytes_per_second (0 =
+// unlimited), transfer_setup_seconds, pipeline_chunk_bytes.
 OrderedJson TopologyToJson(const v1::Topology& topology);
+// {shape, devices} of a mesh the controller placed.
+OrderedJson PlacedMeshToJson(const v1::DeviceMesh& mesh);
 OrderedJson ReshardToJson(const v1::ReshardSpec& reshard);
 // Job as JSON: id, name, state, message, progress, created/started/
-// finished_unix, spec, plan (summary: strategy, predicted and lower-bound
-// seconds, steps, buffers, src_devices, dst_devices) and result. With
-// `details`, result.steps lists every per-step timing.
+// finished_unix, spec, placed_src_mesh / placed_dst_mesh ({shape, devices},
+// once placed), plan (summary: strategy, predicted and lower-bound seconds,
+// steps, buffers, src_devices, dst_devices) and result. With `details`,
+// result.steps lists every per-step timing.
 OrderedJson JobToJson(const v1::Job& job, bool details);
 OrderedJson EventToJson(const v1::JobEvent& event);
 OrderedJson ClusterToJson(const v1::GetClusterResponse& cluster,

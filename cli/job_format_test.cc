@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/text_table.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -185,6 +186,59 @@ TEST(JobFormatTest, Cluster) {
   EXPECT_EQ(json["topology"]["num_hosts"], 2);
   EXPECT_EQ(json["workers"][0]["devices"], OrderedJson({4, 5, 6, 7}));
   EXPECT_EQ(json["workers"][0]["state"], "lost");
+}
+
+TEST(JobFormatTest, TopologyShowsCpuCostsOnlyWhenSet) {
+  v1::Topology topology;
+  topology.set_num_hosts(2);
+  topology.set_devices_per_host(4);
+  topology.set_inter_host_bandwidth(1.25e9);
+  topology.set_intra_host_bandwidth(150e9);
+  EXPECT_THAT(DescribeTopology(topology), Not(HasSubstr("host copy")));
+  EXPECT_THAT(DescribeTopology(topology), Not(HasSubstr("setup")));
+  const OrderedJson plain = TopologyToJson(topology);
+  EXPECT_EQ(plain["host_copy_bandwidth_bytes_per_second"], 0.0);
+  EXPECT_EQ(plain["transfer_setup_seconds"], 0.0);
+  EXPECT_EQ(plain["pipeline_chunk_bytes"], 0.0);
+
+  topology.set_host_copy_bandwidth(10e9);  // 80 Gbps
+  topology.set_transfer_setup_seconds(20e-6);
+  topology.set_pipeline_chunk_bytes(1 << 20);
+  const std::string text = DescribeTopology(topology);
+  EXPECT_THAT(text, HasSubstr("host copy 80 Gbps"));
+  EXPECT_THAT(text, HasSubstr("transfer setup " + FormatSeconds(20e-6)));
+  EXPECT_THAT(text, HasSubstr("pipeline chunks of " + FormatBytes(1 << 20)));
+  const OrderedJson json = TopologyToJson(topology);
+  EXPECT_EQ(json["host_copy_bandwidth_bytes_per_second"], 10e9);
+  EXPECT_EQ(json["transfer_setup_seconds"], 20e-6);
+  EXPECT_EQ(json["pipeline_chunk_bytes"], 1 << 20);
+  EXPECT_EQ(json["inter_host_bandwidth_bytes_per_second"], 1.25e9);
+}
+
+TEST(JobFormatTest, PlacedMeshesInDetailsAndJson) {
+  v1::Job job = SucceededJob();
+  EXPECT_EQ(DescribePlacedMeshes(job), "");
+  EXPECT_THAT(RenderJobDetails(job, 1010), Not(HasSubstr("meshes:")));
+  EXPECT_FALSE(JobToJson(job, false).contains("placed_src_mesh"));
+
+  v1::DeviceMesh* src = job.mutable_placed_src_mesh();
+  src->add_shape(2);
+  src->add_shape(4);
+  for (int d = 0; d < 8; ++d) src->add_devices(d);
+  EXPECT_EQ(DescribePlacedMeshes(job), "src mesh 2x4 on devices 0-7");
+  v1::DeviceMesh* dst = job.mutable_placed_dst_mesh();
+  dst->add_shape(2);
+  dst->add_shape(2);
+  for (int d : {8, 9, 12, 13}) dst->add_devices(d);
+  EXPECT_THAT(RenderJobDetails(job, 1010),
+              HasSubstr("meshes:     src mesh 2x4 on devices 0-7, dst mesh "
+                        "2x2 on devices " +
+                        FormatDeviceRanges({8, 9, 12, 13}) + "\n"));
+  const OrderedJson json = JobToJson(job, false);
+  EXPECT_EQ(json["placed_src_mesh"]["shape"], OrderedJson({2, 4}));
+  EXPECT_EQ(json["placed_src_mesh"]["devices"],
+            OrderedJson({0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(json["placed_dst_mesh"]["devices"], OrderedJson({8, 9, 12, 13}));
 }
 
 }  // namespace

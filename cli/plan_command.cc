@@ -1,6 +1,7 @@
 #include "cli/plan_command.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -102,6 +103,9 @@ struct PlanOptions {
   double intra_gbps = 1200;
   double inter_latency_us = 10;
   double intra_latency_us = 2;
+  // CPU-side costs; 0 = unlimited host copy rate / no setup time.
+  double host_copy_gbps = 0;
+  double transfer_setup_us = 0;
   std::string shape;
   std::string dtype = "float32";
   std::string src_mesh;
@@ -132,6 +136,11 @@ void RegisterFlags(FlagSet& flags, PlanOptions& options) {
                "per-message latency between hosts, in microseconds");
   flags.Double("intra-latency-us", &options.intra_latency_us, "US",
                "per-message latency inside a host, in microseconds");
+  flags.Double("host-copy-gbps", &options.host_copy_gbps, "GBPS",
+               "memory-copy rate of each host, shared by its devices\n"
+               "(CPU hosts; 0 = unlimited)");
+  flags.Double("transfer-setup-us", &options.transfer_setup_us, "US",
+               "fixed start-up time of every transfer, in microseconds");
   flags.String("shape", &options.shape, "AxBx...",
                "tensor shape, e.g. 1024x1024x512 (required)");
   flags.String("dtype", &options.dtype, "TYPE",
@@ -194,9 +203,12 @@ absl::Status Required(const FlagSet& flags, absl::string_view name,
 }
 
 absl::Status CheckPositive(absl::string_view flag, double value, bool zero_ok) {
-  if (value > 0 || (zero_ok && value == 0)) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      flag, ": must be ", zero_ok ? ">= 0" : "> 0", ", got ", value));
+  if (std::isfinite(value) && (value > 0 || (zero_ok && value == 0))) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(flag, ": must be ", zero_ok ? ">= 0" : "> 0",
+                   " and finite, got ", value));
 }
 
 absl::StatusOr<DeviceMesh> BuildMesh(const FlagSet& flags,
@@ -256,6 +268,12 @@ absl::StatusOr<PlanInputs> BuildInputs(const FlagSet& flags,
                                        options.inter_gbps, options.intra_gbps);
   inputs.topology.inter_host_latency = options.inter_latency_us * 1e-6;
   inputs.topology.intra_host_latency = options.intra_latency_us * 1e-6;
+  RETURN_IF_ERROR(
+      CheckPositive("--host-copy-gbps", options.host_copy_gbps, true));
+  RETURN_IF_ERROR(
+      CheckPositive("--transfer-setup-us", options.transfer_setup_us, true));
+  inputs.topology.host_copy_bandwidth = options.host_copy_gbps * 1e9 / 8;
+  inputs.topology.transfer_setup_seconds = options.transfer_setup_us * 1e-6;
   RETURN_IF_ERROR(Flagged("--cluster", inputs.topology.Validate()));
 
   ReshardProblem& problem = inputs.problem;
@@ -367,7 +385,11 @@ std::string RenderJson(const PlanInputs& inputs, const StrategyComparison& cmp,
             {"intra_host_bandwidth_bytes_per_second",
              topology.intra_host_bandwidth},
             {"inter_host_latency_seconds", topology.inter_host_latency},
-            {"intra_host_latency_seconds", topology.intra_host_latency}}},
+            {"intra_host_latency_seconds", topology.intra_host_latency},
+            {"host_copy_bandwidth_bytes_per_second",
+             topology.host_copy_bandwidth},
+            {"transfer_setup_seconds", topology.transfer_setup_seconds},
+            {"pipeline_chunk_bytes", topology.pipeline_chunk_bytes}}},
       {"tensor", Json{{"shape", problem.tensor.shape},
                       {"dtype", DTypeName(problem.tensor.dtype)},
                       {"bytes", problem.tensor.num_bytes()}}},
@@ -452,7 +474,8 @@ absl::Status CheckModeFlags(const FlagSet& flags, bool live) {
   if (live) {
     for (const char* flag :
          {"cluster", "inter-gbps", "intra-gbps", "inter-latency-us",
-          "intra-latency-us", "verify"}) {
+          "intra-latency-us", "host-copy-gbps", "transfer-setup-us",
+          "verify"}) {
       if (flags.IsSet(flag)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--", flag,
@@ -491,9 +514,14 @@ ReshardInput LiveInput(const FlagSet& flags, const PlanOptions& options) {
   return input;
 }
 
-Json LiveMeshJson(const v1::DeviceMesh& request, const v1::Plan& plan,
-                  v1::Buffer::Role role) {
+// The devices of a mesh: as requested, else where the controller placed it,
+// else (older controllers) those holding its tiles in the plan.
+Json LiveMeshJson(const v1::DeviceMesh& request, const v1::DeviceMesh& placed,
+                  const v1::Plan& plan, v1::Buffer::Role role) {
   std::vector<int> devices(request.devices().begin(), request.devices().end());
+  if (devices.empty()) {
+    devices.assign(placed.devices().begin(), placed.devices().end());
+  }
   if (devices.empty()) devices = PlanDevices(plan, role);
   return Json{{"shape", request.shape()}, {"devices", devices}};
 }
@@ -550,10 +578,12 @@ std::string RenderLiveJson(const std::string& controller,
                       {"dtype", DTypeText(reshard.tensor().dtype())},
                       {"bytes", bytes}}},
       {"src_mesh",
-       LiveMeshJson(reshard.src_mesh(), plan, v1::Buffer::ROLE_SOURCE)},
+       LiveMeshJson(reshard.src_mesh(), response.placed_src_mesh(), plan,
+                    v1::Buffer::ROLE_SOURCE)},
       {"src_spec", reshard.src_spec().text()},
       {"dst_mesh",
-       LiveMeshJson(reshard.dst_mesh(), plan, v1::Buffer::ROLE_DESTINATION)},
+       LiveMeshJson(reshard.dst_mesh(), response.placed_dst_mesh(), plan,
+                    v1::Buffer::ROLE_DESTINATION)},
       {"dst_spec", reshard.dst_spec().text()},
       {"strategies", std::move(strategies)},
   };
@@ -567,11 +597,21 @@ std::string RenderLiveTable(const std::string& controller,
   const v1::Plan& plan = response.plan();
   const int chosen = LiveChosenRow(response);
   const int64_t bytes = TensorBytes(reshard.tensor());
-  const auto mesh_line = [&](const v1::DeviceMesh& mesh, v1::Buffer::Role role,
-                             const std::string& spec) {
+  const auto mesh_line = [&](const v1::DeviceMesh& mesh,
+                             const v1::DeviceMesh& placed,
+                             v1::Buffer::Role role, const std::string& spec) {
+    std::string where;
+    if (mesh.devices_size() == 0) {
+      where = placed.devices_size() > 0
+                  ? absl::StrCat(" (placed by the controller on devices ",
+                                 FormatDeviceRanges(std::vector<int>(
+                                     placed.devices().begin(),
+                                     placed.devices().end())),
+                                 ")")
+                  : " (placed by the controller)";
+    }
     return absl::StrCat(
-        DescribeMeshRequest(mesh),
-        mesh.devices_size() > 0 ? "" : " (placed by the controller)",
+        DescribeMeshRequest(mesh), where,
         " [tiles on devices ", FormatDeviceRanges(PlanDevices(plan, role)),
         "] ", spec);
   };
@@ -583,11 +623,13 @@ std::string RenderLiveTable(const std::string& controller,
       &out, "tensor:      ", absl::StrJoin(reshard.tensor().shape(), "x"), " ",
       DTypeText(reshard.tensor().dtype()), " (", FormatBytes(bytes), ")\n");
   absl::StrAppend(&out, "source:      ",
-                  mesh_line(reshard.src_mesh(), v1::Buffer::ROLE_SOURCE,
+                  mesh_line(reshard.src_mesh(), response.placed_src_mesh(),
+                            v1::Buffer::ROLE_SOURCE,
                             reshard.src_spec().text()),
                   "\n");
   absl::StrAppend(&out, "destination: ",
-                  mesh_line(reshard.dst_mesh(), v1::Buffer::ROLE_DESTINATION,
+                  mesh_line(reshard.dst_mesh(), response.placed_dst_mesh(),
+                            v1::Buffer::ROLE_DESTINATION,
                             reshard.dst_spec().text()),
                   "\n\n");
   TextTable table(

@@ -259,5 +259,33 @@ TEST(PlanCommandTest, UnevenShapeAndOverlappingMeshesVerify) {
   EXPECT_THAT(result.out, HasSubstr("verified: all 5 plans"));
 }
 
+TEST(PlanCommandTest, CpuCostFlagsSetTheTopology) {
+  EXPECT_THAT(UsageError(With(Case1Args(), "--host-copy-gbps", "-1")),
+              HasSubstr("--host-copy-gbps: must be >= 0"));
+  EXPECT_THAT(UsageError(With(Case1Args(), "--host-copy-gbps", "inf")),
+              HasSubstr("--host-copy-gbps:"));
+  EXPECT_THAT(UsageError(With(Case1Args(), "--transfer-setup-us", "-2")),
+              HasSubstr("--transfer-setup-us: must be >= 0"));
+  EXPECT_THAT(UsageError(With(Case1Args(), "--transfer-setup-us", "soon")),
+              HasSubstr("--transfer-setup-us: 'soon' is not a finite number"));
+
+  const nlohmann::json defaults = RunJson(Case1Args());
+  EXPECT_EQ(defaults["topology"]["host_copy_bandwidth_bytes_per_second"], 0.0);
+  EXPECT_EQ(defaults["topology"]["transfer_setup_seconds"], 0.0);
+
+  std::vector<std::string> args = Case1Args();
+  args.insert(args.end(),
+              {"--host-copy-gbps", "80", "--transfer-setup-us", "1000"});
+  const nlohmann::json costly = RunJson(args);
+  EXPECT_DOUBLE_EQ(
+      costly["topology"]["host_copy_bandwidth_bytes_per_second"].get<double>(),
+      10e9);
+  EXPECT_DOUBLE_EQ(costly["topology"]["transfer_setup_seconds"].get<double>(),
+                   1e-3);
+  // Every transfer now pays 1 ms before its first byte: the prediction grows.
+  EXPECT_GT(costly["predicted_seconds"].get<double>(),
+            defaults["predicted_seconds"].get<double>());
+}
+
 }  // namespace
 }  // namespace meshcast::cli
