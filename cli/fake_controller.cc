@@ -119,14 +119,17 @@ grpc::Status FakeController::WatchJob(
     }
     events = events_[request->id()];
   }
-  for (const v1::JobEvent& event : events) writer->Write(event);
-  absl::MutexLock lock(&mu_);
+  // Like the real controller, the job's record reaches its last state
+  // before the stream says so: a client that reads the final event and then
+  // calls GetJob must see the same state.
   if (!events.empty()) {
+    absl::MutexLock lock(&mu_);
     v1::Job& job = jobs_[request->id()];
     job.set_state(events.back().state());
     job.set_message(events.back().message());
     job.set_progress(events.back().progress());
   }
+  for (const v1::JobEvent& event : events) writer->Write(event);
   return grpc::Status::OK;
 }
 
