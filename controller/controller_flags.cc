@@ -58,6 +58,14 @@ absl::StatusOr<ControllerConfig> ConfigFromFlags(const ControllerFlags& flags) {
   }
   RETURN_IF_ERROR(CheckPositive("task-timeout-seconds",
                                 flags.task_timeout_seconds, "seconds", 1));
+  if (!std::isfinite(flags.reserve_after_seconds) ||
+      (flags.reserve_after_seconds < 0 && flags.reserve_after_seconds != -1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--reserve-after-seconds must be a finite number of seconds >= 0 (0: "
+        "jobs start strictly in submission order) or -1 (later jobs may "
+        "always overtake), got ",
+        flags.reserve_after_seconds));
+  }
   if (flags.metrics_port < -1 || flags.metrics_port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("--metrics-port must be 0..65535 (0: a free port) or -1 "
@@ -99,6 +107,9 @@ absl::StatusOr<ControllerConfig> ConfigFromFlags(const ControllerFlags& flags) {
   config.registry.transfer_setup_seconds =
       flags.transfer_setup_us * kSecondsPerMicrosecond;
   config.jobs.task_timeout = absl::Seconds(flags.task_timeout_seconds);
+  config.jobs.reserve_after = flags.reserve_after_seconds == -1
+                                  ? absl::InfiniteDuration()
+                                  : absl::Seconds(flags.reserve_after_seconds);
   if (flags.metrics_port >= 0) {
     config.metrics_listen =
         absl::StrCat(flags.metrics_address, ":", flags.metrics_port);

@@ -30,6 +30,9 @@ struct ControllerFlags {
   double lease_seconds = 5;
   double heartbeat_seconds = 1;
   double task_timeout_seconds = 600;
+  // A queued job that has waited this long for busy devices holds later
+  // jobs back until it starts; 0: strict submission order; -1: never.
+  double reserve_after_seconds = 10;
   // -1: no metrics endpoint; 0: a free port.
   int metrics_port = -1;
   std::string metrics_address = "0.0.0.0";

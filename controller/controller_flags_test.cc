@@ -33,6 +33,7 @@ TEST(ControllerFlagsTest, DefaultsGiveTheUsualTopologyWithoutCpuCosts) {
   EXPECT_EQ(config->registry.lease, absl::Seconds(5));
   EXPECT_EQ(config->registry.heartbeat, absl::Seconds(1));
   EXPECT_EQ(config->jobs.task_timeout, absl::Seconds(600));
+  EXPECT_EQ(config->jobs.reserve_after, absl::Seconds(10));
   EXPECT_TRUE(config->metrics_listen.empty());
 }
 
@@ -49,6 +50,7 @@ TEST(ControllerFlagsTest, ConvertsHumanUnitsToBaseUnits) {
   flags.lease_seconds = 3;
   flags.heartbeat_seconds = 0.5;
   flags.task_timeout_seconds = 60;
+  flags.reserve_after_seconds = 2.5;
   flags.metrics_port = 0;
   flags.metrics_address = "127.0.0.1";
   absl::StatusOr<ControllerConfig> config = ConfigFromFlags(flags);
@@ -64,6 +66,7 @@ TEST(ControllerFlagsTest, ConvertsHumanUnitsToBaseUnits) {
   EXPECT_EQ(config->registry.lease, absl::Seconds(3));
   EXPECT_EQ(config->registry.heartbeat, absl::Milliseconds(500));
   EXPECT_EQ(config->jobs.task_timeout, absl::Seconds(60));
+  EXPECT_EQ(config->jobs.reserve_after, absl::Milliseconds(2500));
   EXPECT_EQ(config->metrics_listen, "127.0.0.1:0");
 }
 
@@ -140,6 +143,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlag{"ZeroTaskTimeout",
                 [](ControllerFlags& f) { f.task_timeout_seconds = 0; },
                 "--task-timeout-seconds"},
+        BadFlag{"NegativeReserveAfter",
+                [](ControllerFlags& f) { f.reserve_after_seconds = -2; },
+                "--reserve-after-seconds"},
+        BadFlag{"InfiniteReserveAfter",
+                [](ControllerFlags& f) {
+                  f.reserve_after_seconds =
+                      std::numeric_limits<double>::infinity();
+                },
+                "--reserve-after-seconds"},
         BadFlag{"MetricsPortTooLarge",
                 [](ControllerFlags& f) { f.metrics_port = 70000; },
                 "--metrics-port"},
@@ -155,6 +167,18 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<BadFlag>& info) {
       return info.param.name;
     });
+
+TEST(ControllerFlagsTest, ReserveAfterZeroIsStrictOrderAndMinusOneNever) {
+  ControllerFlags flags;
+  flags.reserve_after_seconds = 0;
+  absl::StatusOr<ControllerConfig> config = ConfigFromFlags(flags);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->jobs.reserve_after, absl::ZeroDuration());
+  flags.reserve_after_seconds = -1;
+  config = ConfigFromFlags(flags);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->jobs.reserve_after, absl::InfiniteDuration());
+}
 
 TEST(ControllerFlagsTest, ZeroMeansUnlimitedCopyAndNoSetup) {
   ControllerFlags flags;

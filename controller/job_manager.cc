@@ -57,6 +57,7 @@ struct JobManager::ActiveJob {
   // Cancels the job's in-flight RunTask calls; thread-safe on its own.
   CallCanceller canceller;
   // The rest is guarded by the manager's mu_.
+  absl::Time queued_at;   // when Submit accepted it
   bool started = false;   // left the queue, holds devices, has a thread
   bool finished = false;  // reached a final state
   bool thread_done = false;
@@ -172,7 +173,8 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
   // Record the strategy by its canonical name ("auto" when unset).
   job->job.mutable_spec()->mutable_reshard()->set_strategy(
       StrategyName(job->request.strategy));
-  job->job.set_created_unix(UnixSecondsOf(clock_->Now()));
+  job->queued_at = clock_->Now();
+  job->job.set_created_unix(UnixSecondsOf(job->queued_at));
   const std::string id = job->job.id();
   ActiveJob* raw = job.get();
   active_[id] = std::move(job);
@@ -368,16 +370,46 @@ void JobManager::SchedulerLoop() {
   }
 }
 
+bool JobManager::ReservesItsTurnLocked(
+    const ActiveJob& job, const Topology& topology,
+    const absl::flat_hash_set<int>& unavailable, absl::Time now) const {
+  if (now - job.queued_at < options_.reserve_after) return false;
+  // Only a job that busy devices alone keep waiting: one that needs a lost
+  // worker's host could hold the queue back for as long as it stays lost.
+  return DeviceAllocator()
+      .Place(job.request.placement, topology, unavailable)
+      .ok();
+}
+
 void JobManager::ScheduleLocked() {
   if (queue_.empty()) return;
   const Topology topology = registry_->topology();
   const absl::flat_hash_set<int> unavailable = registry_->UnavailableHosts();
+  const absl::Time now = clock_->Now();
+  // The first job that has reserved its turn, if any: later ones wait.
+  const ActiveJob* holder = nullptr;
   for (auto qit = queue_.begin(); qit != queue_.end();) {
     ActiveJob* job = active_.at(*qit).get();
+    if (holder != nullptr) {
+      const std::string message = absl::StrCat(
+          "queued behind job ", holder->job.id(), ", which has waited ",
+          absl::FormatDuration(absl::Trunc(now - holder->queued_at,
+                                           absl::Seconds(1))),
+          " for devices and starts first");
+      if (job->job.message() != message) {
+        TransitionLocked(job, v1::JOB_STATE_QUEUED, message, 0);
+      }
+      ++qit;
+      continue;
+    }
     absl::StatusOr<Placement> placement =
         allocator_.Acquire(job->request.placement, topology, unavailable);
     if (absl::IsUnavailable(placement.status())) {
-      const std::string message(placement.status().message());
+      std::string message(placement.status().message());
+      if (ReservesItsTurnLocked(*job, topology, unavailable, now)) {
+        holder = job;
+        absl::StrAppend(&message, "; later jobs wait until it starts");
+      }
       if (job->job.message() != message) {
         TransitionLocked(job, v1::JOB_STATE_QUEUED, message, 0);
       }

@@ -11,7 +11,8 @@
 // cluster can never hold: INVALID_ARGUMENT, nothing queued). A scheduler
 // thread starts queued jobs in submission order whenever the allocator can
 // place them; later jobs on other devices may start before an earlier one
-// that still waits. Each started job gets a thread that plans it (through
+// that still waits, until that one has waited Options::reserve_after for
+// busy devices: then it holds every later job back until it starts. Each started job gets a thread that plans it (through
 // ReshardPlanner), builds the plan IR and per-worker programs
 // (program_builder.h), pushes them to all its workers at once through
 // WorkerClient, and collects their results:
@@ -86,6 +87,12 @@ class JobManager {
     absl::Duration schedule_interval = absl::Milliseconds(250);
     // Submit refuses new jobs beyond this many unfinished ones.
     int max_unfinished_jobs = 10000;
+    // A queued job that has waited this long for busy devices reserves its
+    // turn: no later job starts until it has, so a stream of small jobs
+    // cannot starve a large one. Zero: jobs start strictly in submission
+    // order; absl::InfiniteDuration(): later jobs may always overtake.
+    // Jobs that wait for a lost worker's host never hold others back.
+    absl::Duration reserve_after = absl::Seconds(10);
   };
 
   // Every pointer must outlive the manager; `metrics` may be null.
@@ -142,8 +149,15 @@ class JobManager {
   struct ActiveJob;
 
   void SchedulerLoop();
-  // Starts every queued job that can be placed now.
+  // Starts every queued job that can be placed now, in submission order,
+  // stopping at the first one that reserves its turn.
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether queued `job`, which cannot be placed now, holds later jobs back:
+  // it has waited reserve_after and only busy devices are in its way.
+  bool ReservesItsTurnLocked(const ActiveJob& job, const Topology& topology,
+                             const absl::flat_hash_set<int>& unavailable,
+                             absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunJob(ActiveJob* job) ABSL_LOCKS_EXCLUDED(mu_);
   // Runs the programs on their workers; returns each worker's answer.
   // programs[i] goes to endpoints[i].

@@ -14,6 +14,7 @@ namespace {
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::Pair;
 
 bool IsFinal(v1::JobState s) {
@@ -336,6 +337,67 @@ TEST_F(JobManagerTest, JobsOnDisjointDevicesRunTogetherOthersWait) {
   EXPECT_EQ(store_->GetJob(b)->state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(store_->GetJob(c)->message(), "controller shut down");
   EXPECT_TRUE(absl::IsUnavailable(manager_->Submit(SmallJob()).status()));
+}
+
+// Waits until job `id` is in `state`.
+bool WaitForState(JobManager& manager, const std::string& id,
+                  v1::JobState state) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    if (manager.Get(id)->state() == state) return true;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return false;
+}
+
+TEST_F(JobManagerTest, AJobThatWaitedLongEnoughHoldsLaterJobsBack) {
+  Start(4, 2);
+  client_.SetDefaultMode(FakeWorkerClient::Mode::kBlock);
+  const std::string a = Submit(SmallJob());  // hosts 0 and 1
+  ASSERT_TRUE(client_.WaitForBlocked(2, absl::Seconds(10)));
+  // Needs all four hosts: waits for a.
+  const std::string big = Submit(ReshardJob({2, 2}, "S0R", {2, 2}, "RS0"));
+  ASSERT_TRUE(WaitForMessage(big, "waiting for devices"));
+  // Before big has waited reserve_after (10 s), a small job overtakes it.
+  const std::string early = Submit(SmallJob());
+  ASSERT_TRUE(WaitForState(*manager_, early, v1::JOB_STATE_RUNNING));
+  ASSERT_EQ(manager_->Cancel(early)->state(), v1::JOB_STATE_CANCELLED);
+  // Once it has, the next small job waits behind it although hosts 2 and 3
+  // are free ...
+  clock_.Advance(absl::Seconds(11));
+  const std::string late = Submit(SmallJob());
+  ASSERT_TRUE(WaitForMessage(late, absl::StrCat("queued behind job ", big)))
+      << manager_->Get(late)->message();
+  EXPECT_THAT(manager_->Get(big)->message(),
+              HasSubstr("later jobs wait until it starts"));
+  absl::SleepFor(absl::Milliseconds(50));  // several scheduler passes
+  EXPECT_EQ(manager_->Get(late)->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_THAT(manager_->BusyHosts(), ElementsAre(0, 1));
+  // ... big starts as soon as a's devices are free, then late after it.
+  ASSERT_EQ(manager_->Cancel(a)->state(), v1::JOB_STATE_CANCELLED);
+  ASSERT_TRUE(WaitForState(*manager_, big, v1::JOB_STATE_RUNNING));
+  EXPECT_EQ(manager_->Get(late)->state(), v1::JOB_STATE_QUEUED);
+  ASSERT_EQ(manager_->Cancel(big)->state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_TRUE(WaitForState(*manager_, late, v1::JOB_STATE_RUNNING));
+}
+
+TEST_F(JobManagerTest, AJobWaitingForALostHostHoldsNothingBack) {
+  Start(5, 2);
+  client_.SetDefaultMode(FakeWorkerClient::Mode::kBlock);
+  clock_.Advance(absl::Seconds(4));
+  for (const char* name : {"w0", "w1", "w2", "w3"}) {
+    ASSERT_TRUE(registry_->Heartbeat(name));
+  }
+  clock_.Advance(absl::Seconds(2));  // w4 silent for 6 s > 5 s lease
+  ASSERT_EQ(registry_->Sweep().size(), 1u);
+  // Needs all five hosts, so it waits for w4 however long it has waited.
+  const std::string big = Submit(ReshardJob({2, 2}, "S0R", {3, 2}, "S0R"));
+  clock_.Advance(absl::Seconds(60));
+  const std::string small = Submit(SmallJob());
+  EXPECT_TRUE(WaitForState(*manager_, small, v1::JOB_STATE_RUNNING));
+  EXPECT_EQ(manager_->Get(big)->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_THAT(manager_->Get(big)->message(),
+              Not(HasSubstr("later jobs wait")));
 }
 
 TEST_F(JobManagerTest, LostWorkerFailsItsJobAndRejoins) {

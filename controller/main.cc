@@ -71,6 +71,11 @@ ABSL_FLAG(double, transfer_setup_us, kDefaults.transfer_setup_us,
           "moves (thread start, tag matching, a round trip), microseconds");
 ABSL_FLAG(double, task_timeout_seconds, kDefaults.task_timeout_seconds,
           "deadline of one job's data-plane run on its workers");
+ABSL_FLAG(double, reserve_after_seconds, kDefaults.reserve_after_seconds,
+          "a queued job that has waited this long for busy devices holds "
+          "every later job back until it starts, so small jobs cannot "
+          "starve a large one; 0 = strict submission order, -1 = later jobs "
+          "may always overtake");
 
 namespace {
 
@@ -118,6 +123,7 @@ int main(int argc, char** argv) {
   flags.lease_seconds = absl::GetFlag(FLAGS_lease_seconds);
   flags.heartbeat_seconds = absl::GetFlag(FLAGS_heartbeat_seconds);
   flags.task_timeout_seconds = absl::GetFlag(FLAGS_task_timeout_seconds);
+  flags.reserve_after_seconds = absl::GetFlag(FLAGS_reserve_after_seconds);
   flags.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   flags.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   flags.inter_gbps = absl::GetFlag(FLAGS_inter_gbps);
