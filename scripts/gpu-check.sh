@@ -11,8 +11,12 @@
 # Meant for GPU machines: with no GPU visible to nvidia-smi it fails at once.
 # Environment: BUILD_DIR (default build-gpu-check), JOBS (default nproc),
 # CUDA_ARCH (default: the GPU's compute capability, e.g. 90),
-# GPU_BENCH_FLAGS (extra gpu_bench flags), MESHCAST_INSTALL_DEPS=1 (run
-# scripts/install-deps.sh first; needs network).
+# GPU_BENCH_FLAGS (extra gpu_bench flags), STEP_TIMEOUT (seconds per
+# benchmark or end-to-end step, default 1800, so a hung NCCL call cannot
+# stall the run), MESHCAST_INSTALL_DEPS=1 (run scripts/install-deps.sh
+# first; needs network).
+# A failed step does not stop the run: later steps still run where they
+# can (a failed build still runs the tests and tools that did build).
 # Exit status: 0 if every step passed, 1 otherwise (the log's last lines
 # list each step's result).
 set -uo pipefail
@@ -31,6 +35,7 @@ mkdir -p "$(dirname "$LOG")"
 BUILD_DIR=${BUILD_DIR:-build-gpu-check}
 case $BUILD_DIR in /*) ;; *) BUILD_DIR=$ROOT/$BUILD_DIR ;; esac
 JOBS=${JOBS:-$(nproc)}
+STEP_TIMEOUT=${STEP_TIMEOUT:-1800}
 
 log() { echo "$*" | tee -a "$LOG"; }
 die() {
@@ -57,6 +62,12 @@ if [[ -z "${CUDA_ARCH:-}" ]]; then
   CUDA_ARCH=$(head -n1 <<<"$GPUS" | awk -F', ' '{print $5}' | tr -d '.')
 fi
 log "# CUDA: $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | tail -n1)"
+NCCL_H=/usr/local/cuda/include/nccl.h
+if [[ -f $NCCL_H ]]; then
+  log "# NCCL: $(awk '/^#define NCCL_(MAJOR|MINOR|PATCH) /{v=v (v?".":"") $3} END{print v}' "$NCCL_H")"
+fi
+log "# GPU topology (nvidia-smi topo -m):"
+nvidia-smi topo -m 2>&1 | sed 's/^/#   /' | tee -a "$LOG" >/dev/null
 log "# building for sm_${CUDA_ARCH} in $BUILD_DIR with $JOBS jobs"
 
 declare -a RESULTS=()
@@ -81,6 +92,28 @@ run_step() {
   return "$rc"
 }
 
+# skip_step NAME WHY: records a step that could not run (counts as failed).
+skip_step() {
+  log ""
+  log "## $1"
+  log "not run: $2"
+  RESULTS+=("FAIL  $1 (not run: $2)")
+  FAILED=1
+}
+
+# Prints the per-step results and exits 1 if any step failed.
+finish() {
+  log ""
+  log "## summary ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
+  for r in "${RESULTS[@]}"; do log "  $r"; done
+  if [[ $FAILED -ne 0 ]]; then
+    log "gpu-check: FAILED (see $LOG)"
+    exit 1
+  fi
+  log "gpu-check: all steps passed (log: $LOG)"
+  exit 0
+}
+
 if [[ "${MESHCAST_INSTALL_DEPS:-0}" == 1 ]]; then
   run_step "install dependencies" bash scripts/install-deps.sh || die "dependencies"
 fi
@@ -89,11 +122,13 @@ for tool in cmake ninja; do
     die "$tool not found (run scripts/install-deps.sh, or set MESHCAST_INSTALL_DEPS=1)"
 done
 
-# 2. Build with CUDA required.
+# 2. Build with CUDA required. Without a configured tree nothing else can
+# run; a failed build keeps going (-k 0) and the steps below use whatever
+# did build.
 run_step "configure (MESHCAST_CUDA=ON)" \
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DMESHCAST_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" || die "configure"
-run_step "build" ninja -C "$BUILD_DIR" -j "$JOBS" || die "build"
+  -DMESHCAST_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" || finish
+run_step "build" ninja -C "$BUILD_DIR" -j "$JOBS" -k 0
 
 # 3. Every GPU test. On a GPU nothing may skip except the tests that need
 # more GPUs than there are; the log lists what skipped.
@@ -103,36 +138,42 @@ SKIPPED=$(grep -c '\[  SKIPPED \] [A-Za-z].*\.[A-Za-z].* ([0-9]* ms)' "$LOG" || 
 log "# GPU test cases skipped: $SKIPPED (expected only the 2-GPU cases on a 1-GPU machine)"
 
 # 4. The GPU benchmark (copy, reshard on virtual devices, NCCL).
-# shellcheck disable=SC2086
-run_step "GPU benchmark (gpu_bench)" "$BUILD_DIR/bench/gpu/gpu_bench" ${GPU_BENCH_FLAGS:-}
+GPU_BENCH=$BUILD_DIR/bench/gpu/gpu_bench
+if [[ -x $GPU_BENCH ]]; then
+  # shellcheck disable=SC2086
+  run_step "GPU benchmark (gpu_bench)" \
+    timeout --kill-after=30 "$STEP_TIMEOUT" "$GPU_BENCH" ${GPU_BENCH_FLAGS:-}
+else
+  skip_step "GPU benchmark (gpu_bench)" "$GPU_BENCH was not built"
+fi
 
 # 5. End to end: a local cluster of one worker driving 8 virtual devices on
 # GPU 0, one reshard job through controller, planner and GPU executor.
-E2E_DIR=$(mktemp -d)
-cleanup() { "$BUILD_DIR/cli/meshctl" down --dir "$E2E_DIR" >/dev/null 2>&1 || true; }
-trap cleanup EXIT
 MESHCTL="$BUILD_DIR/cli/meshctl"
-if run_step "end to end: meshctl up (1 worker, --devices=cuda:0x8)" \
-    "$MESHCTL" up --dir "$E2E_DIR" --workers 1 --devices-per-worker 8 \
-    --worker-flags "--devices=cuda:0x8"; then
-  run_step "end to end: meshctl submit reshard --wait" \
-    env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit reshard \
-    --shape 256x1024x64 --dtype int32 \
-    --src-devices 0,1,2,3 --src-shape 2x2 --src-spec S0RR \
-    --dst-devices 4,5,6,7 --dst-shape 2x2 --dst-spec RS0R \
-    --allow-overlap --wait
-  for f in "$E2E_DIR"/*.log; do
-    [[ -f "$f" ]] || continue
-    log "### $(basename "$f") (last 30 lines)"
+if [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
+      -x $BUILD_DIR/controller/meshcast-controller ]]; then
+  E2E_DIR=$(mktemp -d)
+  cleanup() { "$MESHCTL" down --dir "$E2E_DIR" >/dev/null 2>&1 || true; }
+  trap cleanup EXIT
+  if run_step "end to end: meshctl up (1 worker, --devices=cuda:0x8)" \
+      timeout --kill-after=30 "$STEP_TIMEOUT" \
+      "$MESHCTL" up --dir "$E2E_DIR" --workers 1 --devices-per-worker 8 \
+      --worker-flags "--devices=cuda:0x8"; then
+    run_step "end to end: meshctl submit reshard --wait" \
+      timeout --kill-after=30 "$STEP_TIMEOUT" \
+      env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit reshard \
+      --shape 256x1024x64 --dtype int32 \
+      --src-devices 0,1,2,3 --src-shape 2x2 --src-spec S0RR \
+      --dst-devices 4,5,6,7 --dst-shape 2x2 --dst-spec RS0R \
+      --allow-overlap --wait
+  fi
+  # The daemons' logs, also when start-up failed (that is when they matter).
+  while IFS= read -r f; do
+    log "### ${f#"$E2E_DIR"/} (last 30 lines)"
     tail -n 30 "$f" | tee -a "$LOG"
-  done
+  done < <(find "$E2E_DIR" -name '*.log' -type f | sort)
+else
+  skip_step "end to end" "meshctl, meshcast-worker or meshcast-controller was not built"
 fi
 
-log ""
-log "## summary ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
-for r in "${RESULTS[@]}"; do log "  $r"; done
-if [[ $FAILED -ne 0 ]]; then
-  log "gpu-check: FAILED (see $LOG)"
-  exit 1
-fi
-log "gpu-check: all steps passed (log: $LOG)"
+finish

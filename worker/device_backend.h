@@ -51,6 +51,12 @@ class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
   virtual std::unique_ptr<DeviceJob> NewJob() = 0;
+
+  // True if its jobs report steps, hops and tile memory to WorkerMetrics
+  // themselves while they run (the CUDA backend given a metrics pointer).
+  // WorkerService records the finished steps of a backend that does not,
+  // from each JobResult, and must not count them twice for one that does.
+  virtual bool ReportsMetrics() const { return false; }
 };
 
 }  // namespace meshcast::worker

@@ -222,6 +222,8 @@ int Main(int argc, char** argv) {
       absl::Seconds(absl::GetFlag(FLAGS_rendezvous_timeout_seconds));
   service_options.task.gloo.op_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_op_timeout_seconds));
+  // Jobs' communicators close after their results are reported.
+  service_options.task.closer = std::make_shared<DeferredCloser>();
 #ifdef MESHCAST_WITH_CUDA
   if (devices->kind == "cuda") {
     cuda::CudaBackendOptions gpu;
@@ -230,6 +232,9 @@ int Main(int argc, char** argv) {
     gpu.rendezvous_timeout =
         absl::Seconds(absl::GetFlag(FLAGS_rendezvous_timeout_seconds));
     gpu.op_timeout = absl::Seconds(absl::GetFlag(FLAGS_op_timeout_seconds));
+    // The GPU executor reports steps, hops and tile memory live, as the
+    // CPU executor does (WorkerService then skips its own step count).
+    gpu.metrics = &metrics;
     service_options.task.device_backend =
         std::make_shared<cuda::CudaBackend>(*devices, gpu);
   }

@@ -73,6 +73,7 @@ std::string EncodeNcclWorkerInfo(const NcclWorkerSetup& setup) {
     devices.push_back(absl::StrCat(device, ":", gpu));
   }
   return absl::StrCat("gpus=", setup.gpus.size(), ";chunk=", setup.chunk_bytes,
+                      ";lanes=", setup.lanes,
                       ";devices=", absl::StrJoin(devices, ","));
 }
 
@@ -80,12 +81,13 @@ absl::StatusOr<NcclWorkerInfo> DecodeNcclWorkerInfo(const std::string& text) {
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(
         absl::StrCat("malformed NCCL rendezvous entry '", text, "': ", why,
-                     " (expected gpus=N;chunk=BYTES;devices=D:G,...)"));
+                     " (expected gpus=N;chunk=BYTES;lanes=L;devices=D:G,...)"));
   };
   std::vector<absl::string_view> fields = absl::StrSplit(text, ';');
-  if (fields.size() != 3) return bad("3 fields");
+  if (fields.size() != 4) return bad("4 fields");
   NcclWorkerInfo info;
-  absl::string_view gpus = fields[0], chunk = fields[1], devices = fields[2];
+  absl::string_view gpus = fields[0], chunk = fields[1], lanes = fields[2],
+                    devices = fields[3];
   if (!absl::ConsumePrefix(&gpus, "gpus=") ||
       !absl::SimpleAtoi(gpus, &info.gpus) || info.gpus < 1) {
     return bad("gpus");
@@ -93,6 +95,10 @@ absl::StatusOr<NcclWorkerInfo> DecodeNcclWorkerInfo(const std::string& text) {
   if (!absl::ConsumePrefix(&chunk, "chunk=") ||
       !absl::SimpleAtoi(chunk, &info.chunk_bytes) || info.chunk_bytes < 1) {
     return bad("chunk");
+  }
+  if (!absl::ConsumePrefix(&lanes, "lanes=") ||
+      !absl::SimpleAtoi(lanes, &info.lanes) || info.lanes < 1) {
+    return bad("lanes");
   }
   if (!absl::ConsumePrefix(&devices, "devices=")) return bad("devices");
   if (devices.empty()) return info;
@@ -169,6 +175,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   if (setup.chunk_bytes < 1) {
     return absl::InvalidArgumentError("NCCL setup: chunk_bytes must be >= 1");
   }
+  setup.lanes = options.lanes;
   for (const auto& [device, gpu] : setup.devices) {
     if (gpu < 0 || gpu >= static_cast<int>(setup.gpus.size())) {
       return absl::InvalidArgumentError(
@@ -191,6 +198,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     if (w == setup.worker_rank) {
       info.gpus = static_cast<int>(setup.gpus.size());
       info.chunk_bytes = setup.chunk_bytes;
+      info.lanes = setup.lanes;
       info.devices = setup.devices;
       comm->first_rank_ = offset;
     } else {
@@ -203,7 +211,16 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
         return absl::InvalidArgumentError(absl::StrCat(
             "worker rank ", w, " relays in chunks of ", info.chunk_bytes,
             " bytes but this worker uses ", setup.chunk_bytes,
-            "; every worker of a job must use the same --chunk-bytes"));
+            "; every worker of a job must use the same --gpu-chunk-bytes"));
+      }
+      if (info.lanes != setup.lanes) {
+        // Each rank creates lanes - 1 splits (collective) and puts step s on
+        // lane s % lanes: a mismatch would hang the splits or pair sends
+        // and receives of different steps.
+        return absl::InvalidArgumentError(absl::StrCat(
+            "worker rank ", w, " uses ", info.lanes,
+            " NCCL lanes but this worker uses ", setup.lanes,
+            "; every worker of a job must use the same --gpu-lanes"));
       }
     }
     for (const auto& [device, gpu] : info.devices) {
@@ -373,8 +390,10 @@ absl::Status NcclCommunicator::GroupStart(int lane)
     state.mu.Unlock();
     return absl::FailedPreconditionError("nested NCCL group on one lane");
   }
+  issue_mu_.Lock();  // held until ncclGroupEnd returns
   const absl::Status status = NcclStatus(ncclGroupStart(), "ncclGroupStart");
   if (!status.ok()) {
+    issue_mu_.Unlock();
     state.mu.Unlock();
     return status;
   }
@@ -392,6 +411,7 @@ absl::Status NcclCommunicator::GroupEnd(int lane)
     return absl::FailedPreconditionError("GroupEnd without GroupStart");
   }
   const ncclResult_t result = ncclGroupEnd();
+  issue_mu_.Unlock();
   state.in_group = false;
   state.mu.Unlock();
   if (result != ncclInProgress) {

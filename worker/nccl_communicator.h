@@ -11,8 +11,12 @@
 // GPU share its rank (NCCL refuses two ranks on one GPU). Create()
 // bootstraps through the rendezvous KvStore under `key_prefix`
 // ("job/<job_id>/nccl/"):
-//   <prefix>ranks/<worker>  this worker's GPU count, chunk size, and which
-//                           GPU (0..count-1) backs each of its devices;
+//   <prefix>ranks/<worker>  this worker's GPU count, chunk size, lane count,
+//                           and which GPU (0..count-1) backs each of its
+//                           devices (chunk size and lanes must agree on all
+//                           workers: a chunk's receiver posts the size its
+//                           sender sends, and every rank must create the same
+//                           splits and put a step on the same lane);
 //   <prefix>unique_id       worker 0's ncclUniqueId, hex-encoded.
 // Then, in one group call for all local GPUs, ncclCommInitRankConfig with
 // blocking = 0, polled with ncclCommGetAsyncError up to init_timeout; lanes
@@ -38,7 +42,12 @@
 // Thread safety: one thread at a time per lane (group calls are
 // thread-local in NCCL); Abort, CheckAsyncErrors and the accessors from any
 // thread. A per-lane mutex keeps Abort from freeing a communicator under a
-// call in flight.
+// call in flight. Groups of different lanes are issued one at a time (a
+// communicator-wide mutex from GroupStart until ncclGroupEnd returns):
+// NCCL does not allow threads to issue operations concurrently to different
+// communicators of one GPU. The wait for NCCL to accept a group happens
+// outside that mutex, so a lane waiting for a peer does not hold up the
+// others.
 #ifndef MESHCAST_WORKER_NCCL_COMMUNICATOR_H_
 #define MESHCAST_WORKER_NCCL_COMMUNICATOR_H_
 
@@ -92,6 +101,9 @@ struct NcclWorkerSetup {
   // Relay chunk size; every worker of the job must use the same, since the
   // receiver of a chunk must post exactly the size the sender sends.
   int64_t chunk_bytes = 0;
+  // Communicators per GPU (NcclOptions::lanes); must be the same on every
+  // worker. Create() fills it in from the options.
+  int lanes = 1;
 };
 
 // The KV encodings, exposed for tests.
@@ -99,6 +111,7 @@ std::string EncodeNcclWorkerInfo(const NcclWorkerSetup& setup);
 struct NcclWorkerInfo {
   int gpus = 0;
   int64_t chunk_bytes = 0;
+  int lanes = 0;
   std::vector<std::pair<int, int>> devices;  // (device, gpu index)
 };
 absl::StatusOr<NcclWorkerInfo> DecodeNcclWorkerInfo(const std::string& text);
@@ -177,6 +190,9 @@ class NcclCommunicator {
   std::vector<int> gpus_;
   absl::flat_hash_map<int, int> device_rank_;
   std::vector<std::unique_ptr<Lane>> lanes_;
+  // Serializes the issuing of groups across lanes (see the header comment).
+  // Acquired after a lane's mutex, never the other way round.
+  absl::Mutex issue_mu_;
   std::atomic<bool> aborted_{false};
   mutable absl::Mutex abort_mu_;
   std::string abort_reason_ ABSL_GUARDED_BY(abort_mu_);

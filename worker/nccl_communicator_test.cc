@@ -35,19 +35,22 @@ NcclOptions ShortTimeouts() {
 }
 
 TEST(NcclEncodingTest, WorkerInfoRoundTrips) {
-  const NcclWorkerSetup setup =
-      WorkerSetup(1, 2, {0, 3}, {{4, 0}, {5, 0}, {6, 1}});
+  NcclWorkerSetup setup = WorkerSetup(1, 2, {0, 3}, {{4, 0}, {5, 0}, {6, 1}});
+  setup.lanes = 3;
   const std::string text = EncodeNcclWorkerInfo(setup);
-  EXPECT_EQ(text, "gpus=2;chunk=4096;devices=4:0,5:0,6:1");
+  EXPECT_EQ(text, "gpus=2;chunk=4096;lanes=3;devices=4:0,5:0,6:1");
   auto info = DecodeNcclWorkerInfo(text);
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->gpus, 2);
   EXPECT_EQ(info->chunk_bytes, 4096);
+  EXPECT_EQ(info->lanes, 3);
   EXPECT_EQ(info->devices, setup.devices);
   for (const char* bad :
-       {"", "gpus=0;chunk=1;devices=", "gpus=1;chunk=1",
-        "gpus=1;chunk=x;devices=", "gpus=1;chunk=1;devices=3:1",
-        "gpus=1;chunk=1;devices=3"}) {
+       {"", "gpus=0;chunk=1;lanes=1;devices=", "gpus=1;chunk=1;lanes=1",
+        "gpus=1;chunk=1;devices=", "gpus=1;chunk=x;lanes=1;devices=",
+        "gpus=1;chunk=1;lanes=0;devices=", "gpus=1;chunk=1;lanes=y;devices=",
+        "gpus=1;chunk=1;lanes=1;devices=3:1",
+        "gpus=1;chunk=1;lanes=1;devices=3"}) {
     EXPECT_EQ(DecodeNcclWorkerInfo(bad).status().code(),
               absl::StatusCode::kInvalidArgument)
         << bad;
@@ -117,7 +120,8 @@ TEST(NcclRendezvousTest, MissingPeerTimesOutNamingItsKey) {
   // It published its own entry for the peers.
   auto own = kv.Get("job/j/nccl/ranks/0", absl::ZeroDuration());
   ASSERT_TRUE(own.ok());
-  EXPECT_EQ(*own, "gpus=1;chunk=4096;devices=0:0");
+  // Lanes come from the options (ShortTimeouts: 2).
+  EXPECT_EQ(*own, "gpus=1;chunk=4096;lanes=2;devices=0:0");
 }
 
 TEST(NcclRendezvousTest, CancelledWhileWaitingForPeers) {
@@ -140,12 +144,29 @@ TEST(NcclRendezvousTest, CancelledWhileWaitingForPeers) {
 
 TEST(NcclRendezvousTest, RefusesAPeerWithAnotherChunkSize) {
   InMemoryKvStore kv;
-  ASSERT_TRUE(kv.Set("p/ranks/1", "gpus=1;chunk=999;devices=1:0").ok());
+  ASSERT_TRUE(
+      kv.Set("p/ranks/1", "gpus=1;chunk=999;lanes=2;devices=1:0").ok());
   auto comm = NcclCommunicator::Create(
       kv, "p/", WorkerSetup(0, 2, {0}, {{0, 0}}), ShortTimeouts());
   ASSERT_FALSE(comm.ok());
   EXPECT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(comm.status().message().find("--chunk-bytes"), std::string::npos);
+  EXPECT_NE(comm.status().message().find("--gpu-chunk-bytes"),
+            std::string::npos);
+}
+
+// Lanes are communicator splits (collective) and pick each step's lane, so
+// a worker with another --gpu-lanes would hang the splits or mismatch
+// transfers; the rendezvous refuses it before any NCCL call.
+TEST(NcclRendezvousTest, RefusesAPeerWithAnotherLaneCount) {
+  InMemoryKvStore kv;
+  ASSERT_TRUE(
+      kv.Set("p/ranks/1", "gpus=1;chunk=4096;lanes=4;devices=1:0").ok());
+  auto comm = NcclCommunicator::Create(
+      kv, "p/", WorkerSetup(0, 2, {0}, {{0, 0}}), ShortTimeouts());
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(comm.status().message().find("--gpu-lanes"), std::string::npos)
+      << comm.status();
 }
 
 class NcclGpuTest : public ::testing::Test {

@@ -69,6 +69,7 @@ absl::StatusOr<v1::JobResult> Task::Run() {
     absl::MutexLock lock(&mu_);
     comm_ = nullptr;
   }
+  if (options_.closer != nullptr) options_.closer->Close(std::move(comm));
   return result;
 }
 

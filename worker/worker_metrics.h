@@ -2,14 +2,16 @@
 // of docs/metrics.md, in a MetricsRegistry that MetricsHttpServer serves at
 // /metrics.
 //
-// The data plane reports as it goes (the CPU executor, live): StepStarted /
-// StepEnded around every step (running steps), StepFinished for a step that
-// succeeded (duration and achieved bandwidth by op, bytes sent and received
-// by link and backend, derived from the step's relay chain), HopFinished for
-// every hop into a local device (transfer duration by op and link), and
+// The data plane reports as it goes (the CPU executor, and the GPU executor
+// given CudaBackendOptions::metrics, live): StepStarted / StepEnded around
+// every step (running steps), StepFinished for a step that succeeded
+// (duration and achieved bandwidth by op, bytes sent and received by link
+// and backend, derived from the step's relay chain), HopFinished for every
+// hop into a local device (transfer duration by op and link), and
 // ScopedBufferMemory while a job's tiles exist. WorkerService reports every
 // program's outcome (TaskFinished) and, for device backends that do not
-// report live (GPUs), the finished steps from the JobResult.
+// report live (DeviceBackend::ReportsMetrics false), the finished steps from
+// the JobResult.
 //
 // Which bytes count (per hop chain[p-1] -> chain[p] of a step, `bytes` each):
 //   both devices on this worker   sent and received, link="intra",

@@ -377,5 +377,82 @@ TEST(WorkerMetricsTest, ServiceRecordsDeviceBackendStepsFromTheResult) {
               Optional(7.0));
 }
 
+// A device backend that reports its steps live (as the CUDA backend does
+// with a metrics pointer): one step of 0.25 s each, straight into metrics.
+class LiveReportingBackend : public DeviceBackend {
+ public:
+  explicit LiveReportingBackend(WorkerMetrics* metrics) : metrics_(metrics) {}
+  std::unique_ptr<DeviceJob> NewJob() override {
+    return std::make_unique<Job>(metrics_);
+  }
+  bool ReportsMetrics() const override { return true; }
+
+ private:
+  class Job : public DeviceJob {
+   public:
+    explicit Job(WorkerMetrics* metrics) : metrics_(metrics) {}
+    absl::StatusOr<v1::JobResult> Run(const ParsedProgram& program,
+                                      KvStore*) override {
+      v1::JobResult result;
+      for (const StepDesc& step : program.steps) {
+        metrics_->StepFinished(program, step, 0.25);
+        v1::StepResult* s = result.add_steps();
+        s->set_step(step.id);
+        s->set_bytes(step.bytes);
+        s->set_seconds(0.25);
+      }
+      result.set_elements_verified(3);
+      return result;
+    }
+    void Abort(absl::string_view) override {}
+    ExecutorTimings timings() const override { return {}; }
+
+   private:
+    WorkerMetrics* const metrics_;
+  };
+  WorkerMetrics* const metrics_;
+};
+
+// GPU workers report their steps as they finish; the service must not count
+// them again from the result.
+TEST(WorkerMetricsTest, ServiceDoesNotRecountStepsOfALiveReportingBackend) {
+  WorkerMetrics metrics(2, "nccl");
+  WorkerServiceOptions options;
+  options.name = "gpu0";
+  options.num_devices = 2;
+  options.metrics = &metrics;
+  options.task.device_backend =
+      std::make_shared<LiveReportingBackend>(&metrics);
+  WorkerService service(options, /*kv=*/nullptr);
+  TestJob job(2, 2, "live");
+  const int t = job.AddTensor({{16, 8}, DType::kInt32});
+  job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
+  job.AddBuffer(2, t, job.FullBox(t), BufferRole::kDestination);
+  job.AddBuffer(3, t, job.FullBox(t), BufferRole::kSource);
+  job.AddBuffer(1, t, job.FullBox(t), BufferRole::kDestination);
+  job.AddTransfer(t, job.FullBox(t), {0, 2});
+  job.AddTransfer(t, job.FullBox(t), {3, 1});
+  v1::RunTaskRequest request;
+  *request.mutable_program() = job.ProgramFor(0);
+  v1::RunTaskResponse response;
+  ASSERT_TRUE(service.RunTask(nullptr, &request, &response).ok());
+  EXPECT_TRUE(response.ok()) << response.error();
+  const double bytes = 16 * 8 * 4;
+  const std::string text = metrics.registry().Render();
+  EXPECT_THAT(Sample(text, R"(meshcast_worker_step_duration_seconds_count{)"
+                           R"(op="send_recv"})"),
+              Optional(2.0));
+  EXPECT_THAT(Sample(text, R"(meshcast_worker_step_duration_seconds_sum{)"
+                           R"(op="send_recv"})"),
+              Optional(0.5));
+  EXPECT_THAT(Sample(text, Bytes("sent", "inter", "nccl")), Optional(bytes));
+  EXPECT_THAT(Sample(text, Bytes("received", "inter", "nccl")),
+              Optional(bytes));
+  EXPECT_THAT(Sample(text, R"(meshcast_worker_tasks_total{result="ok"})"),
+              Optional(1.0));
+  EXPECT_THAT(Sample(text, "meshcast_worker_verified_elements_total"),
+              Optional(3.0));
+}
+
 }  // namespace
 }  // namespace meshcast::worker

@@ -115,8 +115,10 @@ void WorkerService::CountTask(const v1::WorkerProgram& program,
                           0, 0);
     return;
   }
-  if (options_.task.device_backend != nullptr) {
-    // Parsing succeeded once already (the task ran it).
+  if (options_.task.device_backend != nullptr &&
+      !options_.task.device_backend->ReportsMetrics()) {
+    // A backend that did not report its steps live: record them from the
+    // result. Parsing succeeded once already (the task ran it).
     absl::StatusOr<ParsedProgram> parsed = ParseProgram(program);
     if (parsed.ok()) {
       absl::flat_hash_map<int, const StepDesc*> steps;

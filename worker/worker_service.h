@@ -68,7 +68,8 @@ class WorkerService final : public v1::Worker::Service {
   absl::StatusOr<v1::JobResult> RunWatched(grpc::ServerContext* context,
                                            Task& task);
   // Counts a program's outcome in the metrics (if any). Steps of a device
-  // backend, which does not report live, are recorded from `result`.
+  // backend that does not report live (DeviceBackend::ReportsMetrics) are
+  // recorded from `result`.
   void CountTask(const v1::WorkerProgram& program,
                  const absl::StatusOr<v1::JobResult>& result);
 

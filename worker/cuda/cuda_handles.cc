@@ -1,5 +1,7 @@
 #include "worker/cuda/cuda_handles.h"
 
+#include <cuda.h>  // CUresult and CUcontext only: libcuda is not linked
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -7,13 +9,54 @@
 #include "worker/cuda/device_pattern.h"
 
 namespace meshcast::worker::cuda {
+namespace {
+
+// cuCtxGetCurrent, looked up through the runtime so that nothing here links
+// the driver library (binaries built with CUDA must still start, and skip
+// their GPU tests, on machines without a driver). Null if unavailable.
+using CtxGetCurrentFn = CUresult (*)(CUcontext*);
+CtxGetCurrentFn CtxGetCurrent() {
+  static const CtxGetCurrentFn function = []() -> CtxGetCurrentFn {
+    void* pointer = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &pointer, 12000,
+                                         cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    return reinterpret_cast<CtxGetCurrentFn>(pointer);
+  }();
+  return function;
+}
+
+// Whether the calling thread has a CUDA context bound; true when unknown.
+bool ThreadHasContext() {
+  const CtxGetCurrentFn get = CtxGetCurrent();
+  if (get == nullptr) return true;
+  CUcontext context = nullptr;
+  return get(&context) == CUDA_SUCCESS && context != nullptr;
+}
+
+}  // namespace
 
 ScopedCudaDevice::ScopedCudaDevice(int gpu) {
-  if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-  if (previous_ != gpu) {
-    status_ = CudaStatus(cudaSetDevice(gpu),
-                         absl::StrCat("cudaSetDevice(", gpu, ")"));
+  // A thread that never chose a device reports device 0 without having a
+  // context on it. Restoring "0" there would call cudaSetDevice(0), which
+  // since CUDA 12 creates GPU 0's primary context (hundreds of MiB of GPU 0
+  // memory in every worker process, even one that only drives GPU 3). Only
+  // restore a device the thread was actually using.
+  const bool had_context = ThreadHasContext();
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    cudaGetLastError();
+    current = -1;
   }
+  if (had_context && current == gpu) return;  // already there
+  status_ = CudaStatus(cudaSetDevice(gpu),
+                       absl::StrCat("cudaSetDevice(", gpu, ")"));
+  if (status_.ok() && had_context) previous_ = current;
 }
 
 ScopedCudaDevice::~ScopedCudaDevice() {

@@ -26,7 +26,9 @@
 
 namespace meshcast::worker::cuda {
 
-// Sets the current device for the scope; restores the previous one.
+// Sets the current device for the scope; restores the previous one if the
+// thread had one (a thread with no CUDA context yet is left on `gpu`, so
+// that no context is created on a GPU the process does not use).
 class ScopedCudaDevice {
  public:
   explicit ScopedCudaDevice(int gpu);

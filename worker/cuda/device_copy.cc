@@ -2,7 +2,9 @@
 
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "util/status_macros.h"
 #include "worker/box_runs.h"
 #include "worker/cuda/copy_kernels.h"
@@ -163,6 +165,34 @@ absl::Status EnablePeerAccess(const std::vector<int>& gpus) {
           error, absl::StrCat("enabling peer access GPU ", gpu, " -> ", peer)));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status ShareDefaultMemPoolWithPeers(int gpu) {
+  static absl::Mutex* const mu = new absl::Mutex;
+  static auto* const shared = new absl::flat_hash_set<int>;
+  absl::MutexLock lock(mu);
+  if (shared->contains(gpu)) return absl::OkStatus();
+  std::vector<cudaMemAccessDesc> access;
+  for (int peer = 0; peer < GpuCount(); ++peer) {
+    if (peer == gpu || !CanAccessPeer(peer, gpu)) continue;
+    cudaMemAccessDesc desc = {};
+    desc.location.type = cudaMemLocationTypeDevice;
+    desc.location.id = peer;
+    desc.flags = cudaMemAccessFlagsProtReadWrite;
+    access.push_back(desc);
+  }
+  if (!access.empty()) {
+    ScopedCudaDevice on(gpu);
+    RETURN_IF_ERROR(on.status());
+    cudaMemPool_t pool = nullptr;
+    RETURN_IF_ERROR(CudaStatus(cudaDeviceGetDefaultMemPool(&pool, gpu),
+                               absl::StrCat("default memory pool of GPU ", gpu)));
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemPoolSetAccess(pool, access.data(), access.size()),
+        absl::StrCat("sharing GPU ", gpu, "'s memory pool with its peers")));
+  }
+  shared->insert(gpu);
   return absl::OkStatus();
 }
 

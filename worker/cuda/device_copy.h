@@ -71,6 +71,14 @@ absl::Status EnqueueRegionCopy(GpuPointer dst, ConstGpuPointer src,
 absl::Status EnablePeerAccess(const std::vector<int>& gpus);
 bool CanAccessPeer(int gpu, int peer);
 
+// Lets every other GPU that can reach `gpu` peer to peer read and write the
+// memory of `gpu`'s default stream-ordered pool (cudaMallocAsync).
+// cudaDeviceEnablePeerAccess does not cover pool memory, yet NCCL reads and
+// writes user buffers of another GPU directly when both ranks live in one
+// process (its P2P "direct pointer" path), so staging chunks allocated from
+// the pool must be shared. Once per GPU per process; thread-safe.
+absl::Status ShareDefaultMemPoolWithPeers(int gpu);
+
 }  // namespace meshcast::worker::cuda
 
 #endif  // MESHCAST_WORKER_CUDA_DEVICE_COPY_H_

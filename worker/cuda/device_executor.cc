@@ -80,7 +80,77 @@ absl::StatusOr<std::vector<int>> EnqueueOrder(const ParsedProgram& program) {
   return order;
 }
 
+// The timing events of one step: start and done on the primary GPU, and
+// with metrics, one event per local hop plus a start event on every other
+// GPU that records hops (StepEvents).
+struct TimedStep {
+  CudaEvent start, done;
+  std::vector<int> hop_gpu;      // HopEventGpus; empty without metrics
+  std::vector<CudaEvent> hop;    // by chain position
+  absl::flat_hash_map<int, CudaEvent> gpu_start;
+  StepEvents events;             // the raw handles of the above
+};
+
+absl::Status CreateTimedStep(const StepDesc& step, int primary_gpu,
+                             const ParsedProgram& program,
+                             const absl::flat_hash_map<int, int>& device_gpu,
+                             bool hops, TimedStep& timed) {
+  ASSIGN_OR_RETURN(timed.start, CudaEvent::Create(primary_gpu));
+  ASSIGN_OR_RETURN(timed.done, CudaEvent::Create(primary_gpu));
+  timed.events.start = timed.start.get();
+  timed.events.done = timed.done.get();
+  if (!hops) return absl::OkStatus();
+  ASSIGN_OR_RETURN(timed.hop_gpu, HopEventGpus(step, program, device_gpu));
+  timed.hop.resize(timed.hop_gpu.size());
+  timed.events.hop.assign(timed.hop_gpu.size(), nullptr);
+  for (size_t p = 0; p < timed.hop_gpu.size(); ++p) {
+    const int gpu = timed.hop_gpu[p];
+    if (gpu < 0) continue;
+    ASSIGN_OR_RETURN(timed.hop[p], CudaEvent::Create(gpu));
+    timed.events.hop[p] = timed.hop[p].get();
+    if (gpu != primary_gpu && !timed.gpu_start.contains(gpu)) {
+      ASSIGN_OR_RETURN(CudaEvent own_start, CudaEvent::Create(gpu));
+      timed.events.gpu_start[gpu] = own_start.get();
+      timed.gpu_start.emplace(gpu, std::move(own_start));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Seconds of every timed hop of a completed step (-1 where not timed or
+// unreadable: metrics must never fail a job).
+std::vector<double> HopSeconds(const TimedStep& timed, int primary_gpu) {
+  std::vector<double> seconds(timed.hop.size(), -1);
+  for (size_t p = 0; p < timed.hop.size(); ++p) {
+    if (timed.hop[p].get() == nullptr) continue;
+    const int gpu = timed.hop_gpu[p];
+    const CudaEvent* from = &timed.start;
+    if (gpu != primary_gpu) {
+      auto it = timed.gpu_start.find(gpu);
+      if (it == timed.gpu_start.end()) continue;
+      from = &it->second;
+    }
+    absl::StatusOr<double> elapsed = ElapsedSeconds(*from, timed.hop[p]);
+    if (elapsed.ok()) {
+      seconds[p] = std::max(0.0, *elapsed);
+    } else {
+      cudaGetLastError();
+    }
+  }
+  return seconds;
+}
+
 }  // namespace
+
+void ReportDeviceStep(WorkerMetrics& metrics, const ParsedProgram& program,
+                      const StepDesc& step, double step_seconds,
+                      absl::Span<const double> hop_seconds) {
+  metrics.StepFinished(program, step, step_seconds);
+  for (size_t p = 1; p < hop_seconds.size() && p < step.chain.size(); ++p) {
+    if (hop_seconds[p] < 0 || !program.IsLocal(step.chain[p])) continue;
+    metrics.HopFinished(program, step, static_cast<int>(p), hop_seconds[p]);
+  }
+}
 
 DeviceExecutor::DeviceExecutor(DeviceSpec spec, CudaBackendOptions options)
     : spec_(std::move(spec)), options_(options) {}
@@ -88,6 +158,7 @@ DeviceExecutor::DeviceExecutor(DeviceSpec spec, CudaBackendOptions options)
 DeviceExecutor::~DeviceExecutor() = default;
 
 void DeviceExecutor::Abort(absl::string_view reason) {
+  aborted_.store(true);
   cancellation_.Cancel(reason);
   absl::MutexLock lock(&mu_);
   if (nccl_ != nullptr) nccl_->Abort(std::string(reason));
@@ -145,6 +216,8 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
   const absl::Time setup_start = absl::Now();
   ASSIGN_OR_RETURN(DeviceBufferSet buffers,
                    DeviceBufferSet::Create(program, device_gpu, cancellation_));
+  WorkerMetrics* const metrics = options_.metrics;
+  const ScopedBufferMemory memory(metrics, program);
   const absl::Time setup_end = absl::Now();
 
   // 3. NCCL, when the job spans workers (its creation is the barrier).
@@ -203,19 +276,17 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
   env.buffers = &buffers;
   env.nccl = nccl.get();
   env.chunk_bytes = options_.chunk_bytes;
-  std::vector<CudaEvent> start_events(n), done_events(n);
+  std::vector<TimedStep> timed(n);
+  std::vector<int> primary_gpu(n, -1);
   for (int i = 0; i < n && failure.ok(); ++i) {
     absl::StatusOr<int> gpu = PrimaryGpu(program.steps[i], env);
-    absl::StatusOr<CudaEvent> start =
-        gpu.ok() ? CudaEvent::Create(*gpu) : gpu.status();
-    absl::StatusOr<CudaEvent> done =
-        gpu.ok() ? CudaEvent::Create(*gpu) : gpu.status();
-    if (!start.ok() || !done.ok()) {
-      failure = start.ok() ? done.status() : start.status();
+    if (!gpu.ok()) {
+      failure = gpu.status();
       break;
     }
-    start_events[i] = *std::move(start);
-    done_events[i] = *std::move(done);
+    primary_gpu[i] = *gpu;
+    failure = CreateTimedStep(program.steps[i], *gpu, program, device_gpu,
+                              /*hops=*/metrics != nullptr, timed[i]);
   }
   absl::flat_hash_map<int, int> index_of;
   for (int i = 0; i < n; ++i) index_of[program.steps[i].id] = i;
@@ -243,17 +314,19 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
         }
       }
       for (int dep : step.deps) {
-        waits.push_back(done_events[index_of.at(dep)].get());
+        waits.push_back(timed[index_of.at(dep)].done.get());
       }
       absl::Status status =
-          EnqueueRelayStep(step, env, lanes[l], waits, start_events[i].get(),
-                           done_events[i].get());
+          EnqueueRelayStep(step, env, lanes[l], waits, timed[i].events);
       if (!status.ok()) Fail(status);
       absl::MutexLock lock(&mu);
       if (!status.ok()) {
         if (first_error.ok()) first_error = status;
       } else {
         enqueued[i] = true;
+        // Running from here until its done event completes (or the job
+        // ends): on the GPU it may wait behind its dependencies.
+        if (metrics != nullptr) metrics->StepStarted();
       }
       changed.SignalAll();
       if (!status.ok()) return;
@@ -288,11 +361,23 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
       break;
     }
     for (int i : to_poll) {
-      const cudaError_t query = cudaEventQuery(done_events[i].get());
+      const cudaError_t query = cudaEventQuery(timed[i].done.get());
       if (query == cudaSuccess) {
         complete[i] = true;
         ++completed;
         last_progress = absl::Now();
+        if (metrics != nullptr) {
+          metrics->StepEnded();
+          // Both events are complete (start precedes done on its stream).
+          absl::StatusOr<double> seconds =
+              ElapsedSeconds(timed[i].start, timed[i].done);
+          if (seconds.ok()) {
+            ReportDeviceStep(*metrics, program, program.steps[i], *seconds,
+                             HopSeconds(timed[i], primary_gpu[i]));
+          } else {
+            cudaGetLastError();
+          }
+        }
       } else if (query == cudaErrorNotReady) {
         cudaGetLastError();  // not an error; keep it out of later checks
       } else {
@@ -317,6 +402,18 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
   }
   if (!failure.ok()) Fail(failure);
   for (std::thread& thread : threads) thread.join();
+  if (metrics != nullptr) {
+    // Steps that were enqueued but did not complete (a failure or abort).
+    for (int i = 0; i < n; ++i) {
+      if (enqueued[i] && !complete[i]) metrics->StepEnded();
+    }
+  }
+  // A lane thread calls Fail (which cancels) before it records its error,
+  // so the loop above may have seen only the cancellation: prefer the
+  // error itself.
+  if (!failure.ok() && !first_error.ok() && absl::IsCancelled(failure)) {
+    failure = first_error;
+  }
   // Drain the streams: after an NCCL abort its kernels return, so this
   // does not hang on a dead peer; memory is freed only after it.
   for (CudaStream& stream : streams) {
@@ -332,7 +429,11 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
   }
   if (!failure.ok()) {
     if (nccl != nullptr) nccl->Abort(std::string(failure.message()));
-    RETURN_IF_ERROR(cancellation_.status());
+    // Fail() cancels too, so the cancellation alone does not tell an Abort
+    // from a failure: only an Abort answers CANCELLED; a failure keeps its
+    // own code (FAILED_PRECONDITION for a bad sender, DEADLINE_EXCEEDED for
+    // a dead peer, ...).
+    if (aborted_.load()) RETURN_IF_ERROR(cancellation_.status());
     return failure;
   }
 
@@ -345,7 +446,7 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
   for (int i = 0; i < n; ++i) {
     const StepDesc& step = program.steps[i];
     ASSIGN_OR_RETURN(const double seconds,
-                     ElapsedSeconds(start_events[i], done_events[i]));
+                     ElapsedSeconds(timed[i].start, timed[i].done));
     v1::StepResult* step_result = result.add_steps();
     step_result->set_step(step.id);
     step_result->set_worker(program.worker);

@@ -25,6 +25,14 @@
 //  6. times each step with its CUDA events, verifies every destination
 //     element on the GPU, finalizes the communicators.
 //
+// With CudaBackendOptions::metrics set, the job reports to WorkerMetrics as
+// the CPU executor does: tile bytes while the tiles exist (the device-memory
+// gauge), running steps (from enqueue until the step's done event has
+// completed), and as soon as a step completes its duration (start to done
+// events) and, for every hop into a device of this worker, when the hop's
+// last byte landed (hop events, device_relay.h). WorkerService then does not
+// count the steps again from the JobResult (DeviceBackend::ReportsMetrics).
+//
 //   DeviceExecutor executor(spec, options);
 //   absl::StatusOr<v1::JobResult> result = executor.Run(program, &kv);
 //
@@ -32,6 +40,7 @@
 #ifndef MESHCAST_WORKER_CUDA_DEVICE_EXECUTOR_H_
 #define MESHCAST_WORKER_CUDA_DEVICE_EXECUTOR_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -39,6 +48,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "meshcast/v1/job.pb.h"
 #include "worker/cancellation.h"
 #include "worker/device_backend.h"
@@ -46,6 +56,7 @@
 #include "worker/kv_store.h"
 #include "worker/nccl_communicator.h"
 #include "worker/program.h"
+#include "worker/worker_metrics.h"
 
 namespace meshcast::worker::cuda {
 
@@ -61,7 +72,17 @@ struct CudaBackendOptions {
   // Bound on any wait without progress (no step finished, NCCL still
   // accepting a group, finalize).
   absl::Duration op_timeout = absl::Seconds(120);
+  // Optional (null: no metrics); must outlive every job.
+  WorkerMetrics* metrics = nullptr;
 };
+
+// Reports one step that finished on this worker's GPUs: StepFinished with
+// `step_seconds`, then HopFinished for every chain position p with
+// hop_seconds[p] >= 0 (a negative entry was not timed, e.g. a position on
+// another worker). Host-only: no CUDA call.
+void ReportDeviceStep(WorkerMetrics& metrics, const ParsedProgram& program,
+                      const StepDesc& step, double step_seconds,
+                      absl::Span<const double> hop_seconds);
 
 class DeviceExecutor : public DeviceJob {
  public:
@@ -80,6 +101,9 @@ class DeviceExecutor : public DeviceJob {
   const DeviceSpec spec_;
   const CudaBackendOptions options_;
   Cancellation cancellation_;
+  // Set by Abort (not by Fail): Run then answers CANCELLED rather than the
+  // error the abort caused.
+  std::atomic<bool> aborted_{false};
   mutable absl::Mutex mu_;
   NcclCommunicator* nccl_ ABSL_GUARDED_BY(mu_) = nullptr;
   ExecutorTimings timings_ ABSL_GUARDED_BY(mu_);
@@ -93,6 +117,7 @@ class CudaBackend : public DeviceBackend {
   std::unique_ptr<DeviceJob> NewJob() override {
     return std::make_unique<DeviceExecutor>(spec_, options_);
   }
+  bool ReportsMetrics() const override { return options_.metrics != nullptr; }
 
  private:
   const DeviceSpec spec_;

@@ -5,14 +5,19 @@
 #include "worker/cuda/device_executor.h"
 
 #include <memory>
+#include <optional>
+#include <sstream>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/buffer_set.h"
 #include "worker/cuda/device_buffer_set.h"
 #include "worker/cuda/device_pattern.h"
+#include "worker/cuda/device_relay.h"
 #include "worker/in_memory_kv_store.h"
 #include "worker/task.h"
 #include "worker/testing/test_job.h"
@@ -92,6 +97,99 @@ TEST(DeviceExecutorArgumentsTest, NeedsAResolvedCudaSpec) {
   DeviceExecutor executor(*ParseDeviceSpec("cuda"), SmallChunks());
   EXPECT_EQ(executor.Run(*program, nullptr).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// The value of the sample whose name and labels are exactly `series`.
+std::optional<double> Sample(const std::string& text,
+                             const std::string& series) {
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!absl::StartsWith(line, series + " ")) continue;
+    double value = 0;
+    if (absl::SimpleAtod(line.substr(series.size() + 1), &value)) return value;
+  }
+  return std::nullopt;
+}
+
+// Worker 0 (devices 0-2) of a two-worker job with a chain on this worker
+// only (step 0: 0 -> 1 -> 2) and one that crosses workers (step 1:
+// 0 -> 3 -> 1 -> 2, device 3 on worker 1).
+ParsedProgram MetricsProgram() {
+  TestJob job(2, 3);
+  const int t = job.AddTensor({{8, 8}, DType::kInt32});
+  job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
+  for (int device : {1, 2, 3}) {
+    job.AddBuffer(device, t, job.FullBox(t), BufferRole::kDestination);
+  }
+  job.AddTransfer(t, job.FullBox(t), {0, 1, 2});
+  job.AddTransfer(t, job.FullBox(t), {0, 3, 1, 2});
+  absl::StatusOr<ParsedProgram> program = ParseProgram(job.ProgramFor(0));
+  EXPECT_TRUE(program.ok()) << program.status();
+  return program.ok() ? *std::move(program) : ParsedProgram();
+}
+
+// Runs everywhere: where hop events must live is derived on the host.
+TEST(DeviceStepMetricsTest, HopEventsLiveOnTheGpuWhoseStreamWritesTheHop) {
+  const ParsedProgram program = MetricsProgram();
+  ASSERT_EQ(program.steps.size(), 2u);
+  // Devices 0 and 1 on GPU 5, device 2 on GPU 6.
+  const absl::flat_hash_map<int, int> device_gpu = {{0, 5}, {1, 5}, {2, 6}};
+  // On this worker only: every copy runs on the primary stream (GPU 5),
+  // the one into device 2 on GPU 6 included.
+  absl::StatusOr<std::vector<int>> local =
+      HopEventGpus(program.steps[0], program, device_gpu);
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ(*local, (std::vector<int>{-1, 5, 5}));
+  // Across workers: each local position on its own GPU's stream; none for
+  // the sender (position 0) or the remote device 3.
+  absl::StatusOr<std::vector<int>> crossing =
+      HopEventGpus(program.steps[1], program, device_gpu);
+  ASSERT_TRUE(crossing.ok()) << crossing.status();
+  EXPECT_EQ(*crossing, (std::vector<int>{-1, -1, 5, 6}));
+  // A local device without a GPU is an error, not a silent -1.
+  EXPECT_EQ(HopEventGpus(program.steps[1], program, {{0, 5}, {1, 5}})
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(DeviceStepMetricsTest, ReportsTheStepAndEveryTimedLocalHop) {
+  const ParsedProgram program = MetricsProgram();
+  ASSERT_EQ(program.steps.size(), 2u);
+  const StepDesc& step = program.steps[1];  // 0 -> 3 -> 1 -> 2
+  WorkerMetrics metrics(3, "nccl");
+  // Position 1 (device 3) is on the other worker: a value there is ignored,
+  // as is a negative (untimed) one.
+  ReportDeviceStep(metrics, program, step, 0.5, {-1, 9, 0.25, 0.375});
+  ReportDeviceStep(metrics, program, step, 0.75, {-1, -1, -1, 0.125});
+  const std::string text = metrics.registry().Render();
+  const std::string op = WorkerMetrics::OpLabel(step.op);
+  auto series = [&](const char* what, const char* link) {
+    return absl::StrCat("meshcast_worker_transfer_duration_seconds_", what,
+                        "{op=\"", op, "\",link=\"", link, "\"}");
+  };
+  // 3 -> 1 arrives from the other worker; 1 -> 2 is a copy on this one.
+  EXPECT_EQ(Sample(text, series("count", "inter")), 1.0);
+  EXPECT_EQ(Sample(text, series("sum", "inter")), 0.25);
+  EXPECT_EQ(Sample(text, series("count", "intra")), 2.0);
+  EXPECT_EQ(Sample(text, series("sum", "intra")), 0.5);
+  EXPECT_EQ(Sample(text, absl::StrCat("meshcast_worker_step_duration_seconds_"
+                                      "count{op=\"",
+                                      op, "\"}")),
+            2.0);
+  EXPECT_EQ(Sample(text, absl::StrCat("meshcast_worker_step_duration_seconds_"
+                                      "sum{op=\"",
+                                      op, "\"}")),
+            1.25);
+}
+
+TEST(DeviceStepMetricsTest, BackendReportsLiveOnlyWithMetrics) {
+  WorkerMetrics metrics(2, "nccl");
+  EXPECT_FALSE(CudaBackend(VirtualDevices(0, 2), SmallChunks()).ReportsMetrics());
+  CudaBackendOptions options = SmallChunks();
+  options.metrics = &metrics;
+  EXPECT_TRUE(CudaBackend(VirtualDevices(0, 2), options).ReportsMetrics());
 }
 
 class DeviceExecutorTest : public ::testing::Test {
@@ -274,6 +372,65 @@ TEST_F(DeviceExecutorTest, TaskRunsOnTheCudaBackend) {
   EXPECT_EQ(task.timings().tile_bytes, 2 * 128 * 40 * 2);
 }
 
+// With metrics, the GPU executor reports what the CPU executor reports,
+// live: one duration per step, one transfer per hop into a device here (all
+// copies between virtual devices: intra), no running step once done, and
+// the tile bytes released with the tiles.
+TEST_F(DeviceExecutorTest, ReportsStepsHopsAndTileMemory) {
+  TestJob job(1, 4, "metrics-on-gpu");
+  const int t = job.AddTensor({{64, 48}, DType::kInt32});
+  job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
+  job.AddBuffer(1, t, job.FullBox(t), BufferRole::kDestination);
+  job.AddBuffer(2, t, {{0, 32}, {0, 48}}, BufferRole::kDestination);
+  job.AddBuffer(3, t, job.FullBox(t), BufferRole::kDestination);
+  job.AddTransfer(t, {{0, 32}, {0, 48}}, {0, 1, 2, 3});  // 3 hops
+  job.AddTransfer(t, {{32, 64}, {0, 48}}, {0, 1});
+  job.AddTransfer(t, {{32, 64}, {0, 24}}, {0, 3});  // strided
+  job.AddTransfer(t, {{32, 64}, {24, 48}}, {0, 3});
+  auto program = ParseProgram(job.ProgramFor(0));
+  ASSERT_TRUE(program.ok()) << program.status();
+  WorkerMetrics metrics(4, "nccl");
+  CudaBackendOptions options = SmallChunks();
+  options.metrics = &metrics;
+  DeviceExecutor executor(VirtualDevices(0, 4), options);
+  ExpectVerified(executor.Run(*program, nullptr), (64 + 32 + 64) * 48);
+  const std::string text = metrics.registry().Render();
+  auto series = [](const std::string& name, const std::string& labels) {
+    return absl::StrCat("meshcast_worker_", name, "{", labels, "}");
+  };
+  EXPECT_EQ(Sample(text, series("step_duration_seconds_count",
+                                "op=\"broadcast\"")),
+            1.0);
+  EXPECT_EQ(Sample(text, series("step_duration_seconds_count",
+                                "op=\"send_recv\"")),
+            3.0);
+  EXPECT_EQ(Sample(text, series("transfer_duration_seconds_count",
+                                "op=\"broadcast\",link=\"intra\"")),
+            3.0);
+  EXPECT_EQ(Sample(text, series("transfer_duration_seconds_count",
+                                "op=\"send_recv\",link=\"intra\"")),
+            3.0);
+  // Each hop landed within its step.
+  const std::optional<double> hops = Sample(
+      text, series("transfer_duration_seconds_sum",
+                   "op=\"broadcast\",link=\"intra\""));
+  const std::optional<double> step = Sample(
+      text, series("step_duration_seconds_sum", "op=\"broadcast\""));
+  ASSERT_TRUE(hops.has_value() && step.has_value());
+  EXPECT_GT(*step, 0);
+  EXPECT_LE(*hops, 3 * *step);
+  EXPECT_EQ(Sample(text, "meshcast_worker_running_steps"), 0.0);
+  for (int d = 0; d < 4; ++d) {
+    EXPECT_EQ(Sample(text, series("device_memory_bytes",
+                                  absl::StrCat("device=\"", d, "\""))),
+              0.0)
+        << d;
+  }
+  EXPECT_EQ(Sample(text, series("bytes_received_total",
+                                "link=\"intra\",backend=\"local\"")),
+            (32 * 48 * 3 + 32 * 48 + 32 * 24 * 2) * 4.0);
+}
+
 // Two workers in threads, one GPU each (cuda:0x2 and cuda:1x2), NCCL
 // between them through an in-memory rendezvous store: relay chains that
 // cross workers twice, strided slices, dependent stages.
@@ -300,14 +457,33 @@ TEST_F(DeviceExecutorTest, TwoWorkersOverNccl) {
   InMemoryKvStore kv;
   std::vector<absl::StatusOr<v1::JobResult>> results(2, absl::UnknownError(""));
   std::vector<std::thread> threads;
+  std::vector<std::unique_ptr<WorkerMetrics>> metrics;
+  for (int w = 0; w < 2; ++w) {
+    metrics.push_back(std::make_unique<WorkerMetrics>(2, "nccl"));
+  }
   for (int w = 0; w < 2; ++w) {
     threads.emplace_back([&, w] {
-      results[w] = RunOnGpu(job, w, /*gpu=*/w, 2, SmallChunks(), &kv);
+      CudaBackendOptions options = SmallChunks();
+      options.metrics = metrics[w].get();
+      results[w] = RunOnGpu(job, w, /*gpu=*/w, 2, options, &kv);
     });
   }
   for (std::thread& thread : threads) thread.join();
   ExpectVerified(results[0], 96 * 70);      // device 1
   ExpectVerified(results[1], 2 * 96 * 70);  // devices 2 and 3
+  // Hops are counted by the worker they land on: over NCCL (inter) or by
+  // a copy between its virtual devices (intra).
+  auto hops = [&](int w, const char* op, const char* link) {
+    return Sample(metrics[w]->registry().Render(),
+                  absl::StrCat("meshcast_worker_transfer_duration_seconds_"
+                               "count{op=\"",
+                               op, "\",link=\"", link, "\"}"));
+  };
+  EXPECT_EQ(hops(0, "broadcast", "inter"), 1.0);  // 2 -> 1
+  EXPECT_EQ(hops(0, "send_recv", "intra"), 1.0);  // 0 -> 1
+  EXPECT_EQ(hops(1, "broadcast", "inter"), 3.0);  // 0 -> 2, 0 -> 3, 0 -> 2
+  EXPECT_EQ(hops(1, "broadcast", "intra"), 2.0);  // 3 -> 2, 2 -> 3
+  EXPECT_EQ(hops(1, "send_recv", "intra"), 1.0);  // 3 -> 2 (stage 1)
 }
 
 }  // namespace

@@ -48,9 +48,12 @@ class StepEnqueuer {
     }
   }
 
-  absl::Status Enqueue(absl::Span<const cudaEvent_t> waits, cudaEvent_t start,
-                       cudaEvent_t done) {
+  absl::Status Enqueue(absl::Span<const cudaEvent_t> waits,
+                       const StepEvents& events) {
     const ParsedProgram& program = *env_.program;
+    events_ = &events;
+    const cudaEvent_t start = events.start;
+    const cudaEvent_t done = events.done;
     const int length = static_cast<int>(step_.chain.size());
     element_size_ = DTypeSize(program.tensors[step_.tensor].dtype);
     elements_ = NumElements(step_.slice);
@@ -77,7 +80,13 @@ class StepEnqueuer {
 
     if (all_local) {
       RETURN_IF_ERROR(Begin({primary_gpu_}, waits, start));
-      if (elements_ > 0) RETURN_IF_ERROR(CopyAlongChain());
+      if (elements_ > 0) {
+        RETURN_IF_ERROR(CopyAlongChain());
+      } else {
+        for (int p = 1; p < length; ++p) {
+          RETURN_IF_ERROR(RecordHop(p, primary_, primary_gpu_));
+        }
+      }
       return End(done);
     }
     if (env_.nccl == nullptr) {
@@ -93,7 +102,16 @@ class StepEnqueuer {
       }
     }
     RETURN_IF_ERROR(Begin(gpus, waits, start));
-    if (elements_ > 0) RETURN_IF_ERROR(Pipeline());
+    if (elements_ > 0) {
+      RETURN_IF_ERROR(Pipeline());
+    } else {
+      for (const Run& run : runs_) {
+        if (!run.local) continue;
+        for (int p = std::max(run.first, 1); p <= run.last; ++p) {
+          RETURN_IF_ERROR(RecordHop(p, run.stream, run.gpu));
+        }
+      }
+    }
     return End(done);
   }
 
@@ -118,6 +136,13 @@ class StepEnqueuer {
       for (cudaEvent_t event : waits) {
         RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(stream, event, 0),
                                    "waiting for a dependency"));
+      }
+      // The reference for hop events on this GPU (see StepEvents).
+      auto own_start = events_->gpu_start.find(gpu);
+      if (gpu != primary_gpu_ && own_start != events_->gpu_start.end() &&
+          own_start->second != nullptr) {
+        RETURN_IF_ERROR(CudaStatus(cudaEventRecord(own_start->second, stream),
+                                   "recording the step start on a GPU"));
       }
     }
     ScopedCudaDevice on(primary_gpu_);
@@ -152,6 +177,19 @@ class StepEnqueuer {
                       "recording the step end");
   }
 
+  // Records the hop event of chain position p, if one was asked for, on
+  // `stream` (of `gpu`, where HopEventGpus put it).
+  absl::Status RecordHop(int p, cudaStream_t stream, int gpu) {
+    if (p >= static_cast<int>(events_->hop.size()) ||
+        events_->hop[p] == nullptr) {
+      return absl::OkStatus();
+    }
+    ScopedCudaDevice on(gpu);
+    RETURN_IF_ERROR(on.status());
+    return CudaStatus(cudaEventRecord(events_->hop[p], stream),
+                      absl::StrCat("recording the hop into position ", p));
+  }
+
   // Every hop is a tile-to-tile copy from the previous position.
   absl::Status CopyAlongChain() {
     const DeviceTile* previous = tiles_[0];
@@ -163,6 +201,7 @@ class StepEnqueuer {
       RETURN_IF_ERROR(EnqueueRegionCopy({tile->data(), tile->gpu()},
                                         {previous->data(), previous->gpu()},
                                         copy, primary_, primary_gpu_));
+      RETURN_IF_ERROR(RecordHop(static_cast<int>(p), primary_, primary_gpu_));
       previous = tile;
     }
     return absl::OkStatus();
@@ -221,6 +260,7 @@ class StepEnqueuer {
     }
     void*& slot = run.slots[g % kSlots];
     if (slot == nullptr) {
+      RETURN_IF_ERROR(ShareDefaultMemPoolWithPeers(run.gpu));
       ScopedCudaDevice on(run.gpu);
       RETURN_IF_ERROR(on.status());
       RETURN_IF_ERROR(CudaStatus(
@@ -231,7 +271,7 @@ class StepEnqueuer {
   }
 
   // Copies packed chunk g from `chunk` into the tiles of positions
-  // [from, run.last].
+  // [from, run.last]; after the last chunk, records each one's hop event.
   absl::Status UnpackInto(const Run& run, int from, int64_t g,
                           const uint8_t* chunk) {
     for (int p = from; p <= run.last; ++p) {
@@ -242,6 +282,7 @@ class StepEnqueuer {
       RETURN_IF_ERROR(EnqueueRegionCopy({tile->data(), run.gpu},
                                         {chunk, run.gpu}, copy, run.stream,
                                         run.gpu));
+      if (g == chunks_ - 1) RETURN_IF_ERROR(RecordHop(p, run.stream, run.gpu));
     }
     return absl::OkStatus();
   }
@@ -336,6 +377,10 @@ class StepEnqueuer {
             RETURN_IF_ERROR(UnpackInto(run, 1, g, outgoing[j].data));
           }
         } else {
+          if (incoming[j].in_tile && g == chunks_ - 1) {
+            // NCCL wrote the last chunk into run.first's tile itself.
+            RETURN_IF_ERROR(RecordHop(run.first, run.stream, run.gpu));
+          }
           RETURN_IF_ERROR(
               UnpackInto(run, incoming[j].in_tile ? run.first + 1 : run.first,
                          g, incoming[j].data));
@@ -348,6 +393,7 @@ class StepEnqueuer {
   const StepDesc& step_;
   const DeviceRelayEnvironment& env_;
   const DeviceLane& lane_;
+  const StepEvents* events_ = nullptr;
   int element_size_ = 1;
   int64_t elements_ = 0;
   int64_t chunk_elements_ = 1;
@@ -378,13 +424,40 @@ absl::StatusOr<int> PrimaryGpu(const StepDesc& step,
       absl::StrCat("step ", step.id, " has no device on this worker"));
 }
 
+absl::StatusOr<std::vector<int>> HopEventGpus(
+    const StepDesc& step, const ParsedProgram& program,
+    const absl::flat_hash_map<int, int>& device_gpu) {
+  const int length = static_cast<int>(step.chain.size());
+  std::vector<int> gpus(length, -1);
+  bool all_local = true;
+  int primary = -1;
+  for (int p = 0; p < length; ++p) {
+    const int device = step.chain[p];
+    if (!program.IsLocal(device)) {
+      all_local = false;
+      continue;
+    }
+    auto it = device_gpu.find(device);
+    if (it == device_gpu.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("local device ", device, " has no GPU"));
+    }
+    if (primary < 0) primary = it->second;
+    if (p > 0) gpus[p] = it->second;
+  }
+  if (all_local) {
+    // CopyAlongChain issues every copy on the primary stream.
+    for (int p = 1; p < length; ++p) gpus[p] = primary;
+  }
+  return gpus;
+}
+
 absl::Status EnqueueRelayStep(const StepDesc& step,
                               const DeviceRelayEnvironment& env,
                               const DeviceLane& lane,
                               absl::Span<const cudaEvent_t> waits,
-                              cudaEvent_t start, cudaEvent_t done) {
-  absl::Status status =
-      StepEnqueuer(step, env, lane).Enqueue(waits, start, done);
+                              const StepEvents& events) {
+  absl::Status status = StepEnqueuer(step, env, lane).Enqueue(waits, events);
   if (status.ok()) return status;
   return absl::Status(
       status.code(), absl::StrCat("step ", step.id, " (tensor ", step.tensor,

@@ -20,8 +20,16 @@
 // on-device copy right after it arrived.
 //
 //   DeviceRelayEnvironment env{&program, &buffers, nccl, chunk_bytes};
-//   RETURN_IF_ERROR(EnqueueRelayStep(step, env, lane, dep_events,
-//                                    start_event, done_event));
+//   StepEvents events{start_event, done_event};  // + optional hop events
+//   RETURN_IF_ERROR(EnqueueRelayStep(step, env, lane, dep_events, events));
+//
+// Hop timing (for WorkerMetrics::HopFinished): with StepEvents::hop set,
+// hop[p] is recorded on the stream that writes local chain position p, right
+// after the last chunk landed there (the last copy into p, or the NCCL group
+// that received it when NCCL wrote the tile directly). HopEventGpus says on
+// which GPU each must be created; a hop on a GPU other than the primary one
+// is timed from that GPU's own start event (StepEvents::gpu_start), since
+// cudaEventElapsedTime needs both events on one GPU.
 //
 // Host-side this blocks only while NCCL accepts each group (bounded by the
 // communicator's op_timeout); the data moves later on the streams.
@@ -32,6 +40,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -63,15 +72,38 @@ struct DeviceLane {
 absl::StatusOr<int> PrimaryGpu(const StepDesc& step,
                                const DeviceRelayEnvironment& env);
 
+// Where the hop timing events of `step` live, by chain position: for each
+// position p >= 1 on this worker, the CUDA ordinal of the stream that
+// finishes writing it (the primary GPU for a chain entirely on this worker,
+// whose copies all run on the primary stream; else the GPU of p's device);
+// -1 for position 0 and for positions on other workers. `device_gpu` maps
+// this worker's devices to CUDA ordinals. Pure: no CUDA call.
+absl::StatusOr<std::vector<int>> HopEventGpus(
+    const StepDesc& step, const ParsedProgram& program,
+    const absl::flat_hash_map<int, int>& device_gpu);
+
+// The events one step records, created by the caller with timing enabled
+// and kept until the step's `done` has completed.
+struct StepEvents {
+  cudaEvent_t start = nullptr;  // on PrimaryGpu
+  cudaEvent_t done = nullptr;   // on PrimaryGpu
+  // Optional (empty: no hop timing). By chain position; hop[p], where not
+  // null, must be created on HopEventGpus(...)[p].
+  std::vector<cudaEvent_t> hop;
+  // For every GPU of a hop event other than the primary one: an event on
+  // that GPU, recorded when its stream begins the step (after `waits`).
+  absl::flat_hash_map<int, cudaEvent_t> gpu_start;
+};
+
 // Enqueues the step after `waits` (events of the steps it depends on):
 // records `start` on the primary stream, then the step's copies and NCCL
-// groups, then `done` once every stream it used has finished its part.
-// Errors name the step.
+// groups (and the hop events), then `done` once every stream it used has
+// finished its part. Errors name the step.
 absl::Status EnqueueRelayStep(const StepDesc& step,
                               const DeviceRelayEnvironment& env,
                               const DeviceLane& lane,
                               absl::Span<const cudaEvent_t> waits,
-                              cudaEvent_t start, cudaEvent_t done);
+                              const StepEvents& events);
 
 }  // namespace meshcast::worker::cuda
 
