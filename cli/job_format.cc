@@ -84,7 +84,7 @@ OrderedJson MeshRequestToJson(const v1::DeviceMesh& mesh) {
   OrderedJson out{{"shape", mesh.shape()}};
   if (mesh.devices_size() > 0) {
     out["devices"] = mesh.devices();
-  } else if (mesh.first_host() > 0) {
+  } else if (mesh.has_first_host() && mesh.first_host() >= 0) {
     out["first_host"] = mesh.first_host();
   }
   return out;
@@ -171,7 +171,7 @@ std::string DescribeMeshRequest(const v1::DeviceMesh& mesh) {
   std::string out = absl::StrJoin(mesh.shape(), "x");
   if (mesh.devices_size() > 0) {
     absl::StrAppend(&out, "[", absl::StrJoin(mesh.devices(), ","), "]");
-  } else if (mesh.first_host() > 0) {
+  } else if (mesh.has_first_host() && mesh.first_host() >= 0) {
     absl::StrAppend(&out, "@", mesh.first_host());
   }
   return out;

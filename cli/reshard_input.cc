@@ -21,6 +21,7 @@
 #include "planner/sharding.h"
 #include "planner/strategy.h"
 #include "planner/tensor.h"
+#include "proto/dtype_convert.h"
 #include "planner/topology.h"
 #include "util/status_macros.h"
 #include "yaml-cpp/yaml.h"
@@ -48,28 +49,6 @@ absl::Status Tagged(const std::string& origin, const absl::Status& status) {
 
 absl::Status Invalid(const std::string& origin, absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat(origin, ": ", message));
-}
-
-v1::DType DTypeToProto(DType dtype) {
-  switch (dtype) {
-    case DType::kInt8:
-      return v1::DTYPE_INT8;
-    case DType::kUInt8:
-      return v1::DTYPE_UINT8;
-    case DType::kInt32:
-      return v1::DTYPE_INT32;
-    case DType::kInt64:
-      return v1::DTYPE_INT64;
-    case DType::kFloat16:
-      return v1::DTYPE_FLOAT16;
-    case DType::kBFloat16:
-      return v1::DTYPE_BFLOAT16;
-    case DType::kFloat32:
-      return v1::DTYPE_FLOAT32;
-    case DType::kFloat64:
-      return v1::DTYPE_FLOAT64;
-  }
-  return v1::DTYPE_UNSPECIFIED;
 }
 
 absl::StatusOr<std::vector<int>> ParseIntList(const std::string& text,

@@ -30,7 +30,7 @@ std::string ClusterText(const Topology& topology) {
 }
 
 bool IsFixed(const MeshRequest& mesh) {
-  return !mesh.devices.empty() || mesh.first_host >= 1;
+  return !mesh.devices.empty() || mesh.first_host >= 0;
 }
 
 int64_t ShapeProduct(const std::vector<int>& shape) {
@@ -107,7 +107,7 @@ absl::Status CheckShape(absl::string_view name, const MeshRequest& mesh,
         absl::StrCat(name, " ", mesh.ToString(), " needs ", cols,
                      " devices per host; cluster has ", ClusterText(topology)));
   }
-  if (mesh.first_host >= 1) {
+  if (mesh.first_host >= 0) {
     // 64-bit: a client may send first_host = INT_MAX.
     const int64_t last_host = int64_t{mesh.first_host} + rows - 1;
     if (last_host >= topology.num_hosts) {
@@ -183,7 +183,7 @@ absl::StatusOr<PlacedMesh> PlaceOne(
     // A mesh the user fixed may share hosts and devices with the other one;
     // a mesh the controller places stays off the other's hosts unless the
     // job allows overlap.
-    const bool fixed = mesh.first_host >= 1;
+    const bool fixed = mesh.first_host >= 0;
     const bool avoid_other_hosts = !allow_overlap && !fixed;
     if (fixed) {
       for (int r = 0; r < rows; ++r) {
@@ -289,7 +289,7 @@ std::string MeshRequest::ToString() const {
   std::string text = absl::StrJoin(shape, "x");
   if (!devices.empty()) {
     absl::StrAppend(&text, "[", absl::StrJoin(devices, ","), "]");
-  } else if (first_host >= 1) {
+  } else if (first_host >= 0) {
     absl::StrAppend(&text, "@", first_host);
   }
   return text;

@@ -5,10 +5,8 @@
 //  - A mesh the controller places is 1-D (n = 1 x n) or 2-D (rows x cols):
 //    one mesh row per host, `cols` free devices of that host (lowest ids
 //    first), hosts in ascending order.
-//  - `first_host` >= 1 pins row 0 to that host (rows take consecutive hosts);
-//    < 0 means anywhere. 0 also means anywhere: proto3 cannot tell an unset
-//    first_host from host 0, so a mesh is pinned to host 0 by listing its
-//    devices.
+//  - `first_host` >= 0 pins row 0 to that host (rows take consecutive hosts);
+//    < 0 (the API's unset first_host) means anywhere.
 //  - An explicit device list is used as given (any shape).
 //  - Source and destination take disjoint hosts unless `allow_overlap`; with
 //    it, the destination may reuse the source's hosts and devices. Meshes the
@@ -41,7 +39,7 @@ namespace meshcast {
 struct MeshRequest {
   std::vector<int> shape;    // e.g. {2, 4}
   std::vector<int> devices;  // explicit global ids, or empty: place it
-  int first_host = -1;       // >= 1: pin row 0 to this host; else anywhere
+  int first_host = -1;       // >= 0: pin row 0 to this host; else anywhere
   // "2x4", "2x4@1" or "2x2[0,1,4,5]".
   std::string ToString() const;
 };

@@ -81,6 +81,12 @@ TEST(AllocatorTest, ExplicitDevicesAndPinnedHostsAreHonoured) {
                       Cluster(3, 4), kNoneDown);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_THAT(p->dst.devices, ElementsAre(4, 5, 6, 7));
+  // Host 0 can be pinned too: the placed mesh moves out of its way.
+  p = allocator.Place({Mesh({1, 4}), Mesh({1, 4}, 0), false}, Cluster(3, 4),
+                      kNoneDown);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_THAT(p->dst.devices, ElementsAre(0, 1, 2, 3));
+  EXPECT_THAT(p->src.devices, ElementsAre(4, 5, 6, 7));
 }
 
 TEST(AllocatorTest, RefusesWhatTheClusterCannotHold) {

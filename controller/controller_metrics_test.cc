@@ -21,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "meshcast/v1/controller.grpc.pb.h"
+#include "util/metrics.h"
 
 namespace meshcast {
 namespace {
@@ -29,30 +30,16 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::Optional;
 
-// The value of the sample whose name and labels are exactly `series`
-// (e.g. `meshcast_controller_workers{state="ready"}`), if present.
-std::optional<double> Sample(const std::string& text,
-                             const std::string& series) {
-  std::istringstream lines(text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (!absl::StartsWith(line, series + " ")) continue;
-    double value = 0;
-    if (absl::SimpleAtod(line.substr(series.size() + 1), &value)) return value;
-  }
-  return std::nullopt;
-}
-
 TEST(ControllerMetricsTest, StartsWithBuildInfoAndZeroedSeries) {
   ControllerMetrics metrics;
   const std::string text = metrics.registry().Render();
-  EXPECT_THAT(Sample(text, R"(meshcast_build_info{component="controller",)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_build_info{component="controller",)"
                            R"(version=")" MESHCAST_TEST_VERSION R"("})"),
               Optional(1.0))
       << text;
   for (const char* state : {"succeeded", "failed", "cancelled"}) {
     EXPECT_THAT(
-        Sample(text, absl::StrCat(R"(meshcast_controller_jobs_finished_total{)"
+        FindSample(text, absl::StrCat(R"(meshcast_controller_jobs_finished_total{)"
                                   R"(type="reshard",state=")",
                                   state, R"("})")),
         Optional(0.0))
@@ -60,11 +47,11 @@ TEST(ControllerMetricsTest, StartsWithBuildInfoAndZeroedSeries) {
   }
   for (const char* state : {"ready", "busy", "lost"}) {
     EXPECT_THAT(
-        Sample(text, absl::StrCat(R"(meshcast_controller_workers{state=")",
+        FindSample(text, absl::StrCat(R"(meshcast_controller_workers{state=")",
                                   state, R"("})")),
         Optional(0.0));
   }
-  EXPECT_THAT(Sample(text, "meshcast_controller_queue_depth"), Optional(0.0));
+  EXPECT_THAT(FindSample(text, "meshcast_controller_queue_depth"), Optional(0.0));
   for (const char* name :
        {"meshcast_controller_planning_seconds",
         "meshcast_controller_job_duration_seconds",
@@ -92,32 +79,32 @@ TEST(ControllerMetricsTest, StateSourceFeedsTheGaugesAtEveryScrape) {
     return state;
   });
   std::string text = metrics.registry().Render();
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_workers{state="ready"})"),
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_workers{state="ready"})"),
               Optional(3.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_workers{state="busy"})"),
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_workers{state="busy"})"),
               Optional(1.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_workers{state="lost"})"),
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_workers{state="lost"})"),
               Optional(1.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_devices{state="free"})"),
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_devices{state="free"})"),
               Optional(10.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_devices{state="busy"})"),
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_devices{state="busy"})"),
               Optional(6.0));
   EXPECT_THAT(
-      Sample(text,
+      FindSample(text,
              R"(meshcast_controller_jobs{type="reshard",state="succeeded"})"),
       Optional(7.0));
   EXPECT_THAT(
-      Sample(text,
+      FindSample(text,
              R"(meshcast_controller_jobs{type="reshard",state="queued"})"),
       Optional(2.0));
   // States without jobs read 0 rather than disappearing.
   EXPECT_THAT(
-      Sample(text,
+      FindSample(text,
              R"(meshcast_controller_jobs{type="reshard",state="failed"})"),
       Optional(0.0));
-  EXPECT_THAT(Sample(text, "meshcast_controller_queue_depth"), Optional(2.0));
+  EXPECT_THAT(FindSample(text, "meshcast_controller_queue_depth"), Optional(2.0));
   text = metrics.registry().Render();
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_workers{state="lost"})"),
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_workers{state="lost"})"),
               Optional(2.0));
 }
 
@@ -135,37 +122,37 @@ TEST(ControllerMetricsTest, RecordsJobEvents) {
   metrics.JobMeasured(ControllerMetrics::kReshard, 3, 0);   // no prediction
   metrics.JobMeasured(ControllerMetrics::kReshard, -1, 2);  // nonsense
   const std::string text = metrics.registry().Render();
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_jobs_finished_total{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_jobs_finished_total{)"
                            R"(type="reshard",state="succeeded"})"),
               Optional(2.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_jobs_finished_total{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_jobs_finished_total{)"
                            R"(type="reshard",state="failed"})"),
               Optional(1.0));
-  EXPECT_EQ(Sample(text, R"(meshcast_controller_jobs_finished_total{)"
+  EXPECT_EQ(FindSample(text, R"(meshcast_controller_jobs_finished_total{)"
                          R"(type="reshard",state="running"})"),
             std::nullopt);
   EXPECT_THAT(text, Not(HasSubstr(R"(job_duration_seconds_count{)"
                                   R"(type="reshard",state="running"})")));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_job_duration_seconds_sum{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_job_duration_seconds_sum{)"
                            R"(type="reshard",state="succeeded"})"),
               Optional(2.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_job_duration_seconds_count{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_job_duration_seconds_count{)"
                            R"(type="reshard",state="succeeded"})"),
               Optional(2.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_planning_seconds_count{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_planning_seconds_count{)"
                            R"(type="reshard"})"),
               Optional(1.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_measured_over_predicted_)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_measured_over_predicted_)"
                            R"(ratio_count{type="reshard"})"),
               Optional(1.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_measured_over_predicted_)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_measured_over_predicted_)"
                            R"(ratio_sum{type="reshard"})"),
               Optional(1.5));
   // 1.5 falls in the le="1.5" bucket, not in le="1.25".
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_measured_over_predicted_)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_measured_over_predicted_)"
                            R"(ratio_bucket{type="reshard",le="1.5"})"),
               Optional(1.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_measured_over_predicted_)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_measured_over_predicted_)"
                            R"(ratio_bucket{type="reshard",le="1.25"})"),
               Optional(0.0));
 }
@@ -310,11 +297,11 @@ TEST_F(ControllerServerMetricsTest, CountsRpcsJobsWorkersAndDevices) {
   Register("alpha");
   Register("beta");
   std::string text = Scrape();
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_workers{state="ready"})"),
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_workers{state="ready"})"),
               Optional(2.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_devices{state="free"})"),
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_devices{state="free"})"),
               Optional(4.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_rpcs_total{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_rpcs_total{)"
                            R"(method="RegisterWorker",code="OK"})"),
               Optional(2.0));
 
@@ -332,14 +319,14 @@ TEST_F(ControllerServerMetricsTest, CountsRpcsJobsWorkersAndDevices) {
   ASSERT_TRUE(stub_->SubmitJob(Context().get(), submit, &blocked).ok());
   ASSERT_TRUE(client_->WaitForBlocked(2, absl::Seconds(10)));
   text = Scrape();
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_devices{state="busy"})"),
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_devices{state="busy"})"),
               Optional(4.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_devices{state="free"})"),
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_devices{state="free"})"),
               Optional(0.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_workers{state="busy"})"),
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_workers{state="busy"})"),
               Optional(2.0));
   EXPECT_THAT(
-      Sample(text,
+      FindSample(text,
              R"(meshcast_controller_jobs{type="reshard",state="running"})"),
       Optional(1.0));
   // A third job waits for the devices.
@@ -348,7 +335,7 @@ TEST_F(ControllerServerMetricsTest, CountsRpcsJobsWorkersAndDevices) {
   ASSERT_EQ(WaitForState(queued.job().id(), v1::JOB_STATE_QUEUED).state(),
             v1::JOB_STATE_QUEUED);
   text = Scrape();
-  EXPECT_THAT(Sample(text, "meshcast_controller_queue_depth"), Optional(1.0));
+  EXPECT_THAT(FindSample(text, "meshcast_controller_queue_depth"), Optional(1.0));
   // Cancel both.
   for (const std::string& id : {queued.job().id(), blocked.job().id()}) {
     v1::CancelJobRequest cancel;
@@ -371,47 +358,47 @@ TEST_F(ControllerServerMetricsTest, CountsRpcsJobsWorkersAndDevices) {
             grpc::StatusCode::NOT_FOUND);
 
   text = Scrape();
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_rpcs_total{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_rpcs_total{)"
                            R"(method="SubmitJob",code="OK"})"),
               Optional(3.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_rpcs_total{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_rpcs_total{)"
                            R"(method="SubmitJob",code="INVALID_ARGUMENT"})"),
               Optional(1.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_rpcs_total{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_rpcs_total{)"
                            R"(method="GetJob",code="NOT_FOUND"})"),
               Optional(1.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_rpcs_total{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_rpcs_total{)"
                            R"(method="CancelJob",code="OK"})"),
               Optional(2.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_jobs_finished_total{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_jobs_finished_total{)"
                            R"(type="reshard",state="succeeded"})"),
               Optional(1.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_jobs_finished_total{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_jobs_finished_total{)"
                            R"(type="reshard",state="cancelled"})"),
               Optional(2.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_jobs_finished_total{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_jobs_finished_total{)"
                            R"(type="reshard",state="failed"})"),
               Optional(0.0));
   EXPECT_THAT(
-      Sample(text,
+      FindSample(text,
              R"(meshcast_controller_jobs{type="reshard",state="cancelled"})"),
       Optional(2.0));
   EXPECT_THAT(
-      Sample(text,
+      FindSample(text,
              R"(meshcast_controller_jobs{type="reshard",state="succeeded"})"),
       Optional(1.0));
-  EXPECT_THAT(Sample(text, "meshcast_controller_queue_depth"), Optional(0.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_devices{state="free"})"),
+  EXPECT_THAT(FindSample(text, "meshcast_controller_queue_depth"), Optional(0.0));
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_devices{state="free"})"),
               Optional(4.0));
   // Two jobs were planned (the queued one never was).
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_planning_seconds_count{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_planning_seconds_count{)"
                            R"(type="reshard"})"),
               Optional(2.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_job_duration_seconds_count{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_job_duration_seconds_count{)"
                            R"(type="reshard",state="cancelled"})"),
               Optional(2.0));
   // Only the succeeded job has a measured/predicted ratio.
-  EXPECT_THAT(Sample(text, R"(meshcast_controller_measured_over_predicted_)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_measured_over_predicted_)"
                            R"(ratio_count{type="reshard"})"),
               Optional(1.0));
   // No label carries a job id.

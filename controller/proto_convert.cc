@@ -16,69 +16,7 @@ constexpr int64_t kMaxTensorBytes = int64_t{1} << 50;  // 1 PiB
 constexpr int kMaxMeshRank = 8;
 constexpr int kMaxMeshDevices = 1 << 20;
 
-constexpr DType kAllDTypes[] = {
-    DType::kInt8,    DType::kUInt8,    DType::kInt32,   DType::kInt64,
-    DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64,
-};
-
 }  // namespace
-
-std::string AllowedDTypeNames() {
-  std::vector<std::string> names;
-  for (DType d : kAllDTypes) names.push_back(DTypeName(d));
-  return absl::StrJoin(names, ", ");
-}
-
-absl::StatusOr<DType> DTypeFromProto(v1::DType dtype, absl::string_view field) {
-  switch (dtype) {
-    case v1::DTYPE_INT8:
-      return DType::kInt8;
-    case v1::DTYPE_UINT8:
-      return DType::kUInt8;
-    case v1::DTYPE_INT32:
-      return DType::kInt32;
-    case v1::DTYPE_INT64:
-      return DType::kInt64;
-    case v1::DTYPE_FLOAT16:
-      return DType::kFloat16;
-    case v1::DTYPE_BFLOAT16:
-      return DType::kBFloat16;
-    case v1::DTYPE_FLOAT32:
-      return DType::kFloat32;
-    case v1::DTYPE_FLOAT64:
-      return DType::kFloat64;
-    case v1::DTYPE_UNSPECIFIED:
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, " is not set; one of ", AllowedDTypeNames()));
-    default:
-      break;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, " has unknown value ", static_cast<int>(dtype),
-                   "; one of ", AllowedDTypeNames()));
-}
-
-v1::DType DTypeToProto(DType dtype) {
-  switch (dtype) {
-    case DType::kInt8:
-      return v1::DTYPE_INT8;
-    case DType::kUInt8:
-      return v1::DTYPE_UINT8;
-    case DType::kInt32:
-      return v1::DTYPE_INT32;
-    case DType::kInt64:
-      return v1::DTYPE_INT64;
-    case DType::kFloat16:
-      return v1::DTYPE_FLOAT16;
-    case DType::kBFloat16:
-      return v1::DTYPE_BFLOAT16;
-    case DType::kFloat32:
-      return v1::DTYPE_FLOAT32;
-    case DType::kFloat64:
-      return v1::DTYPE_FLOAT64;
-  }
-  return v1::DTYPE_UNSPECIFIED;
-}
 
 absl::StatusOr<TensorSpec> TensorFromProto(const v1::TensorSpec& proto,
                                            absl::string_view field) {
@@ -200,7 +138,14 @@ absl::StatusOr<MeshRequest> MeshRequestFromProto(const v1::DeviceMesh& proto,
         absl::StrJoin(proto.shape(), "x"), " needs ", devices));
   }
   mesh.devices.assign(proto.devices().begin(), proto.devices().end());
-  mesh.first_host = proto.first_host();
+  if (proto.has_first_host() && proto.first_host() < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".first_host is ", proto.first_host(),
+        "; allowed: a host index >= 0 (pin row 0 there), or -1 or unset "
+        "(place anywhere)"));
+  }
+  // Presence tells "pinned to host 0" from "anywhere".
+  mesh.first_host = proto.has_first_host() ? proto.first_host() : -1;
   return mesh;
 }
 
@@ -208,7 +153,6 @@ v1::DeviceMesh MeshToProto(const DeviceMesh& mesh) {
   v1::DeviceMesh proto;
   for (int extent : mesh.shape) proto.add_shape(extent);
   for (int d : mesh.devices) proto.add_devices(d);
-  proto.set_first_host(-1);
   return proto;
 }
 

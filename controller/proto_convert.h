@@ -14,13 +14,12 @@
 #include "planner/sharding.h"
 #include "planner/tensor.h"
 #include "planner/topology.h"
+#include "proto/dtype_convert.h"
 
 namespace meshcast {
 
-// Every dtype name, for error messages: "int8, uint8, ...".
-std::string AllowedDTypeNames();
-absl::StatusOr<DType> DTypeFromProto(v1::DType dtype, absl::string_view field);
-v1::DType DTypeToProto(DType dtype);
+// DType conversions live in proto/dtype_convert.h (shared with the worker
+// and meshctl).
 
 // Rejects an empty shape, extents < 1 and element counts whose byte size
 // would overflow.

@@ -38,6 +38,18 @@ TEST(ReshardRequestTest, ConvertsAGoodSpec) {
   EXPECT_FALSE(r->placement.allow_overlap);
 }
 
+TEST(ReshardRequestTest, FirstHostZeroPinsAndUnsetPlacesAnywhere) {
+  v1::ReshardSpec spec = GoodSpec();
+  spec.mutable_dst_mesh()->set_first_host(0);
+  spec.mutable_src_mesh()->clear_first_host();
+  absl::StatusOr<ReshardRequest> r = ReshardRequestFromProto(spec);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->placement.dst.first_host, 0);
+  EXPECT_EQ(r->placement.src.first_host, -1);
+  EXPECT_EQ(r->placement.dst.ToString(), "1x2@0");
+  EXPECT_EQ(r->placement.src.ToString(), "2x2");
+}
+
 TEST(ReshardRequestTest, SpecFromDims) {
   v1::ReshardSpec spec = GoodSpec();
   spec.mutable_src_spec()->clear_text();
@@ -106,6 +118,11 @@ INSTANTIATE_TEST_SUITE_P(
                   s->mutable_tensor()->set_dtype(static_cast<v1::DType>(99));
                 },
                 "unknown value 99"},
+        BadCase{"NegativeFirstHost",
+                [](v1::ReshardSpec* s) {
+                  s->mutable_dst_mesh()->set_first_host(-2);
+                },
+                "dst_mesh.first_host is -2; allowed: a host index >= 0"},
         BadCase{"UnknownStrategy",
                 [](v1::ReshardSpec* s) { s->set_strategy("teleport"); },
                 "teleport"},

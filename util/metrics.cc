@@ -5,8 +5,11 @@
 #include <cstdlib>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace meshcast {
 namespace {
@@ -234,6 +237,18 @@ std::string MetricsRegistry::Render() const {
     });
   }
   return out;
+}
+
+std::optional<double> FindSample(absl::string_view text,
+                                 absl::string_view series) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::ConsumePrefix(&line, series) || !absl::ConsumePrefix(&line, " ")) {
+      continue;
+    }
+    double value = 0;
+    if (absl::SimpleAtod(line, &value)) return value;
+  }
+  return std::nullopt;
 }
 
 }  // namespace meshcast

@@ -24,10 +24,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 
 namespace meshcast {
@@ -156,6 +158,12 @@ class MetricsRegistry {
       ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void()>> hooks_ ABSL_GUARDED_BY(mu_);
 };
+
+// The value of sample `series` (a metric name with its labels exactly as
+// Render writes them, e.g. `meshcast_jobs{state="running"}`) in Prometheus
+// text `text`, if present. For tests and tools that read /metrics.
+std::optional<double> FindSample(absl::string_view text,
+                                 absl::string_view series);
 
 }  // namespace meshcast
 

@@ -33,6 +33,22 @@ TEST(MetricsTest, CounterWithLabelsRenders) {
   EXPECT_THAT(text, HasSubstr("meshcast_test_bytes_total{link=\"intra\"} 2\n"));
 }
 
+TEST(MetricsTest, FindSampleReadsRenderedSeriesExactly) {
+  MetricsRegistry registry;
+  auto& bytes = registry.AddCounter("meshcast_test_bytes_total", "Bytes.",
+                                    {"link"});
+  bytes.WithLabels({"inter"}).Increment(1536);
+  registry.AddGauge("meshcast_test_bytes", "Other.", {}).WithLabels({}).Set(7);
+  const std::string text = registry.Render();
+  EXPECT_EQ(FindSample(text, "meshcast_test_bytes_total{link=\"inter\"}"),
+            1536);
+  EXPECT_EQ(FindSample(text, "meshcast_test_bytes"), 7);
+  // Neither a prefix of a series nor a missing one matches.
+  EXPECT_EQ(FindSample(text, "meshcast_test_bytes_total"), std::nullopt);
+  EXPECT_EQ(FindSample(text, "meshcast_test_bytes_total{link=\"intra\"}"),
+            std::nullopt);
+}
+
 TEST(MetricsTest, WrongLabelCountIsNotRendered) {
   MetricsRegistry registry;
   auto& c = registry.AddCounter("meshcast_test_total", "T.", {"a"});

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "meshcast/v1/types.pb.h"
+#include "proto/dtype_convert.h"
 #include "util/status_macros.h"
 #include "worker/box_runs.h"
 
@@ -67,32 +68,6 @@ absl::Status CheckAcyclic(const std::vector<StepDesc>& steps) {
 
 }  // namespace
 
-absl::StatusOr<DType> DTypeFromProto(int proto_dtype) {
-  switch (proto_dtype) {
-    case v1::DTYPE_INT8:
-      return DType::kInt8;
-    case v1::DTYPE_UINT8:
-      return DType::kUInt8;
-    case v1::DTYPE_INT32:
-      return DType::kInt32;
-    case v1::DTYPE_INT64:
-      return DType::kInt64;
-    case v1::DTYPE_FLOAT16:
-      return DType::kFloat16;
-    case v1::DTYPE_BFLOAT16:
-      return DType::kBFloat16;
-    case v1::DTYPE_FLOAT32:
-      return DType::kFloat32;
-    case v1::DTYPE_FLOAT64:
-      return DType::kFloat64;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "dtype ", proto_dtype,
-          " is not one of int8, uint8, int32, int64, float16, bfloat16, "
-          "float32, float64"));
-  }
-}
-
 absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& proto) {
   ParsedProgram program;
   program.job_id = proto.job_id();
@@ -147,11 +122,9 @@ absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& proto) {
   for (int t = 0; t < plan.tensors_size(); ++t) {
     const v1::TensorSpec& tensor = plan.tensors(t);
     TensorSpec spec;
-    absl::StatusOr<DType> dtype = DTypeFromProto(tensor.dtype());
-    if (!dtype.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("plan.tensors[", t, "]: ", dtype.status().message()));
-    }
+    absl::StatusOr<DType> dtype =
+        DTypeFromProto(tensor.dtype(), absl::StrCat("plan.tensors[", t, "].dtype"));
+    if (!dtype.ok()) return dtype.status();
     spec.dtype = *dtype;
     for (int64_t extent : tensor.shape()) {
       if (extent < 1) {

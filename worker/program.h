@@ -73,8 +73,6 @@ struct ParsedProgram {
   int RankOf(int device) const { return device_rank.at(device); }
 };
 
-absl::StatusOr<DType> DTypeFromProto(int proto_dtype);
-
 absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& program);
 
 }  // namespace meshcast::worker

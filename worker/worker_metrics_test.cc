@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "util/metrics.h"
 #include "worker/device_backend.h"
 #include "worker/executor.h"
 #include "worker/testing/test_job.h"
@@ -27,19 +28,6 @@ using ::testing::Optional;
 using testing::RunTestJob;
 using testing::TestJob;
 using testing::TestJobOutcome;
-
-// The value of the sample whose name and labels are exactly `series`.
-std::optional<double> Sample(const std::string& text,
-                             const std::string& series) {
-  std::istringstream lines(text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (!absl::StartsWith(line, series + " ")) continue;
-    double value = 0;
-    if (absl::SimpleAtod(line.substr(series.size() + 1), &value)) return value;
-  }
-  return std::nullopt;
-}
 
 std::string Bytes(const char* direction, const char* link,
                   const char* backend) {
@@ -71,28 +59,28 @@ StepDesc Step(std::vector<int> chain, v1::Step::Op op, int64_t bytes) {
 TEST(WorkerMetricsTest, StartsWithBuildInfoAndZeroedSeries) {
   WorkerMetrics metrics(3, "gloo");
   const std::string text = metrics.registry().Render();
-  EXPECT_THAT(Sample(text, R"(meshcast_build_info{component="worker",)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_build_info{component="worker",)"
                            R"(version=")" MESHCAST_TEST_VERSION R"("})"),
               Optional(1.0))
       << text;
-  EXPECT_THAT(Sample(text, "meshcast_worker_verified_elements_total"),
+  EXPECT_THAT(FindSample(text, "meshcast_worker_verified_elements_total"),
               Optional(0.0));
-  EXPECT_THAT(Sample(text, "meshcast_worker_verification_failures_total"),
+  EXPECT_THAT(FindSample(text, "meshcast_worker_verification_failures_total"),
               Optional(0.0));
-  EXPECT_THAT(Sample(text, "meshcast_worker_running_steps"), Optional(0.0));
+  EXPECT_THAT(FindSample(text, "meshcast_worker_running_steps"), Optional(0.0));
   for (const char* result : {"ok", "failed", "aborted"}) {
-    EXPECT_THAT(Sample(text, absl::StrCat(R"(meshcast_worker_tasks_total{)"
+    EXPECT_THAT(FindSample(text, absl::StrCat(R"(meshcast_worker_tasks_total{)"
                                           R"(result=")",
                                           result, R"("})")),
                 Optional(0.0));
   }
   for (int d = 0; d < 3; ++d) {
-    EXPECT_THAT(Sample(text, absl::StrCat(R"(meshcast_worker_device_memory_)"
+    EXPECT_THAT(FindSample(text, absl::StrCat(R"(meshcast_worker_device_memory_)"
                                           R"(bytes{device=")",
                                           d, R"("})")),
                 Optional(0.0));
   }
-  EXPECT_EQ(Sample(text, R"(meshcast_worker_device_memory_bytes{device="3"})"),
+  EXPECT_EQ(FindSample(text, R"(meshcast_worker_device_memory_bytes{device="3"})"),
             std::nullopt);
   for (const char* name :
        {"meshcast_worker_transfer_duration_seconds",
@@ -113,21 +101,21 @@ TEST(WorkerMetricsTest, BytesFollowTheChainsHops) {
   // 5 -> 0 (away, here).
   metrics.StepFinished(program, Step({5, 0}, v1::Step::OP_SEND_RECV, 40), 2);
   const std::string text = metrics.registry().Render();
-  EXPECT_THAT(Sample(text, Bytes("sent", "intra", "local")), Optional(100.0));
-  EXPECT_THAT(Sample(text, Bytes("received", "intra", "local")),
+  EXPECT_THAT(FindSample(text, Bytes("sent", "intra", "local")), Optional(100.0));
+  EXPECT_THAT(FindSample(text, Bytes("received", "intra", "local")),
               Optional(100.0));
-  EXPECT_THAT(Sample(text, Bytes("sent", "inter", "gloo")), Optional(100.0));
-  EXPECT_THAT(Sample(text, Bytes("received", "inter", "gloo")), Optional(40.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_worker_step_duration_seconds_count{)"
+  EXPECT_THAT(FindSample(text, Bytes("sent", "inter", "gloo")), Optional(100.0));
+  EXPECT_THAT(FindSample(text, Bytes("received", "inter", "gloo")), Optional(40.0));
+  EXPECT_THAT(FindSample(text, R"(meshcast_worker_step_duration_seconds_count{)"
                            R"(op="broadcast"})"),
               Optional(1.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_worker_step_duration_seconds_sum{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_worker_step_duration_seconds_sum{)"
                            R"(op="send_recv"})"),
               Optional(2.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_worker_achieved_bandwidth_bytes_)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_worker_achieved_bandwidth_bytes_)"
                            R"(per_second{op="broadcast"})"),
               Optional(200.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_worker_achieved_bandwidth_bytes_)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_worker_achieved_bandwidth_bytes_)"
                            R"(per_second{op="send_recv"})"),
               Optional(20.0));
 }
@@ -141,19 +129,19 @@ TEST(WorkerMetricsTest, HopsAreIntraOrInterByTheirSender) {
   metrics.HopFinished(program, step, 0, 9);     // not a hop: ignored
   metrics.HopFinished(program, step, 3, 9);     // past the chain: ignored
   const std::string text = metrics.registry().Render();
-  EXPECT_THAT(Sample(text, R"(meshcast_worker_transfer_duration_seconds_sum{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_worker_transfer_duration_seconds_sum{)"
                            R"(op="broadcast",link="inter"})"),
               Optional(0.25));
-  EXPECT_THAT(Sample(text, R"(meshcast_worker_transfer_duration_seconds_sum{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_worker_transfer_duration_seconds_sum{)"
                            R"(op="broadcast",link="intra"})"),
               Optional(0.5));
-  EXPECT_THAT(Sample(text, R"(meshcast_worker_transfer_duration_seconds_count{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_worker_transfer_duration_seconds_count{)"
                            R"(op="broadcast",link="intra"})"),
               Optional(1.0));
   // The remote backend names the inter-worker bytes.
   metrics.StepFinished(program, step, 1);
   EXPECT_THAT(
-      Sample(metrics.registry().Render(), Bytes("received", "inter", "nccl")),
+      FindSample(metrics.registry().Render(), Bytes("received", "inter", "nccl")),
       Optional(8.0));
 }
 
@@ -169,22 +157,22 @@ TEST(WorkerMetricsTest, BufferMemoryPerLocalDeviceIndex) {
   {
     ScopedBufferMemory held(&metrics, program);
     const std::string text = metrics.registry().Render();
-    EXPECT_THAT(Sample(text, R"(meshcast_worker_device_memory_bytes{)"
+    EXPECT_THAT(FindSample(text, R"(meshcast_worker_device_memory_bytes{)"
                              R"(device="0"})"),
                 Optional(4.0 * (100 + 20)));
-    EXPECT_THAT(Sample(text, R"(meshcast_worker_device_memory_bytes{)"
+    EXPECT_THAT(FindSample(text, R"(meshcast_worker_device_memory_bytes{)"
                              R"(device="1"})"),
                 Optional(4.0 * 50));
-    EXPECT_EQ(Sample(text, R"(meshcast_worker_device_memory_bytes{)"
+    EXPECT_EQ(FindSample(text, R"(meshcast_worker_device_memory_bytes{)"
                            R"(device="4"})"),
               std::nullopt);
   }
   const std::string text = metrics.registry().Render();
   EXPECT_THAT(
-      Sample(text, R"(meshcast_worker_device_memory_bytes{device="0"})"),
+      FindSample(text, R"(meshcast_worker_device_memory_bytes{device="0"})"),
       Optional(0.0));
   EXPECT_THAT(
-      Sample(text, R"(meshcast_worker_device_memory_bytes{device="1"})"),
+      FindSample(text, R"(meshcast_worker_device_memory_bytes{device="1"})"),
       Optional(0.0));
 }
 
@@ -216,32 +204,32 @@ TEST(WorkerMetricsTest, ExecutorReportsStepsHopsAndMemory) {
   const std::string text = metrics.registry().Render();
   // Hops 0->1, 1->2 on worker 0 and 3->4, 4->5 on worker 1 are local
   // copies; 2->3 leaves worker 0 for worker 1.
-  EXPECT_THAT(Sample(text, Bytes("sent", "intra", "local")),
+  EXPECT_THAT(FindSample(text, Bytes("sent", "intra", "local")),
               Optional(4 * bytes));
-  EXPECT_THAT(Sample(text, Bytes("received", "intra", "local")),
+  EXPECT_THAT(FindSample(text, Bytes("received", "intra", "local")),
               Optional(4 * bytes));
-  EXPECT_THAT(Sample(text, Bytes("sent", "inter", "gloo")), Optional(bytes));
-  EXPECT_THAT(Sample(text, Bytes("received", "inter", "gloo")),
+  EXPECT_THAT(FindSample(text, Bytes("sent", "inter", "gloo")), Optional(bytes));
+  EXPECT_THAT(FindSample(text, Bytes("received", "inter", "gloo")),
               Optional(bytes));
-  EXPECT_THAT(Sample(text, R"(meshcast_worker_step_duration_seconds_count{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_worker_step_duration_seconds_count{)"
                            R"(op="broadcast"})"),
               Optional(2.0));
   // Each hop is timed once, by its receiver.
-  EXPECT_THAT(Sample(text, R"(meshcast_worker_transfer_duration_seconds_count{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_worker_transfer_duration_seconds_count{)"
                            R"(op="broadcast",link="intra"})"),
               Optional(4.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_worker_transfer_duration_seconds_count{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_worker_transfer_duration_seconds_count{)"
                            R"(op="broadcast",link="inter"})"),
               Optional(1.0));
   std::optional<double> bandwidth =
-      Sample(text, R"(meshcast_worker_achieved_bandwidth_bytes_per_second{)"
+      FindSample(text, R"(meshcast_worker_achieved_bandwidth_bytes_per_second{)"
                    R"(op="broadcast"})");
   ASSERT_TRUE(bandwidth.has_value());
   EXPECT_GT(*bandwidth, 0);
   // Everything in flight is over, every tile freed.
-  EXPECT_THAT(Sample(text, "meshcast_worker_running_steps"), Optional(0.0));
+  EXPECT_THAT(FindSample(text, "meshcast_worker_running_steps"), Optional(0.0));
   for (int d = 0; d < 3; ++d) {
-    EXPECT_THAT(Sample(text, absl::StrCat(R"(meshcast_worker_device_memory_)"
+    EXPECT_THAT(FindSample(text, absl::StrCat(R"(meshcast_worker_device_memory_)"
                                           R"(bytes{device=")",
                                           d, R"("})")),
                 Optional(0.0));
@@ -278,17 +266,17 @@ TEST(WorkerMetricsTest, ServiceCountsTasksAndVerification) {
   EXPECT_FALSE(refused.ok());
 
   const std::string text = metrics.registry().Render();
-  EXPECT_THAT(Sample(text, R"(meshcast_worker_tasks_total{result="ok"})"),
+  EXPECT_THAT(FindSample(text, R"(meshcast_worker_tasks_total{result="ok"})"),
               Optional(1.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_worker_tasks_total{result="failed"})"),
+  EXPECT_THAT(FindSample(text, R"(meshcast_worker_tasks_total{result="failed"})"),
               Optional(2.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_worker_tasks_total{result="aborted"})"),
+  EXPECT_THAT(FindSample(text, R"(meshcast_worker_tasks_total{result="aborted"})"),
               Optional(0.0));
-  EXPECT_THAT(Sample(text, "meshcast_worker_verified_elements_total"),
+  EXPECT_THAT(FindSample(text, "meshcast_worker_verified_elements_total"),
               Optional(2.0 * 50 * 21));
-  EXPECT_THAT(Sample(text, "meshcast_worker_verification_failures_total"),
+  EXPECT_THAT(FindSample(text, "meshcast_worker_verification_failures_total"),
               Optional(5.0 * 21));
-  EXPECT_THAT(Sample(text, Bytes("sent", "intra", "local")),
+  EXPECT_THAT(FindSample(text, Bytes("sent", "intra", "local")),
               Optional(4.0 * (50 + 45) * 21));
   // No label carries a job id.
   EXPECT_THAT(text, Not(HasSubstr("complete")));
@@ -360,20 +348,20 @@ TEST(WorkerMetricsTest, ServiceRecordsDeviceBackendStepsFromTheResult) {
   }
   const double bytes = 16 * 8 * 4;
   const std::string text = metrics.registry().Render();
-  EXPECT_THAT(Sample(text, Bytes("sent", "inter", "nccl")), Optional(bytes));
-  EXPECT_THAT(Sample(text, Bytes("received", "inter", "nccl")),
+  EXPECT_THAT(FindSample(text, Bytes("sent", "inter", "nccl")), Optional(bytes));
+  EXPECT_THAT(FindSample(text, Bytes("received", "inter", "nccl")),
               Optional(bytes));
-  EXPECT_THAT(Sample(text, R"(meshcast_worker_step_duration_seconds_count{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_worker_step_duration_seconds_count{)"
                            R"(op="send_recv"})"),
               Optional(2.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_worker_step_duration_seconds_sum{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_worker_step_duration_seconds_sum{)"
                            R"(op="send_recv"})"),
               Optional(1.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_worker_tasks_total{result="ok"})"),
+  EXPECT_THAT(FindSample(text, R"(meshcast_worker_tasks_total{result="ok"})"),
               Optional(1.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_worker_tasks_total{result="aborted"})"),
+  EXPECT_THAT(FindSample(text, R"(meshcast_worker_tasks_total{result="aborted"})"),
               Optional(1.0));
-  EXPECT_THAT(Sample(text, "meshcast_worker_verified_elements_total"),
+  EXPECT_THAT(FindSample(text, "meshcast_worker_verified_elements_total"),
               Optional(7.0));
 }
 
@@ -439,18 +427,18 @@ TEST(WorkerMetricsTest, ServiceDoesNotRecountStepsOfALiveReportingBackend) {
   EXPECT_TRUE(response.ok()) << response.error();
   const double bytes = 16 * 8 * 4;
   const std::string text = metrics.registry().Render();
-  EXPECT_THAT(Sample(text, R"(meshcast_worker_step_duration_seconds_count{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_worker_step_duration_seconds_count{)"
                            R"(op="send_recv"})"),
               Optional(2.0));
-  EXPECT_THAT(Sample(text, R"(meshcast_worker_step_duration_seconds_sum{)"
+  EXPECT_THAT(FindSample(text, R"(meshcast_worker_step_duration_seconds_sum{)"
                            R"(op="send_recv"})"),
               Optional(0.5));
-  EXPECT_THAT(Sample(text, Bytes("sent", "inter", "nccl")), Optional(bytes));
-  EXPECT_THAT(Sample(text, Bytes("received", "inter", "nccl")),
+  EXPECT_THAT(FindSample(text, Bytes("sent", "inter", "nccl")), Optional(bytes));
+  EXPECT_THAT(FindSample(text, Bytes("received", "inter", "nccl")),
               Optional(bytes));
-  EXPECT_THAT(Sample(text, R"(meshcast_worker_tasks_total{result="ok"})"),
+  EXPECT_THAT(FindSample(text, R"(meshcast_worker_tasks_total{result="ok"})"),
               Optional(1.0));
-  EXPECT_THAT(Sample(text, "meshcast_worker_verified_elements_total"),
+  EXPECT_THAT(FindSample(text, "meshcast_worker_verified_elements_total"),
               Optional(3.0));
 }
 

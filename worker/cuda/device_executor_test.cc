@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "util/metrics.h"
 #include "worker/buffer_set.h"
 #include "worker/cuda/device_buffer_set.h"
 #include "worker/cuda/device_pattern.h"
@@ -99,19 +100,6 @@ TEST(DeviceExecutorArgumentsTest, NeedsAResolvedCudaSpec) {
             absl::StatusCode::kFailedPrecondition);
 }
 
-// The value of the sample whose name and labels are exactly `series`.
-std::optional<double> Sample(const std::string& text,
-                             const std::string& series) {
-  std::istringstream lines(text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (!absl::StartsWith(line, series + " ")) continue;
-    double value = 0;
-    if (absl::SimpleAtod(line.substr(series.size() + 1), &value)) return value;
-  }
-  return std::nullopt;
-}
-
 // Worker 0 (devices 0-2) of a two-worker job with a chain on this worker
 // only (step 0: 0 -> 1 -> 2) and one that crosses workers (step 1:
 // 0 -> 3 -> 1 -> 2, device 3 on worker 1).
@@ -170,15 +158,15 @@ TEST(DeviceStepMetricsTest, ReportsTheStepAndEveryTimedLocalHop) {
                         "{op=\"", op, "\",link=\"", link, "\"}");
   };
   // 3 -> 1 arrives from the other worker; 1 -> 2 is a copy on this one.
-  EXPECT_EQ(Sample(text, series("count", "inter")), 1.0);
-  EXPECT_EQ(Sample(text, series("sum", "inter")), 0.25);
-  EXPECT_EQ(Sample(text, series("count", "intra")), 2.0);
-  EXPECT_EQ(Sample(text, series("sum", "intra")), 0.5);
-  EXPECT_EQ(Sample(text, absl::StrCat("meshcast_worker_step_duration_seconds_"
+  EXPECT_EQ(FindSample(text, series("count", "inter")), 1.0);
+  EXPECT_EQ(FindSample(text, series("sum", "inter")), 0.25);
+  EXPECT_EQ(FindSample(text, series("count", "intra")), 2.0);
+  EXPECT_EQ(FindSample(text, series("sum", "intra")), 0.5);
+  EXPECT_EQ(FindSample(text, absl::StrCat("meshcast_worker_step_duration_seconds_"
                                       "count{op=\"",
                                       op, "\"}")),
             2.0);
-  EXPECT_EQ(Sample(text, absl::StrCat("meshcast_worker_step_duration_seconds_"
+  EXPECT_EQ(FindSample(text, absl::StrCat("meshcast_worker_step_duration_seconds_"
                                       "sum{op=\"",
                                       op, "\"}")),
             1.25);
@@ -398,35 +386,35 @@ TEST_F(DeviceExecutorTest, ReportsStepsHopsAndTileMemory) {
   auto series = [](const std::string& name, const std::string& labels) {
     return absl::StrCat("meshcast_worker_", name, "{", labels, "}");
   };
-  EXPECT_EQ(Sample(text, series("step_duration_seconds_count",
+  EXPECT_EQ(FindSample(text, series("step_duration_seconds_count",
                                 "op=\"broadcast\"")),
             1.0);
-  EXPECT_EQ(Sample(text, series("step_duration_seconds_count",
+  EXPECT_EQ(FindSample(text, series("step_duration_seconds_count",
                                 "op=\"send_recv\"")),
             3.0);
-  EXPECT_EQ(Sample(text, series("transfer_duration_seconds_count",
+  EXPECT_EQ(FindSample(text, series("transfer_duration_seconds_count",
                                 "op=\"broadcast\",link=\"intra\"")),
             3.0);
-  EXPECT_EQ(Sample(text, series("transfer_duration_seconds_count",
+  EXPECT_EQ(FindSample(text, series("transfer_duration_seconds_count",
                                 "op=\"send_recv\",link=\"intra\"")),
             3.0);
   // Each hop landed within its step.
-  const std::optional<double> hops = Sample(
+  const std::optional<double> hops = FindSample(
       text, series("transfer_duration_seconds_sum",
                    "op=\"broadcast\",link=\"intra\""));
-  const std::optional<double> step = Sample(
+  const std::optional<double> step = FindSample(
       text, series("step_duration_seconds_sum", "op=\"broadcast\""));
   ASSERT_TRUE(hops.has_value() && step.has_value());
   EXPECT_GT(*step, 0);
   EXPECT_LE(*hops, 3 * *step);
-  EXPECT_EQ(Sample(text, "meshcast_worker_running_steps"), 0.0);
+  EXPECT_EQ(FindSample(text, "meshcast_worker_running_steps"), 0.0);
   for (int d = 0; d < 4; ++d) {
-    EXPECT_EQ(Sample(text, series("device_memory_bytes",
+    EXPECT_EQ(FindSample(text, series("device_memory_bytes",
                                   absl::StrCat("device=\"", d, "\""))),
               0.0)
         << d;
   }
-  EXPECT_EQ(Sample(text, series("bytes_received_total",
+  EXPECT_EQ(FindSample(text, series("bytes_received_total",
                                 "link=\"intra\",backend=\"local\"")),
             (32 * 48 * 3 + 32 * 48 + 32 * 24 * 2) * 4.0);
 }
@@ -474,7 +462,7 @@ TEST_F(DeviceExecutorTest, TwoWorkersOverNccl) {
   // Hops are counted by the worker they land on: over NCCL (inter) or by
   // a copy between its virtual devices (intra).
   auto hops = [&](int w, const char* op, const char* link) {
-    return Sample(metrics[w]->registry().Render(),
+    return FindSample(metrics[w]->registry().Render(),
                   absl::StrCat("meshcast_worker_transfer_duration_seconds_"
                                "count{op=\"",
                                op, "\",link=\"", link, "\"}"));

@@ -4,33 +4,12 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "proto/dtype_convert.h"
 #include "worker/gloo_communicator.h"
 #include "worker/in_memory_kv_store.h"
 
 namespace meshcast::worker::testing {
 namespace {
-
-v1::DType ToProto(DType dtype) {
-  switch (dtype) {
-    case DType::kInt8:
-      return v1::DTYPE_INT8;
-    case DType::kUInt8:
-      return v1::DTYPE_UINT8;
-    case DType::kInt32:
-      return v1::DTYPE_INT32;
-    case DType::kInt64:
-      return v1::DTYPE_INT64;
-    case DType::kFloat16:
-      return v1::DTYPE_FLOAT16;
-    case DType::kBFloat16:
-      return v1::DTYPE_BFLOAT16;
-    case DType::kFloat32:
-      return v1::DTYPE_FLOAT32;
-    case DType::kFloat64:
-      return v1::DTYPE_FLOAT64;
-  }
-  return v1::DTYPE_UNSPECIFIED;
-}
 
 void SetBox(const Box& box,
             google::protobuf::RepeatedPtrField<v1::Interval>* out) {
@@ -59,7 +38,7 @@ TestJob::TestJob(int workers, int devices_per_worker, std::string job_id)
 int TestJob::AddTensor(const TensorSpec& spec) {
   v1::TensorSpec* tensor = plan_.add_tensors();
   for (int64_t extent : spec.shape) tensor->add_shape(extent);
-  tensor->set_dtype(ToProto(spec.dtype));
+  tensor->set_dtype(DTypeToProto(spec.dtype));
   return plan_.tensors_size() - 1;
 }
 
