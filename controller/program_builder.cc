@@ -151,6 +151,7 @@ absl::StatusOr<std::vector<v1::WorkerProgram>> ProjectPlan(
     program.set_worker(workers[w].name);
     program.set_world_size(static_cast<int>(job_workers.size()));
     program.set_rank(static_cast<int>(r));
+    for (int peer : job_workers) program.add_rank_workers(workers[peer].name);
     std::vector<int> local;
     for (int d : workers[w].devices) {
       if (job_devices.contains(d)) local.push_back(d);

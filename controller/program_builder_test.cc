@@ -120,6 +120,7 @@ TEST(ProjectPlanTest, RanksFollowHostOrder) {
   for (const v1::WorkerProgram& p : *programs) {
     EXPECT_EQ(p.job_id(), "job-000007");
     EXPECT_EQ(p.world_size(), 2);
+    EXPECT_THAT(p.rank_workers(), ElementsAre("alpha", "beta"));
     EXPECT_EQ(p.device_rank().size(), 4u);
     EXPECT_EQ(p.device_rank().at(0), 0);
     EXPECT_EQ(p.device_rank().at(1), 0);

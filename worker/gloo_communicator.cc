@@ -142,15 +142,26 @@ class GlooRequest;
 struct GlooCommunicator::State {
   State(std::shared_ptr<gloo::rendezvous::Context> context,
         std::shared_ptr<gloo::transport::Device> device,
-        absl::Duration op_timeout)
+        absl::Duration op_timeout, std::vector<std::string> peer_names)
       : device(std::move(device)),
         context(std::move(context)),
-        op_timeout(op_timeout) {}
+        op_timeout(op_timeout),
+        peer_names(std::move(peer_names)) {}
+
+  // "rank 3 (worker-3)", or "rank 3" when the name is unknown.
+  std::string PeerText(int rank) const {
+    if (rank >= 0 && rank < static_cast<int>(peer_names.size()) &&
+        !peer_names[rank].empty()) {
+      return absl::StrCat("rank ", rank, " (", peer_names[rank], ")");
+    }
+    return absl::StrCat("rank ", rank);
+  }
 
   // The device owns Gloo's event loop thread; it must outlive the context.
   const std::shared_ptr<gloo::transport::Device> device;
   const std::shared_ptr<gloo::rendezvous::Context> context;
   const absl::Duration op_timeout;
+  const std::vector<std::string> peer_names;
 
   absl::Mutex mu;
   bool aborted ABSL_GUARDED_BY(mu) = false;
@@ -210,8 +221,9 @@ class GlooRequest : public CommRequest {
 
  private:
   std::string Describe() const {
-    return absl::StrCat(is_send_ ? "send to" : "receive from", " rank ", peer_,
-                        " (tag ", tag_, ", ", buffer_->size, " bytes)");
+    return absl::StrCat(is_send_ ? "send to " : "receive from ",
+                        state_->PeerText(peer_), " (tag ", tag_, ", ",
+                        buffer_->size, " bytes)");
   }
 
   void Unregister() {
@@ -250,7 +262,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     context->connectFullMesh(store, device);
     context->setTimeout(ToMillis(options.op_timeout));
     auto state = std::make_shared<State>(std::move(context), std::move(device),
-                                         options.op_timeout);
+                                         options.op_timeout, options.peer_names);
     return std::unique_ptr<GlooCommunicator>(
         new GlooCommunicator(rank, size, std::move(state)));
   } catch (const std::exception& e) {

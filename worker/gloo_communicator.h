@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -43,6 +44,9 @@ struct GlooOptions {
   absl::Duration op_timeout = absl::Seconds(120);
   // How often the rendezvous re-checks `cancelled` while waiting.
   absl::Duration poll_interval = absl::Milliseconds(200);
+  // Name of each rank's worker (index = rank), to name the peer in errors
+  // ("send to rank 3 (worker-3)"); empty: ranks only.
+  std::vector<std::string> peer_names;
 };
 
 class GlooCommunicator : public Communicator {

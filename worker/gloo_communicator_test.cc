@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/controller_kv_store.h"
 #include "worker/in_memory_kv_store.h"
@@ -22,6 +23,8 @@ extern char** environ;
 
 namespace meshcast::worker {
 namespace {
+
+using ::testing::HasSubstr;
 
 GlooOptions FastOptions() {
   GlooOptions options;
@@ -189,7 +192,9 @@ TEST(GlooCommunicatorTest, AbortWakesAPendingReceive) {
 
 TEST(GlooCommunicatorTest, PeerGoingAwayFailsPendingReceive) {
   InMemoryKvStore kv;
-  auto comms = ConnectAll(kv, 2, FastOptions());
+  GlooOptions options = FastOptions();
+  options.peer_names = {"worker-a", "worker-b"};
+  auto comms = ConnectAll(kv, 2, options);
   ASSERT_NE(comms[1], nullptr);
   std::vector<uint8_t> data(100);
   auto recv = comms[0]->StartRecv(absl::MakeSpan(data), 1, 3);
@@ -204,6 +209,8 @@ TEST(GlooCommunicatorTest, PeerGoingAwayFailsPendingReceive) {
   killer.join();
   EXPECT_FALSE(status.ok());
   EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << status;
+  // The error names the peer's worker, not just its rank.
+  EXPECT_THAT(status.message(), HasSubstr("receive from rank 1 (worker-b)"));
 }
 
 TEST(GlooCommunicatorTest, WaitIsBoundedByTheOperationTimeout) {

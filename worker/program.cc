@@ -74,6 +74,8 @@ absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& proto) {
   program.worker = proto.worker();
   program.world_size = proto.world_size() == 0 ? 1 : proto.world_size();
   program.rank = proto.rank();
+  program.rank_workers.assign(proto.rank_workers().begin(),
+                              proto.rank_workers().end());
   if (program.job_id.empty()) {
     return absl::InvalidArgumentError("program.job_id is empty");
   }
@@ -82,6 +84,13 @@ absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& proto) {
     return absl::InvalidArgumentError(
         absl::StrCat("program.rank ", program.rank, " is not in [0, ",
                      "world_size=", program.world_size, ")"));
+  }
+  if (!program.rank_workers.empty() &&
+      static_cast<int>(program.rank_workers.size()) != program.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "program.rank_workers has ", program.rank_workers.size(),
+        " names but world_size is ", program.world_size,
+        " (give one name per rank, or none)"));
   }
   for (const auto& [device, rank] : proto.device_rank()) {
     if (rank < 0 || rank >= program.world_size) {

@@ -58,6 +58,8 @@ struct ParsedProgram {
   std::string worker;
   int rank = 0;
   int world_size = 1;
+  // Worker name by rank (empty, or world_size names), for messages.
+  std::vector<std::string> rank_workers;
   std::vector<TensorSpec> tensors;
   std::vector<int> local_devices;
   absl::flat_hash_map<int, int> device_rank;  // global device -> worker rank

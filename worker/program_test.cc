@@ -28,6 +28,8 @@ TEST(ParseProgramTest, ConvertsTheProgramOfAWorker) {
   EXPECT_EQ(program->rank, 1);
   EXPECT_EQ(program->world_size, 2);
   EXPECT_EQ(program->worker, "worker1");
+  EXPECT_EQ(program->rank_workers,
+            (std::vector<std::string>{"worker0", "worker1"}));
   EXPECT_EQ(program->local_devices, (std::vector<int>{2, 3}));
   EXPECT_TRUE(program->IsLocal(3));
   EXPECT_FALSE(program->IsLocal(0));
@@ -75,6 +77,10 @@ TEST(ParseProgramTest, RejectsBadProgramsNamingTheField) {
        absl::StatusCode::kInvalidArgument, "job_id"},
       {"rank out of range", [](v1::WorkerProgram& p) { p.set_rank(2); },
        absl::StatusCode::kInvalidArgument, "rank"},
+      {"rank names not one per rank",
+       [](v1::WorkerProgram& p) { p.add_rank_workers("only-one"); },
+       absl::StatusCode::kInvalidArgument,
+       "program.rank_workers has 3 names but world_size is 2"},
       {"bad dtype",
        [](v1::WorkerProgram& p) {
          p.mutable_plan()->mutable_tensors(0)->set_dtype(v1::DTYPE_UNSPECIFIED);

@@ -51,10 +51,12 @@ absl::StatusOr<v1::JobResult> Task::Run() {
       return absl::FailedPreconditionError(
           "the job spans workers but this worker has no rendezvous store");
     }
+    GlooOptions gloo = options_.gloo;
+    gloo.peer_names = program.rank_workers;
     absl::StatusOr<std::unique_ptr<GlooCommunicator>> created =
         GlooCommunicator::Create(
             *kv_, absl::StrCat("job/", program.job_id, "/gloo/"), program.rank,
-            program.world_size, options_.gloo,
+            program.world_size, gloo,
             [this] { return cancellation_.cancelled(); });
     // A cancelled rendezvous reports the reason it was cancelled for.
     RETURN_IF_ERROR(cancellation_.status());

@@ -122,6 +122,9 @@ v1::WorkerProgram TestJob::ProgramFor(int worker) const {
   program.set_worker(absl::StrCat("worker", worker));
   program.set_world_size(workers_);
   program.set_rank(worker);
+  for (int w = 0; w < workers_; ++w) {
+    program.add_rank_workers(absl::StrCat("worker", w));
+  }
   for (int d = 0; d < workers_ * devices_per_worker_; ++d) {
     (*program.mutable_device_rank())[d] = WorkerOf(d);
     if (WorkerOf(d) == worker) program.add_local_devices(d);
