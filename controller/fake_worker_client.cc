@@ -100,6 +100,28 @@ absl::Status FakeWorkerClient::AbortTask(const WorkerEndpoint& worker,
   return absl::OkStatus();
 }
 
+absl::StatusOr<v1::GetStatusResponse> FakeWorkerClient::GetStatus(
+    const WorkerEndpoint& worker, absl::Time) {
+  absl::MutexLock lock(&mu_);
+  ++status_calls_;
+  auto it = statuses_.find(worker.name);
+  if (it != statuses_.end()) return it->second;
+  v1::GetStatusResponse response;
+  response.set_name(worker.name);
+  return response;
+}
+
+void FakeWorkerClient::SetStatus(const std::string& worker,
+                                 v1::GetStatusResponse status) {
+  absl::MutexLock lock(&mu_);
+  statuses_[worker] = std::move(status);
+}
+
+int FakeWorkerClient::status_calls() const {
+  absl::MutexLock lock(&mu_);
+  return status_calls_;
+}
+
 std::vector<v1::WorkerProgram> FakeWorkerClient::programs() const {
   absl::MutexLock lock(&mu_);
   return programs_;

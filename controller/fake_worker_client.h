@@ -43,6 +43,14 @@ class FakeWorkerClient : public WorkerClient {
   absl::Status AbortTask(const WorkerEndpoint& worker,
                          const std::string& job_id, const std::string& reason,
                          absl::Time deadline) override ABSL_LOCKS_EXCLUDED(mu_);
+  // What SetStatus gave for the worker (else just its name); counts calls.
+  absl::StatusOr<v1::GetStatusResponse> GetStatus(
+      const WorkerEndpoint& worker, absl::Time deadline) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  void SetStatus(const std::string& worker, v1::GetStatusResponse status)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  int status_calls() const ABSL_LOCKS_EXCLUDED(mu_);
 
   std::vector<v1::WorkerProgram> programs() const ABSL_LOCKS_EXCLUDED(mu_);
   // (worker, job id) of every AbortTask.
@@ -58,6 +66,9 @@ class FakeWorkerClient : public WorkerClient {
   std::vector<v1::WorkerProgram> programs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::string, std::string>> aborts_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> aborted_jobs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, v1::GetStatusResponse> statuses_
+      ABSL_GUARDED_BY(mu_);
+  int status_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int blocked_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

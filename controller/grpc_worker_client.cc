@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "meshcast/v1/worker.grpc.pb.h"
+#include "util/status_macros.h"
 
 namespace meshcast {
 
@@ -62,6 +63,17 @@ absl::Status GrpcWorkerClient::AbortTask(const WorkerEndpoint& worker,
   request.set_reason(reason);
   v1::AbortTaskResponse response;
   return FromGrpcStatus(stub->AbortTask(&context, request, &response));
+}
+
+absl::StatusOr<v1::GetStatusResponse> GrpcWorkerClient::GetStatus(
+    const WorkerEndpoint& worker, absl::Time deadline) {
+  auto stub = v1::Worker::NewStub(ChannelFor(worker.address));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  v1::GetStatusResponse response;
+  RETURN_IF_ERROR(FromGrpcStatus(
+      stub->GetStatus(&context, v1::GetStatusRequest(), &response)));
+  return response;
 }
 
 }  // namespace meshcast

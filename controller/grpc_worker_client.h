@@ -36,6 +36,8 @@ class GrpcWorkerClient : public WorkerClient {
   absl::Status AbortTask(const WorkerEndpoint& worker,
                          const std::string& job_id, const std::string& reason,
                          absl::Time deadline) override;
+  absl::StatusOr<v1::GetStatusResponse> GetStatus(
+      const WorkerEndpoint& worker, absl::Time deadline) override;
 
  private:
   std::shared_ptr<grpc::Channel> ChannelFor(const std::string& address)

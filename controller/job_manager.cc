@@ -604,13 +604,21 @@ std::vector<absl::StatusOr<v1::RunTaskResponse>> JobManager::RunPrograms(
   const size_t n = programs.size();
   std::vector<absl::StatusOr<v1::RunTaskResponse>> responses(
       n, absl::UnknownError("not run"));
+  std::vector<char> finished(n, 0);  // guarded by mu_
+  absl::Notification all_answered;
+  std::thread poller;
+  if (options_.progress_interval > absl::ZeroDuration()) {
+    poller = std::thread([&] {
+      PollProgress(job, endpoints, programs, finished, all_answered);
+    });
+  }
   // gRPC deadlines are wall-clock, so this one is too.
   const absl::Time deadline = absl::Now() + options_.task_timeout;
   std::vector<std::thread> threads;
   threads.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     threads.emplace_back([this, job, &endpoints, &programs, &responses,
-                          deadline, n, i] {
+                          &finished, deadline, n, i] {
       const WorkerEndpoint& worker = endpoints[i];
       absl::StatusOr<v1::RunTaskResponse> response =
           client_->RunTask(worker, programs[i], deadline, &job->canceller);
@@ -627,6 +635,7 @@ std::vector<absl::StatusOr<v1::RunTaskResponse>> JobManager::RunPrograms(
       {
         absl::MutexLock lock(&mu_);
         responses[i] = std::move(response);
+        finished[i] = 1;
         ++job->workers_done;
         // A call cut short by our own canceller is a consequence, not the
         // cause: the first reason recorded wins.
@@ -637,19 +646,90 @@ std::vector<absl::StatusOr<v1::RunTaskResponse>> JobManager::RunPrograms(
             cancel_others = true;
           }
         } else {
-          TransitionLocked(job, v1::JOB_STATE_RUNNING,
-                           absl::StrCat("worker ", worker.name, " finished (",
-                                        job->workers_done, "/", n, ")"),
-                           kProgressRunning + (1 - kProgressRunning) *
-                                                  job->workers_done /
-                                                  static_cast<double>(n));
+          // Never backwards: step progress may be ahead of this count.
+          TransitionLocked(
+              job, v1::JOB_STATE_RUNNING,
+              absl::StrCat("worker ", worker.name, " finished (",
+                           job->workers_done, "/", n, ")"),
+              std::max(job->job.progress(),
+                       kProgressRunning + (1 - kProgressRunning) *
+                                              job->workers_done /
+                                              static_cast<double>(n)));
         }
       }
       if (cancel_others) job->canceller.Cancel();
     });
   }
   for (std::thread& t : threads) t.join();
+  all_answered.Notify();
+  if (poller.joinable()) poller.join();
   return responses;
+}
+
+void JobManager::PollProgress(ActiveJob* job,
+                              const std::vector<WorkerEndpoint>& endpoints,
+                              const std::vector<v1::WorkerProgram>& programs,
+                              const std::vector<char>& finished,
+                              absl::Notification& done) {
+  const size_t n = programs.size();
+  // What each worker runs, from its program.
+  std::vector<int64_t> steps_total(n, 0), bytes_total(n, 0);
+  int64_t all_steps = 0, all_bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    steps_total[i] = programs[i].plan().steps_size();
+    for (const v1::Step& step : programs[i].plan().steps()) {
+      bytes_total[i] += step.bytes();
+    }
+    all_steps += steps_total[i];
+    all_bytes += bytes_total[i];
+  }
+  if (all_steps == 0) return;
+  std::vector<v1::TaskProgress> last(n);
+  const std::string id = job->job.id();  // set at Submit, never changed
+  while (!done.WaitForNotificationWithTimeout(options_.progress_interval)) {
+    std::vector<char> answered;
+    {
+      absl::MutexLock lock(&mu_);
+      answered = finished;
+    }
+    // Bounded so that a stuck worker cannot hold the job past its end.
+    const absl::Time deadline =
+        absl::Now() + std::min(options_.progress_interval, absl::Seconds(2));
+    int64_t steps_done = 0, bytes_done = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (answered[i]) {
+        steps_done += steps_total[i];
+        bytes_done += bytes_total[i];
+        continue;
+      }
+      absl::StatusOr<v1::GetStatusResponse> status =
+          client_->GetStatus(endpoints[i], deadline);
+      if (status.ok()) {
+        for (const v1::TaskProgress& task : status->tasks()) {
+          if (task.job_id() == id) last[i] = task;
+        }
+      }
+      steps_done += std::min<int64_t>(last[i].steps_done(), steps_total[i]);
+      bytes_done += std::min<int64_t>(last[i].bytes_done(), bytes_total[i]);
+    }
+    const double fraction =
+        all_bytes > 0 ? static_cast<double>(bytes_done) / all_bytes
+                      : static_cast<double>(steps_done) / all_steps;
+    const double progress =
+        kProgressRunning + (1 - kProgressRunning) * fraction;
+    absl::MutexLock lock(&mu_);
+    if (job->finished || job->cancel_requested || !job->failure.empty() ||
+        progress <= job->job.progress()) {
+      continue;
+    }
+    TransitionLocked(
+        job, v1::JOB_STATE_RUNNING,
+        // A step that crosses workers counts once on each of them.
+        absl::StrFormat("running: %.0f%% of the data moved (%d/%d worker "
+                        "steps done)",
+                        100 * fraction, steps_done, all_steps),
+        progress);
+  }
 }
 
 void JobManager::AbortWorkers(ActiveJob* job,

@@ -50,6 +50,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "controller/allocator.h"
 #include "controller/clock.h"
@@ -93,6 +94,11 @@ class JobManager {
     // order; absl::InfiniteDuration(): later jobs may always overtake.
     // Jobs that wait for a lost worker's host never hold others back.
     absl::Duration reserve_after = absl::Seconds(10);
+    // How often a running job's workers are asked how far they are
+    // (Worker.GetStatus); each answer that moves the job forward becomes a
+    // RUNNING event ("running: 40% of the data moved (12/40 worker steps
+    // done)"), weighted by the steps' bytes. Zero: never.
+    absl::Duration progress_interval = absl::Seconds(1);
   };
 
   // Every pointer must outlive the manager; `metrics` may be null.
@@ -161,6 +167,13 @@ class JobManager {
   void RunJob(ActiveJob* job) ABSL_LOCKS_EXCLUDED(mu_);
   // Runs the programs on their workers; returns each worker's answer.
   // programs[i] goes to endpoints[i].
+  // Until `done`, polls the workers of `job` every progress_interval and
+  // publishes its progress; `finished[i]` (guarded by mu_) says worker i
+  // has answered RunTask.
+  void PollProgress(ActiveJob* job, const std::vector<WorkerEndpoint>& endpoints,
+                    const std::vector<v1::WorkerProgram>& programs,
+                    const std::vector<char>& finished,
+                    absl::Notification& done) ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<absl::StatusOr<v1::RunTaskResponse>> RunPrograms(
       ActiveJob* job, const std::vector<WorkerEndpoint>& endpoints,
       const std::vector<v1::WorkerProgram>& programs) ABSL_LOCKS_EXCLUDED(mu_);

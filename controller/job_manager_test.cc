@@ -88,6 +88,7 @@ class JobManagerTest : public ::testing::Test {
     options.schedule_interval = absl::Milliseconds(10);
     options.abort_timeout = absl::Seconds(1);
     options.task_timeout = absl::Seconds(20);
+    options.progress_interval = absl::Milliseconds(10);
     manager_ =
         std::make_unique<JobManager>(options, store_.get(), registry_.get(),
                                      &kv_, &client_, &planner_, &clock_);
@@ -348,6 +349,51 @@ bool WaitForState(JobManager& manager, const std::string& id,
     absl::SleepFor(absl::Milliseconds(2));
   }
   return false;
+}
+
+TEST_F(JobManagerTest, StepsDoneOnWorkersBecomeRunningProgress) {
+  Start(2, 2);
+  client_.SetDefaultMode(FakeWorkerClient::Mode::kBlock);
+  const std::string id = Submit(SmallJob());
+  ASSERT_TRUE(client_.WaitForBlocked(2, absl::Seconds(10)));
+  // The workers' programs, to script how far each is.
+  std::vector<v1::WorkerProgram> programs = client_.programs();
+  ASSERT_EQ(programs.size(), 2u);
+  int64_t all_steps = 0, all_bytes = 0;
+  for (const v1::WorkerProgram& p : programs) {
+    all_steps += p.plan().steps_size();
+    for (const v1::Step& step : p.plan().steps()) all_bytes += step.bytes();
+  }
+  ASSERT_GT(all_bytes, 0);
+  // w0 has finished all its steps; w1 none.
+  const v1::WorkerProgram& first =
+      programs[0].worker() == "w0" ? programs[0] : programs[1];
+  int64_t first_bytes = 0;
+  for (const v1::Step& step : first.plan().steps()) first_bytes += step.bytes();
+  v1::GetStatusResponse status;
+  v1::TaskProgress* task = status.add_tasks();
+  task->set_job_id(id);
+  task->set_steps_done(first.plan().steps_size());
+  task->set_steps_total(first.plan().steps_size());
+  task->set_bytes_done(first_bytes);
+  task->set_bytes_total(first_bytes);
+  v1::TaskProgress* other = status.add_tasks();  // another job's: ignored
+  other->set_job_id("job-other");
+  other->set_steps_done(1000);
+  other->set_bytes_done(int64_t{1} << 40);
+  client_.SetStatus("w0", status);
+
+  ASSERT_TRUE(WaitForMessage(id, "running: "));
+  const v1::Job job = *manager_->Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(job.message(),
+              HasSubstr(absl::StrCat(first.plan().steps_size(), "/", all_steps,
+                                     " worker steps done")));
+  // Bytes decide: 10% for planning, the rest in proportion.
+  EXPECT_NEAR(job.progress(),
+              0.1 + 0.9 * static_cast<double>(first_bytes) / all_bytes, 1e-9);
+  EXPECT_LT(job.progress(), 1.0);
+  ASSERT_EQ(manager_->Cancel(id)->state(), v1::JOB_STATE_CANCELLED);
 }
 
 TEST_F(JobManagerTest, AJobThatWaitedLongEnoughHoldsLaterJobsBack) {

@@ -72,6 +72,10 @@ class WorkerClient {
                                  const std::string& job_id,
                                  const std::string& reason,
                                  absl::Time deadline) = 0;
+
+  // The worker's running jobs and how far each is (steps done).
+  virtual absl::StatusOr<v1::GetStatusResponse> GetStatus(
+      const WorkerEndpoint& worker, absl::Time deadline) = 0;
 };
 
 }  // namespace meshcast

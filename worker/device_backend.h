@@ -45,6 +45,11 @@ class DeviceJob {
 
   // Valid after Run returned a result.
   virtual ExecutorTimings timings() const = 0;
+
+  // Steps that succeeded so far; any thread, any time. A backend that does
+  // not track them reports none (the controller then shows progress per
+  // worker only).
+  virtual StepProgress progress() const { return {}; }
 };
 
 class DeviceBackend {

@@ -35,6 +35,13 @@ ExecutorTimings Executor::timings() const {
   return timings_;
 }
 
+StepProgress Executor::progress() const {
+  StepProgress progress;
+  progress.steps_done = steps_done_.load(std::memory_order_relaxed);
+  progress.bytes_done = bytes_done_.load(std::memory_order_relaxed);
+  return progress;
+}
+
 absl::StatusOr<v1::JobResult> Executor::Run(const ParsedProgram& program,
                                             Communicator* comm) {
   {
@@ -172,7 +179,12 @@ absl::Status Executor::RunSteps(const ParsedProgram& program,
         metrics->StepFinished(program, program.steps[i], elapsed);
       }
     }
-    if (!status.ok()) Fail(status);
+    if (!status.ok()) {
+      Fail(status);
+    } else {
+      steps_done_.fetch_add(1, std::memory_order_relaxed);
+      bytes_done_.fetch_add(program.steps[i].bytes, std::memory_order_relaxed);
+    }
     absl::MutexLock lock(&mu);
     --running;
     ++finished;

@@ -20,6 +20,8 @@
 #ifndef MESHCAST_WORKER_EXECUTOR_H_
 #define MESHCAST_WORKER_EXECUTOR_H_
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -55,6 +57,12 @@ struct ExecutorTimings {
   std::string first_mismatch;
 };
 
+// Steps of a program finished so far, and their bytes.
+struct StepProgress {
+  int steps_done = 0;
+  int64_t bytes_done = 0;
+};
+
 class Executor {
  public:
   explicit Executor(ExecutorOptions options) : options_(options) {}
@@ -69,6 +77,8 @@ class Executor {
   void Abort(absl::string_view reason);
 
   ExecutorTimings timings() const;
+  // Steps that succeeded so far; any thread, any time (for status polls).
+  StepProgress progress() const;
 
  private:
   // Exchanges a token with every other rank.
@@ -82,6 +92,8 @@ class Executor {
   mutable absl::Mutex mu_;
   Communicator* comm_ ABSL_GUARDED_BY(mu_) = nullptr;
   ExecutorTimings timings_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int> steps_done_{0};
+  std::atomic<int64_t> bytes_done_{0};
 };
 
 }  // namespace meshcast::worker

@@ -41,8 +41,29 @@ absl::StatusOr<v1::JobResult> Task::RunOnDevices(
   return job->Run(program, kv_);
 }
 
+v1::TaskProgress Task::progress() const {
+  StepProgress done;
+  {
+    absl::MutexLock lock(&mu_);
+    done = device_job_ != nullptr ? device_job_->progress()
+                                  : executor_.progress();
+  }
+  v1::TaskProgress progress;
+  progress.set_job_id(program_.job_id());
+  progress.set_steps_done(done.steps_done);
+  progress.set_steps_total(steps_total_.load(std::memory_order_relaxed));
+  progress.set_bytes_done(done.bytes_done);
+  progress.set_bytes_total(bytes_total_.load(std::memory_order_relaxed));
+  return progress;
+}
+
 absl::StatusOr<v1::JobResult> Task::Run() {
   ASSIGN_OR_RETURN(const ParsedProgram program, ParseProgram(program_));
+  int64_t bytes = 0;
+  for (const StepDesc& step : program.steps) bytes += step.bytes;
+  bytes_total_.store(bytes, std::memory_order_relaxed);
+  steps_total_.store(static_cast<int>(program.steps.size()),
+                     std::memory_order_relaxed);
   RETURN_IF_ERROR(cancellation_.status());
   if (options_.device_backend != nullptr) return RunOnDevices(program);
   std::unique_ptr<GlooCommunicator> comm;

@@ -14,6 +14,8 @@
 #ifndef MESHCAST_WORKER_TASK_H_
 #define MESHCAST_WORKER_TASK_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -22,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "meshcast/v1/job.pb.h"
 #include "meshcast/v1/plan.pb.h"
+#include "meshcast/v1/worker.pb.h"
 #include "worker/cancellation.h"
 #include "worker/deferred_closer.h"
 #include "worker/device_backend.h"
@@ -53,6 +56,8 @@ class Task {
   const std::string& job_id() const { return program_.job_id(); }
   // Valid after Run returned a result.
   ExecutorTimings timings() const;
+  // How far the program is; any thread, any time (GetStatus).
+  v1::TaskProgress progress() const;
 
  private:
   absl::StatusOr<v1::JobResult> RunOnDevices(const ParsedProgram& program);
@@ -65,6 +70,9 @@ class Task {
   mutable absl::Mutex mu_;
   Communicator* comm_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::unique_ptr<DeviceJob> device_job_ ABSL_GUARDED_BY(mu_);
+  // Totals of the parsed program (0 before Run has parsed it).
+  std::atomic<int> steps_total_{0};
+  std::atomic<int64_t> bytes_total_{0};
 };
 
 }  // namespace meshcast::worker

@@ -193,7 +193,19 @@ grpc::Status WorkerService::GetStatus(grpc::ServerContext*,
                                       v1::GetStatusResponse* response) {
   response->set_name(options_.name);
   response->set_num_devices(options_.num_devices);
-  for (const std::string& job : RunningJobs()) response->add_running_jobs(job);
+  std::vector<std::shared_ptr<Task>> tasks;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [job, task] : running_) tasks.push_back(task);
+  }
+  std::sort(tasks.begin(), tasks.end(),
+            [](const std::shared_ptr<Task>& a, const std::shared_ptr<Task>& b) {
+              return a->job_id() < b->job_id();
+            });
+  for (const std::shared_ptr<Task>& task : tasks) {
+    response->add_running_jobs(task->job_id());
+    *response->add_tasks() = task->progress();
+  }
   return grpc::Status::OK;
 }
 

@@ -147,7 +147,10 @@ TEST(WorkerServiceTest, AbortTaskStopsARunningJobAndGetStatusListsIt) {
   std::thread run([&] { response = a.RunTask(job.ProgramFor(0)); });
 
   v1::GetStatusResponse status;
-  for (int i = 0; i < 200 && status.running_jobs_size() == 0; ++i) {
+  // Until the task is listed with its program's totals (set once parsed).
+  for (int i = 0; i < 200 && (status.tasks_size() == 0 ||
+                              status.tasks(0).steps_total() == 0);
+       ++i) {
     grpc::ClientContext context;
     ASSERT_TRUE(a.stub().GetStatus(&context, {}, &status).ok());
     absl::SleepFor(absl::Milliseconds(10));
@@ -156,6 +159,14 @@ TEST(WorkerServiceTest, AbortTaskStopsARunningJobAndGetStatusListsIt) {
   EXPECT_EQ(status.num_devices(), 2);
   ASSERT_EQ(status.running_jobs_size(), 1);
   EXPECT_EQ(status.running_jobs(0), "job-stuck");
+  // Its progress: nothing done yet, one step of the program to do.
+  ASSERT_EQ(status.tasks_size(), 1);
+  EXPECT_EQ(status.tasks(0).job_id(), "job-stuck");
+  EXPECT_EQ(status.tasks(0).steps_done(), 0);
+  EXPECT_EQ(status.tasks(0).steps_total(),
+            job.ProgramFor(0).plan().steps_size());
+  EXPECT_GT(status.tasks(0).bytes_total(), 0);
+  EXPECT_EQ(status.tasks(0).bytes_done(), 0);
 
   const absl::Time start = absl::Now();
   grpc::ClientContext context;
@@ -197,6 +208,27 @@ TEST(WorkerServiceTest, CancelledRunTaskCallAbortsTheTask) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   EXPECT_TRUE(a.service().RunningJobs().empty());
+}
+
+TEST(TaskTest, ProgressCountsEveryFinishedStepAndItsBytes) {
+  TestJob job(1, 3, "job-progress");
+  const int t = job.AddTensor({{16, 8}, DType::kInt32});
+  job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
+  job.AddBuffer(1, t, job.FullBox(t), BufferRole::kDestination);
+  job.AddBuffer(2, t, job.FullBox(t), BufferRole::kDestination);
+  job.AddTransfer(t, job.FullBox(t), {0, 1});
+  job.AddTransfer(t, job.FullBox(t), {0, 2});
+  Task task(job.ProgramFor(0), nullptr, TaskOptions{});
+  const v1::TaskProgress before = task.progress();
+  EXPECT_EQ(before.job_id(), "job-progress");
+  EXPECT_EQ(before.steps_done(), 0);
+  EXPECT_EQ(before.steps_total(), 0);  // not parsed yet
+  ASSERT_TRUE(task.Run().ok());
+  const v1::TaskProgress after = task.progress();
+  EXPECT_EQ(after.steps_done(), 2);
+  EXPECT_EQ(after.steps_total(), 2);
+  EXPECT_EQ(after.bytes_done(), 2 * 16 * 8 * 4);
+  EXPECT_EQ(after.bytes_total(), 2 * 16 * 8 * 4);
 }
 
 }  // namespace
