@@ -3,30 +3,67 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "util/status_macros.h"
 #include "worker/cuda/cuda_handles.h"
 #include "worker/cuda/device_copy.h"
 #include "worker/cuda/device_pattern.h"
+#include "worker/cuda/relay_schedule.h"
 
 namespace meshcast::worker::cuda {
 namespace {
 
-// Chunks in flight per run: chunk g arrives while chunk g - 1 is forwarded.
-constexpr int kSlots = 2;
+// Once per GPU per process: readies the default stream-ordered pool that
+// holds the staging slots. It is shared with the peer GPUs (NCCL's
+// direct-pointer path, see ShareDefaultMemPoolWithPeers), and
+// cudaMemPoolReuseAllowInternalDependencies is turned off. With that
+// attribute on (the default) cudaMallocAsync may hand out a block freed on
+// another stream by making the allocating stream wait for that stream: a
+// step's slot allocation on lane 1 could wait for whatever lane 0 had
+// enqueued up to the free of some other step's slot, NCCL kernels blocked
+// on remote peers included. Such an edge can make a step wait for a later
+// step of another lane, which the ordering argument of docs/gpu.md rules
+// out: that later step may itself be waiting, through a peer, for this one
+// (a deadlock), and at best the lanes stop overlapping. Reuse of completed
+// frees (opportunistic) and after an explicit event dependency stays on:
+// neither adds a wait.
+absl::Status PrepareStagingPool(int gpu) {
+  RETURN_IF_ERROR(ShareDefaultMemPoolWithPeers(gpu));
+  static absl::Mutex* const mu = new absl::Mutex;
+  static auto* const prepared = new absl::flat_hash_set<int>;
+  absl::MutexLock lock(mu);
+  if (prepared->contains(gpu)) return absl::OkStatus();
+  ScopedCudaDevice on(gpu);
+  RETURN_IF_ERROR(on.status());
+  cudaMemPool_t pool = nullptr;
+  RETURN_IF_ERROR(CudaStatus(cudaDeviceGetDefaultMemPool(&pool, gpu),
+                             absl::StrCat("default memory pool of GPU ", gpu)));
+  int allow = 0;
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies,
+                              &allow),
+      absl::StrCat("keeping GPU ", gpu,
+                   "'s memory pool from adding stream dependencies")));
+  prepared->insert(gpu);
+  return absl::OkStatus();
+}
 
-// A maximal stretch of chain positions on one NCCL rank.
+// A run of the chain (RelayRun) with what this worker needs to drive it.
 struct Run {
-  int first = 0;  // chain positions [first, last]
-  int last = 0;
-  int rank = -1;  // NCCL rank
-  bool local = false;
+  RelayRun plan;
   int gpu = -1;  // local runs: CUDA ordinal
+  // Local runs: the lane's stream of `gpu`. Every operation of the run goes
+  // on it, and runs on one rank share it: RelaySchedule's ordering contract
+  // (packs, group, deliveries of each round in issue order on one stream)
+  // is what makes two staging slots enough without any event.
   cudaStream_t stream = nullptr;
   // Staging chunks (stream-ordered allocations), used when a chunk is not
-  // one contiguous segment of the run's first tile.
-  void* slots[kSlots] = {};
+  // one contiguous segment of the run's first tile; slot i holds the chunks
+  // g with g % kRelaySlots == i.
+  void* slots[kRelaySlots] = {};
 };
 
 class StepEnqueuer {
@@ -35,18 +72,8 @@ class StepEnqueuer {
                const DeviceLane& lane)
       : step_(step), env_(env), lane_(lane) {}
 
-  ~StepEnqueuer() {
-    // Stream-ordered frees: safe on every path, the memory returns to the
-    // pool once the stream has passed its last use.
-    for (Run& run : runs_) {
-      for (void*& slot : run.slots) {
-        if (slot == nullptr) continue;
-        ScopedCudaDevice on(run.gpu);
-        cudaFreeAsync(slot, run.stream);
-        slot = nullptr;
-      }
-    }
-  }
+  // Frees what an error left allocated (FreeSlots did the rest).
+  ~StepEnqueuer() { FreeSlots().IgnoreError(); }
 
   absl::Status Enqueue(absl::Span<const cudaEvent_t> waits,
                        const StepEvents& events) {
@@ -96,7 +123,7 @@ class StepEnqueuer {
     RETURN_IF_ERROR(BuildRuns());
     std::vector<int> gpus;
     for (const Run& run : runs_) {
-      if (run.local &&
+      if (run.plan.local &&
           std::find(gpus.begin(), gpus.end(), run.gpu) == gpus.end()) {
         gpus.push_back(run.gpu);
       }
@@ -106,8 +133,8 @@ class StepEnqueuer {
       RETURN_IF_ERROR(Pipeline());
     } else {
       for (const Run& run : runs_) {
-        if (!run.local) continue;
-        for (int p = std::max(run.first, 1); p <= run.last; ++p) {
+        if (!run.plan.local) continue;
+        for (int p = std::max(run.plan.first, 1); p <= run.plan.last; ++p) {
           RETURN_IF_ERROR(RecordHop(p, run.stream, run.gpu));
         }
       }
@@ -209,18 +236,20 @@ class StepEnqueuer {
 
   absl::Status BuildRuns() {
     const ParsedProgram& program = *env_.program;
-    for (int p = 0; p < static_cast<int>(step_.chain.size()); ++p) {
-      ASSIGN_OR_RETURN(const int rank, env_.nccl->RankOfDevice(step_.chain[p]));
-      if (!runs_.empty() && runs_.back().rank == rank) {
-        runs_.back().last = p;
-        continue;
-      }
+    const int length = static_cast<int>(step_.chain.size());
+    std::vector<int> ranks(length);
+    std::vector<bool> local(length);
+    for (int p = 0; p < length; ++p) {
+      ASSIGN_OR_RETURN(ranks[p], env_.nccl->RankOfDevice(step_.chain[p]));
+      local[p] = program.IsLocal(step_.chain[p]);
+    }
+    ASSIGN_OR_RETURN(const std::vector<RelayRun> plans,
+                     CutIntoRuns(ranks, local));
+    for (const RelayRun& plan : plans) {
       Run run;
-      run.first = run.last = p;
-      run.rank = rank;
-      run.local = program.IsLocal(step_.chain[p]);
-      if (run.local) {
-        run.gpu = env_.buffers->GpuOf(step_.chain[p]);
+      run.plan = plan;
+      if (plan.local) {
+        run.gpu = env_.buffers->GpuOf(step_.chain[plan.first]);
         ASSIGN_OR_RETURN(run.stream, StreamOf(run.gpu));
       }
       runs_.push_back(run);
@@ -236,45 +265,98 @@ class StepEnqueuer {
     return static_cast<size_t>(ChunkEnd(g) - ChunkBegin(g)) * element_size_;
   }
 
-  // Where chunk g of run j lives on its GPU: inside the run's first tile
-  // when it is one contiguous segment there (NCCL then reads or writes the
-  // tile itself), else in a staging slot.
-  struct ChunkHome {
-    uint8_t* data = nullptr;
-    bool in_tile = false;
-  };
-  absl::StatusOr<ChunkHome> HomeOf(int j, int64_t g) {
-    Run& run = runs_[j];
-    const DeviceTile* tile = tiles_[run.first];
+  // Where chunk g of run j lies in the run's first tile when it is one
+  // contiguous segment there (NCCL then reads or writes the tile itself),
+  // else null: it needs a staging slot. Run 0 sends from its sender tile;
+  // the others receive into their first receiver tile.
+  absl::StatusOr<uint8_t*> TileSegment(int j, int64_t g) const {
+    const DeviceTile* tile = tiles_[runs_[j].plan.first];
     ASSIGN_OR_RETURN(
         const RegionCopy copy,
         j == 0 ? MakePackCopy(step_.slice, tile->box(), ChunkBegin(g),
                               ChunkEnd(g), element_size_)
                : MakeUnpackCopy(step_.slice, tile->box(), ChunkBegin(g),
                                 ChunkEnd(g), element_size_));
-    if (IsSingleSegment(copy)) {
-      int64_t dst = 0, src = 0, length = 0;
-      RowSegment(copy, FirstRow(copy), &dst, &src, &length);
-      const int64_t in_tile = j == 0 ? src : dst;
-      return ChunkHome{tile->data() + in_tile * element_size_, true};
-    }
-    void*& slot = run.slots[g % kSlots];
+    if (!IsSingleSegment(copy)) return nullptr;
+    int64_t dst = 0, src = 0, length = 0;
+    RowSegment(copy, FirstRow(copy), &dst, &src, &length);
+    const int64_t in_tile = j == 0 ? src : dst;
+    return tile->data() + in_tile * element_size_;
+  }
+
+  // Where the chunk of `op` lives on its run's GPU: its tile segment or its
+  // staging slot (allocated by AllocateSlots).
+  struct ChunkHome {
+    uint8_t* data = nullptr;
+    bool in_tile = false;
+  };
+  absl::StatusOr<ChunkHome> HomeOf(const RelayOp& op) const {
+    ASSIGN_OR_RETURN(uint8_t* const segment, TileSegment(op.run, op.chunk));
+    if (segment != nullptr) return ChunkHome{segment, true};
+    void* const slot = runs_[op.run].slots[op.slot];
     if (slot == nullptr) {
-      RETURN_IF_ERROR(ShareDefaultMemPoolWithPeers(run.gpu));
-      ScopedCudaDevice on(run.gpu);
-      RETURN_IF_ERROR(on.status());
-      RETURN_IF_ERROR(CudaStatus(
-          cudaMallocAsync(&slot, slot_bytes_, run.stream),
-          absl::StrCat("allocating a ", slot_bytes_, "-byte chunk slot")));
+      return absl::InternalError(absl::StrCat("run ", op.run,
+                                              " has no staging slot ", op.slot,
+                                              " for chunk ", op.chunk));
     }
     return ChunkHome{static_cast<uint8_t*>(slot), false};
+  }
+
+  // Allocates every staging slot the step will use, before its first NCCL
+  // group: a failed allocation then leaves no peer waiting on a chain this
+  // worker has half issued.
+  absl::Status AllocateSlots(const RelaySchedule& schedule) {
+    for (int j = 0; j < static_cast<int>(runs_.size()); ++j) {
+      Run& run = runs_[j];
+      if (!run.plan.local) continue;
+      bool needed[kRelaySlots] = {};
+      int64_t missing = std::min<int64_t>(kRelaySlots, schedule.chunks());
+      for (int64_t g = 0; g < schedule.chunks() && missing > 0; ++g) {
+        const int slot = static_cast<int>(g % kRelaySlots);
+        if (needed[slot]) continue;
+        ASSIGN_OR_RETURN(uint8_t* const segment, TileSegment(j, g));
+        if (segment == nullptr) {
+          needed[slot] = true;
+          --missing;
+        }
+      }
+      for (int slot = 0; slot < kRelaySlots; ++slot) {
+        if (!needed[slot]) continue;
+        RETURN_IF_ERROR(PrepareStagingPool(run.gpu));
+        ScopedCudaDevice on(run.gpu);
+        RETURN_IF_ERROR(on.status());
+        RETURN_IF_ERROR(CudaStatus(
+            cudaMallocAsync(&run.slots[slot], slot_bytes_, run.stream),
+            absl::StrCat("allocating a ", slot_bytes_, "-byte chunk slot")));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Stream-ordered frees: the memory returns to the pool once the run's
+  // stream has passed its last use (NCCL's peer side of a slot is done when
+  // the send or receive completes on this stream). Issued before End, so
+  // the step's done event covers them.
+  absl::Status FreeSlots() {
+    absl::Status status;
+    for (Run& run : runs_) {
+      for (void*& slot : run.slots) {
+        if (slot == nullptr) continue;
+        ScopedCudaDevice on(run.gpu);
+        status.Update(on.status());
+        status.Update(CudaStatus(cudaFreeAsync(slot, run.stream),
+                                 "freeing a chunk slot"));
+        slot = nullptr;
+      }
+    }
+    return status;
   }
 
   // Copies packed chunk g from `chunk` into the tiles of positions
   // [from, run.last]; after the last chunk, records each one's hop event.
   absl::Status UnpackInto(const Run& run, int from, int64_t g,
                           const uint8_t* chunk) {
-    for (int p = from; p <= run.last; ++p) {
+    for (int p = from; p <= run.plan.last; ++p) {
       DeviceTile* tile = tiles_[p];
       ASSIGN_OR_RETURN(const RegionCopy copy,
                        MakeUnpackCopy(step_.slice, tile->box(), ChunkBegin(g),
@@ -287,107 +369,88 @@ class StepEnqueuer {
     return absl::OkStatus();
   }
 
+  // kPack: run 0 packs the chunk into its slot, unless it is one tile
+  // segment that NCCL sends directly.
+  absl::Status Pack(const RelayOp& op) {
+    const Run& run = runs_[op.run];
+    ASSIGN_OR_RETURN(const ChunkHome home, HomeOf(op));
+    if (home.in_tile) return absl::OkStatus();
+    const DeviceTile* tile = tiles_[run.plan.first];
+    ASSIGN_OR_RETURN(
+        const RegionCopy pack,
+        MakePackCopy(step_.slice, tile->box(), ChunkBegin(op.chunk),
+                     ChunkEnd(op.chunk), element_size_));
+    return EnqueueRegionCopy({home.data, run.gpu}, {tile->data(), run.gpu},
+                             pack, run.stream, run.gpu);
+  }
+
+  // kSend, kRecv: one operation of the round's NCCL group, with the chunk
+  // at `home` (found before the group, which holds up the other lanes).
+  absl::Status Transfer(const RelayOp& op, const ChunkHome& home) {
+    const Run& run = runs_[op.run];
+    const int peer = runs_[op.peer_run].plan.rank;
+    if (op.kind == RelayOpKind::kSend) {
+      return env_.nccl->Send(lane_.index, run.gpu, home.data,
+                             ChunkBytes(op.chunk), peer, run.stream);
+    }
+    return env_.nccl->Recv(lane_.index, run.gpu, home.data,
+                           ChunkBytes(op.chunk), peer, run.stream);
+  }
+
+  // kDeliver: the run's local receivers take the chunk from its home.
+  absl::Status Deliver(const RelayOp& op) {
+    const Run& run = runs_[op.run];
+    ASSIGN_OR_RETURN(const ChunkHome home, HomeOf(op));
+    if (op.run == 0) {
+      return UnpackInto(run, run.plan.first + 1, op.chunk, home.data);
+    }
+    if (home.in_tile && op.chunk == chunks_ - 1) {
+      // NCCL wrote the last chunk into run.first's tile itself.
+      RETURN_IF_ERROR(RecordHop(run.plan.first, run.stream, run.gpu));
+    }
+    return UnpackInto(run, home.in_tile ? run.plan.first + 1 : run.plan.first,
+                      op.chunk, home.data);
+  }
+
+  // The wavefront of RelaySchedule, round by round: packs, then one NCCL
+  // group with every local run's receive and send of the round (in chain
+  // order, as on every rank), then the deliveries, all on the runs' streams.
   absl::Status Pipeline() {
     chunk_elements_ = std::max<int64_t>(1, env_.chunk_bytes / element_size_);
     chunks_ = (elements_ + chunk_elements_ - 1) / chunk_elements_;
     slot_bytes_ = static_cast<size_t>(std::min(chunk_elements_, elements_)) *
                   element_size_;
-    const int runs = static_cast<int>(runs_.size());
-    // Round in which run j handles its group g: g + offset(j).
-    auto offset = [](int j) { return j == 0 ? 0 : j - 1; };
-    auto has_next = [&](int j) { return j + 1 < runs; };
-    int64_t rounds = 0;
-    for (int j = 0; j < runs; ++j) {
-      if (!runs_[j].local) continue;
-      const int64_t groups = j == 0 ? chunks_ : chunks_ + (has_next(j) ? 1 : 0);
-      rounds = std::max<int64_t>(rounds, offset(j) + groups);
-    }
+    std::vector<RelayRun> plans;
+    for (const Run& run : runs_) plans.push_back(run.plan);
+    ASSIGN_OR_RETURN(const RelaySchedule schedule,
+                     RelaySchedule::Create(std::move(plans), chunks_));
+    RETURN_IF_ERROR(AllocateSlots(schedule));
     const int lane = lane_.index;
-    for (int64_t t = 0; t < rounds; ++t) {
-      // Before the group: the sender packs chunk t if it must.
-      std::vector<ChunkHome> incoming(runs), outgoing(runs);
-      bool any = false;
-      for (int j = 0; j < runs; ++j) {
-        const Run& run = runs_[j];
-        if (!run.local) continue;
-        const int64_t g = t - offset(j);
-        if (j == 0) {
-          if (g < 0 || g >= chunks_) continue;
-          ASSIGN_OR_RETURN(outgoing[j], HomeOf(0, g));
-          if (!outgoing[j].in_tile) {
-            ASSIGN_OR_RETURN(
-                const RegionCopy pack,
-                MakePackCopy(step_.slice, tiles_[0]->box(), ChunkBegin(g),
-                             ChunkEnd(g), element_size_));
-            RETURN_IF_ERROR(EnqueueRegionCopy({outgoing[j].data, run.gpu},
-                                              {tiles_[0]->data(), run.gpu},
-                                              pack, run.stream, run.gpu));
-          }
-          any = true;
-        } else {
-          if (g >= 0 && g < chunks_) {
-            ASSIGN_OR_RETURN(incoming[j], HomeOf(j, g));
-            any = true;
-          }
-          if (has_next(j) && g >= 1 && g <= chunks_) {
-            ASSIGN_OR_RETURN(outgoing[j], HomeOf(j, g - 1));
-            any = true;
-          }
-        }
+    for (int64_t t = 0; t < schedule.rounds(); ++t) {
+      const RelayRound round = schedule.Round(t);
+      if (round.empty()) continue;
+      for (const RelayOp& op : round.before_group) {
+        RETURN_IF_ERROR(Pack(op));
       }
-      if (!any) continue;
-      // The group: every local run's receive and send of this round, in
-      // chain order (the order every rank uses).
+      std::vector<ChunkHome> homes;
+      for (const RelayOp& op : round.group) {
+        ASSIGN_OR_RETURN(const ChunkHome home, HomeOf(op));
+        homes.push_back(home);
+      }
       RETURN_IF_ERROR(env_.nccl->GroupStart(lane));
       absl::Status status;
-      for (int j = 0; j < runs && status.ok(); ++j) {
-        const Run& run = runs_[j];
-        if (!run.local) continue;
-        const int64_t g = t - offset(j);
-        if (j == 0) {
-          if (g >= 0 && g < chunks_) {
-            status = env_.nccl->Send(lane, run.gpu, outgoing[j].data,
-                                     ChunkBytes(g), runs_[1].rank, run.stream);
-          }
-          continue;
-        }
-        if (g >= 0 && g < chunks_) {
-          status =
-              env_.nccl->Recv(lane, run.gpu, incoming[j].data, ChunkBytes(g),
-                              runs_[j - 1].rank, run.stream);
-        }
-        if (status.ok() && has_next(j) && g >= 1 && g <= chunks_) {
-          status =
-              env_.nccl->Send(lane, run.gpu, outgoing[j].data,
-                              ChunkBytes(g - 1), runs_[j + 1].rank, run.stream);
-        }
+      for (size_t i = 0; i < round.group.size() && status.ok(); ++i) {
+        status = Transfer(round.group[i], homes[i]);
       }
       // Always close the group, even after a failed call.
       const absl::Status ended = env_.nccl->GroupEnd(lane);
       RETURN_IF_ERROR(status);
       RETURN_IF_ERROR(ended);
-      // After the group: local receivers take the chunk that arrived.
-      for (int j = 0; j < runs; ++j) {
-        const Run& run = runs_[j];
-        if (!run.local) continue;
-        const int64_t g = t - offset(j);
-        if (g < 0 || g >= chunks_) continue;
-        if (j == 0) {
-          if (run.last >= 1) {
-            RETURN_IF_ERROR(UnpackInto(run, 1, g, outgoing[j].data));
-          }
-        } else {
-          if (incoming[j].in_tile && g == chunks_ - 1) {
-            // NCCL wrote the last chunk into run.first's tile itself.
-            RETURN_IF_ERROR(RecordHop(run.first, run.stream, run.gpu));
-          }
-          RETURN_IF_ERROR(
-              UnpackInto(run, incoming[j].in_tile ? run.first + 1 : run.first,
-                         g, incoming[j].data));
-        }
+      for (const RelayOp& op : round.after_group) {
+        RETURN_IF_ERROR(Deliver(op));
       }
     }
-    return absl::OkStatus();
+    return FreeSlots();
   }
 
   const StepDesc& step_;

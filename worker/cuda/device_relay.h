@@ -17,7 +17,12 @@
 // NCCL's order-based matching needs. Chunks are packed on the GPU only when
 // the slice is not contiguous in the tile; otherwise NCCL reads and writes
 // the tiles directly. Local receivers of a run get each chunk by an
-// on-device copy right after it arrived.
+// on-device copy right after it arrived. Which operation happens in which
+// round and staging slot is RelaySchedule's (relay_schedule.h, checked by a
+// host test); all operations of a run go on the lane's stream of its GPU,
+// in the schedule's order, which is all the ordering two staging slots per
+// run need. The slots are allocated before the first NCCL group and freed
+// before `done`.
 //
 //   DeviceRelayEnvironment env{&program, &buffers, nccl, chunk_bytes};
 //   StepEvents events{start_event, done_event};  // + optional hop events
