@@ -170,6 +170,13 @@ void DeviceExecutor::Fail(const absl::Status& status) {
   if (nccl_ != nullptr) nccl_->Abort(std::string(status.message()));
 }
 
+StepProgress DeviceExecutor::progress() const {
+  StepProgress progress;
+  progress.steps_done = steps_done_.load(std::memory_order_relaxed);
+  progress.bytes_done = bytes_done_.load(std::memory_order_relaxed);
+  return progress;
+}
+
 ExecutorTimings DeviceExecutor::timings() const {
   absl::MutexLock lock(&mu_);
   return timings_;
@@ -366,6 +373,8 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
         complete[i] = true;
         ++completed;
         last_progress = absl::Now();
+        steps_done_.fetch_add(1, std::memory_order_relaxed);
+        bytes_done_.fetch_add(program.steps[i].bytes, std::memory_order_relaxed);
         if (metrics != nullptr) {
           metrics->StepEnded();
           // Both events are complete (start precedes done on its stream).

@@ -94,6 +94,8 @@ class DeviceExecutor : public DeviceJob {
                                     KvStore* kv) override;
   void Abort(absl::string_view reason) override;
   ExecutorTimings timings() const override;
+  // Steps whose done event completed so far.
+  StepProgress progress() const override;
 
  private:
   void Fail(const absl::Status& status);
@@ -107,6 +109,8 @@ class DeviceExecutor : public DeviceJob {
   mutable absl::Mutex mu_;
   NcclCommunicator* nccl_ ABSL_GUARDED_BY(mu_) = nullptr;
   ExecutorTimings timings_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int> steps_done_{0};
+  std::atomic<int64_t> bytes_done_{0};
 };
 
 // The DeviceBackend of a GPU worker: one DeviceExecutor per job.

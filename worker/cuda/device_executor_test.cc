@@ -382,6 +382,12 @@ TEST_F(DeviceExecutorTest, ReportsStepsHopsAndTileMemory) {
   options.metrics = &metrics;
   DeviceExecutor executor(VirtualDevices(0, 4), options);
   ExpectVerified(executor.Run(*program, nullptr), (64 + 32 + 64) * 48);
+  // Progress (GetStatus) counts every step and its bytes.
+  const StepProgress progress = executor.progress();
+  EXPECT_EQ(progress.steps_done, 4);
+  int64_t step_bytes = 0;
+  for (const StepDesc& s : program->steps) step_bytes += s.bytes;
+  EXPECT_EQ(progress.bytes_done, step_bytes);
   const std::string text = metrics.registry().Render();
   auto series = [](const std::string& name, const std::string& labels) {
     return absl::StrCat("meshcast_worker_", name, "{", labels, "}");
