@@ -1,8 +1,10 @@
 #include "cli/job_commands.h"
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -100,6 +102,34 @@ absl::StatusOr<std::string> JobIdArgument(const FlagSet& flags,
         "unexpected argument '", positional[1], "'; give one job ID"));
   }
   return positional[0];
+}
+
+// What get, watch and cancel share once their flags are registered:
+// parse, --help, `check` of the parsed values (may be null), the one job ID
+// argument, connect. Returns the CommandResult to end with (help or an
+// error), or nullopt with `id` and `client` set.
+std::optional<CommandResult> StartJobIdCommand(
+    const char* command, const std::vector<std::string>& args,
+    const CommandContext& context, FlagSet& flags, ClientFlags& client_flags,
+    const std::function<absl::Status()>& check, std::string* id,
+    std::unique_ptr<ControllerClient>* client) {
+  client_flags.Register(flags);
+  const absl::Status parsed = flags.Parse(args);
+  if (flags.help_requested()) return CommandResult{kExitOk, flags.Usage(), ""};
+  if (!parsed.ok()) return Fail(command, kExitUsage, parsed.message());
+  if (check != nullptr) {
+    if (absl::Status status = check(); !status.ok()) {
+      return FailWithStatus(command, status);
+    }
+  }
+  absl::StatusOr<std::string> job_id = JobIdArgument(flags, command);
+  if (!job_id.ok()) return FailWithStatus(command, job_id.status());
+  absl::StatusOr<std::unique_ptr<ControllerClient>> connected =
+      client_flags.Connect(context);
+  if (!connected.ok()) return FailWithStatus(command, connected.status());
+  *id = *std::move(job_id);
+  *client = *std::move(connected);
+  return std::nullopt;
 }
 
 // Final line of a job that ended: "job ID SUCCEEDED: message".
@@ -313,16 +343,14 @@ CommandResult RunGetCommand(const std::vector<std::string>& args,
                              "object, with per-step timings.\n\n",
                              kControllerHelp, "\n\n", kExitCodesHelp));
   OutputFlag(flags, &output);
-  client_flags.Register(flags);
-  const absl::Status parsed = flags.Parse(args);
-  if (flags.help_requested()) return CommandResult{kExitOk, flags.Usage(), ""};
-  if (!parsed.ok()) return Fail(kCommand, kExitUsage, parsed.message());
-  absl::StatusOr<std::string> id = JobIdArgument(flags, kCommand);
-  if (!id.ok()) return FailWithStatus(kCommand, id.status());
-  absl::StatusOr<std::unique_ptr<ControllerClient>> client =
-      client_flags.Connect(context);
-  if (!client.ok()) return FailWithStatus(kCommand, client.status());
-  absl::StatusOr<v1::Job> job = (*client)->GetJob(*id);
+  std::string id;
+  std::unique_ptr<ControllerClient> client;
+  if (std::optional<CommandResult> end =
+          StartJobIdCommand(kCommand, args, context, flags, client_flags,
+                            nullptr, &id, &client)) {
+    return *end;
+  }
+  absl::StatusOr<v1::Job> job = client->GetJob(id);
   if (!job.ok()) return FailWithStatus(kCommand, job.status());
   CommandResult result;
   result.out = output == "json"
@@ -393,21 +421,16 @@ CommandResult RunWatchCommand(const std::vector<std::string>& args,
   flags.Double("timeout", &timeout_seconds, "SECONDS",
                "give up after this long (0 = never)");
   OutputFlag(flags, &output);
-  client_flags.Register(flags);
-  const absl::Status parsed = flags.Parse(args);
-  if (flags.help_requested()) return CommandResult{kExitOk, flags.Usage(), ""};
-  if (!parsed.ok()) return Fail(kCommand, kExitUsage, parsed.message());
-  if (absl::Status status = CheckTimeout(timeout_seconds); !status.ok()) {
-    return FailWithStatus(kCommand, status);
+  std::string id;
+  std::unique_ptr<ControllerClient> client;
+  if (std::optional<CommandResult> end = StartJobIdCommand(
+          kCommand, args, context, flags, client_flags,
+          [&] { return CheckTimeout(timeout_seconds); }, &id, &client)) {
+    return *end;
   }
-  absl::StatusOr<std::string> id = JobIdArgument(flags, kCommand);
-  if (!id.ok()) return FailWithStatus(kCommand, id.status());
-  absl::StatusOr<std::unique_ptr<ControllerClient>> client =
-      client_flags.Connect(context);
-  if (!client.ok()) return FailWithStatus(kCommand, client.status());
   const bool json = output == "json";
   absl::StatusOr<v1::Job> job =
-      FollowJob(**client, *id, TimeoutOf(timeout_seconds), /*stream=*/!json,
+      FollowJob(*client, id, TimeoutOf(timeout_seconds), /*stream=*/!json,
                 /*json_lines=*/json, context);
   if (!job.ok()) return FailWithStatus(kCommand, job.status());
   CommandResult result;
@@ -431,16 +454,14 @@ CommandResult RunCancelCommand(const std::vector<std::string>& args,
                              "ended cannot be cancelled (exit code 1).\n\n",
                              kControllerHelp, "\n\n", kExitCodesHelp));
   OutputFlag(flags, &output);
-  client_flags.Register(flags);
-  const absl::Status parsed = flags.Parse(args);
-  if (flags.help_requested()) return CommandResult{kExitOk, flags.Usage(), ""};
-  if (!parsed.ok()) return Fail(kCommand, kExitUsage, parsed.message());
-  absl::StatusOr<std::string> id = JobIdArgument(flags, kCommand);
-  if (!id.ok()) return FailWithStatus(kCommand, id.status());
-  absl::StatusOr<std::unique_ptr<ControllerClient>> client =
-      client_flags.Connect(context);
-  if (!client.ok()) return FailWithStatus(kCommand, client.status());
-  absl::StatusOr<v1::Job> job = (*client)->CancelJob(*id);
+  std::string id;
+  std::unique_ptr<ControllerClient> client;
+  if (std::optional<CommandResult> end =
+          StartJobIdCommand(kCommand, args, context, flags, client_flags,
+                            nullptr, &id, &client)) {
+    return *end;
+  }
+  absl::StatusOr<v1::Job> job = client->CancelJob(id);
   if (!job.ok()) return FailWithStatus(kCommand, job.status());
   CommandResult result;
   result.out = output == "json"
