@@ -1,6 +1,8 @@
 #include "worker/cuda/device_buffer_set.h"
 
+#include <cstdint>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -151,6 +153,41 @@ int DeviceBufferSet::GpuOf(int device) const {
   return it == device_gpu_.end() ? -1 : it->second;
 }
 
+namespace {
+
+// Tiles up to this size are copied whole to locate their first mismatch.
+constexpr int64_t kMaxDescribedTileBytes = int64_t{1} << 30;
+
+// Copies `tile` to pinned host memory and names its first wrong element.
+absl::StatusOr<std::string> DescribeFirstMismatch(const DeviceTile& tile,
+                                                  const BufferDesc& buffer,
+                                                  const TensorSpec& spec,
+                                                  cudaStream_t stream) {
+  if (tile.size_bytes() > kMaxDescribedTileBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the tile has ", tile.size_bytes(),
+                     " bytes, more than the ", kMaxDescribedTileBytes,
+                     " copied to the host to describe a mismatch"));
+  }
+  ASSIGN_OR_RETURN(PinnedHostMemory host,
+                   PinnedHostMemory::Allocate(tile.size_bytes()));
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(host.data(), tile.data(), tile.size_bytes(),
+                      cudaMemcpyDeviceToHost, stream),
+      "copying a tile to the host"));
+  RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream),
+                             "copying a tile to the host"));
+  ASSIGN_OR_RETURN(const VerifyResult result,
+                   VerifyBox(absl::MakeConstSpan(host.data(), host.size()),
+                             buffer.box, spec, buffer.tensor));
+  return absl::StrCat("device ", buffer.device, " (GPU ", tile.gpu(),
+                      ") tensor ", buffer.tensor, " global index ",
+                      result.first_mismatch_index, ": ",
+                      result.first_mismatch);
+}
+
+}  // namespace
+
 absl::StatusOr<VerificationSummary> DeviceBufferSet::VerifyDestinations()
     const {
   VerificationSummary summary;
@@ -174,23 +211,19 @@ absl::StatusOr<VerificationSummary> DeviceBufferSet::VerifyDestinations()
                                              buffer.tensor, it->second.get()));
     summary.mismatches += mismatches;
     if (mismatches == 0 || !summary.first_mismatch.empty()) continue;
-    // Describe the first mismatch on the host, through pinned memory.
-    ASSIGN_OR_RETURN(PinnedHostMemory host,
-                     PinnedHostMemory::Allocate(tile->size_bytes()));
-    RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(host.data(), tile->data(), tile->size_bytes(),
-                        cudaMemcpyDeviceToHost, it->second.get()),
-        "copying a tile to the host"));
-    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(it->second.get()),
-                               "copying a tile to the host"));
-    ASSIGN_OR_RETURN(const VerifyResult result,
-                     VerifyBox(absl::MakeConstSpan(host.data(), host.size()),
-                               buffer.box, spec, buffer.tensor));
-    summary.first_mismatch = absl::StrCat(
-        "device ", buffer.device, " (GPU ", tile->gpu(), ") tensor ",
-        buffer.tensor, " global index ", result.first_mismatch_index, ": ",
-        result.first_mismatch, " (", mismatches, " mismatches in tile ",
-        BoxToString(buffer.box), ")");
+    absl::StatusOr<std::string> first = DescribeFirstMismatch(
+        *tile, buffer, spec, it->second.get());
+    summary.first_mismatch =
+        first.ok()
+            ? absl::StrCat(*first, " (", mismatches, " mismatches in tile ",
+                           BoxToString(buffer.box), ")")
+            // Mismatches stay the job's verdict even when the first cannot
+            // be located; an error here would hide them.
+            : absl::StrCat(mismatches, " mismatches in tile ",
+                           BoxToString(buffer.box), " on device ",
+                           buffer.device, " (GPU ", tile->gpu(),
+                           "); the first could not be located: ",
+                           first.status().message());
   }
   return summary;
 }
