@@ -694,7 +694,7 @@ void JobManager::PollProgress(ActiveJob* job,
     }
     // Bounded so that a stuck worker cannot hold the job past its end.
     const absl::Time deadline =
-        absl::Now() + std::min(options_.progress_interval, absl::Seconds(2));
+        absl::Now() + std::min(options_.progress_interval, absl::Seconds(1));
     int64_t steps_done = 0, bytes_done = 0;
     for (size_t i = 0; i < n; ++i) {
       if (answered[i]) {
@@ -702,6 +702,9 @@ void JobManager::PollProgress(ActiveJob* job,
         bytes_done += bytes_total[i];
         continue;
       }
+      // The job may end while an unresponsive worker is polled: stop, so
+      // that its end waits for at most one call.
+      if (done.HasBeenNotified()) return;
       absl::StatusOr<v1::GetStatusResponse> status =
           client_->GetStatus(endpoints[i], deadline);
       if (status.ok()) {

@@ -283,67 +283,97 @@ TEST(WorkerMetricsTest, ServiceCountsTasksAndVerification) {
   EXPECT_THAT(text, Not(HasSubstr("partial")));
 }
 
-// A device backend (GPUs) that reports one step of 0.5 s and what it
-// verified, or is aborted.
+// A device backend (GPUs) whose jobs report each step as taking
+// `step_seconds` and `verified` elements, or are aborted. With `live` set it
+// also reports each step to those metrics as it finishes, as the CUDA
+// backend does when given a metrics pointer.
 class FakeDeviceBackend : public DeviceBackend {
  public:
-  explicit FakeDeviceBackend(bool cancelled) : cancelled_(cancelled) {}
+  struct Behaviour {
+    bool cancelled = false;
+    double step_seconds = 0.5;
+    int64_t verified = 7;
+    WorkerMetrics* live = nullptr;
+  };
+  explicit FakeDeviceBackend(Behaviour behaviour) : behaviour_(behaviour) {}
   std::unique_ptr<DeviceJob> NewJob() override {
-    return std::make_unique<Job>(cancelled_);
+    return std::make_unique<Job>(behaviour_);
   }
+  bool ReportsMetrics() const override { return behaviour_.live != nullptr; }
 
  private:
   class Job : public DeviceJob {
    public:
-    explicit Job(bool cancelled) : cancelled_(cancelled) {}
+    explicit Job(Behaviour behaviour) : behaviour_(behaviour) {}
     absl::StatusOr<v1::JobResult> Run(const ParsedProgram& program,
                                       KvStore*) override {
-      if (cancelled_) return absl::CancelledError("aborted by the test");
+      if (behaviour_.cancelled) {
+        return absl::CancelledError("aborted by the test");
+      }
       v1::JobResult result;
       for (const StepDesc& step : program.steps) {
+        if (behaviour_.live != nullptr) {
+          behaviour_.live->StepFinished(program, step, behaviour_.step_seconds);
+        }
         v1::StepResult* s = result.add_steps();
         s->set_step(step.id);
         s->set_bytes(step.bytes);
-        s->set_seconds(0.5);
+        s->set_seconds(behaviour_.step_seconds);
       }
-      result.set_elements_verified(7);
+      result.set_elements_verified(behaviour_.verified);
       return result;
     }
     void Abort(absl::string_view) override {}
     ExecutorTimings timings() const override { return {}; }
 
    private:
-    const bool cancelled_;
+    const Behaviour behaviour_;
   };
-  const bool cancelled_;
+  const Behaviour behaviour_;
 };
+
+// Worker 0's program of a two-worker job: device 0 (here) sends to device 2
+// on the other worker, then device 3 (there) sends to device 1 (here).
+v1::WorkerProgram CrossWorkerProgram(const std::string& job_id) {
+  TestJob job(2, 2, job_id);
+  const int t = job.AddTensor({{16, 8}, DType::kInt32});
+  job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
+  job.AddBuffer(2, t, job.FullBox(t), BufferRole::kDestination);
+  job.AddBuffer(3, t, job.FullBox(t), BufferRole::kSource);
+  job.AddBuffer(1, t, job.FullBox(t), BufferRole::kDestination);
+  job.AddTransfer(t, job.FullBox(t), {0, 2});
+  job.AddTransfer(t, job.FullBox(t), {3, 1});
+  return job.ProgramFor(0);
+}
+
+// Runs `program` on a 2-device service over `backend`, reporting to
+// `metrics`.
+v1::RunTaskResponse RunOnDeviceBackend(std::shared_ptr<DeviceBackend> backend,
+                                       WorkerMetrics* metrics,
+                                       const v1::WorkerProgram& program) {
+  WorkerServiceOptions options;
+  options.name = "gpu0";
+  options.num_devices = 2;
+  options.metrics = metrics;
+  options.task.device_backend = std::move(backend);
+  WorkerService service(options, /*kv=*/nullptr);
+  v1::RunTaskRequest request;
+  *request.mutable_program() = program;
+  v1::RunTaskResponse response;
+  EXPECT_TRUE(service.RunTask(nullptr, &request, &response).ok());
+  return response;
+}
 
 // Device backends do not report live: the service records their steps from
 // the result, with the remote backend's name on inter-worker bytes.
 TEST(WorkerMetricsTest, ServiceRecordsDeviceBackendStepsFromTheResult) {
   WorkerMetrics metrics(2, "nccl");
   for (bool cancelled : {false, true}) {
-    WorkerServiceOptions options;
-    options.name = "gpu0";
-    options.num_devices = 2;
-    options.metrics = &metrics;
-    options.task.device_backend =
-        std::make_shared<FakeDeviceBackend>(cancelled);
-    WorkerService service(options, /*kv=*/nullptr);
-    // Device 0 (here) sends to device 2 on the other worker, then device 3
-    // (there) sends to device 1 (here).
-    TestJob job(2, 2, cancelled ? "aborted" : "done");
-    const int t = job.AddTensor({{16, 8}, DType::kInt32});
-    job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
-    job.AddBuffer(2, t, job.FullBox(t), BufferRole::kDestination);
-    job.AddBuffer(3, t, job.FullBox(t), BufferRole::kSource);
-    job.AddBuffer(1, t, job.FullBox(t), BufferRole::kDestination);
-    job.AddTransfer(t, job.FullBox(t), {0, 2});
-    job.AddTransfer(t, job.FullBox(t), {3, 1});
-    v1::RunTaskRequest request;
-    *request.mutable_program() = job.ProgramFor(0);
-    v1::RunTaskResponse response;
-    ASSERT_TRUE(service.RunTask(nullptr, &request, &response).ok());
+    FakeDeviceBackend::Behaviour behaviour;
+    behaviour.cancelled = cancelled;
+    const v1::RunTaskResponse response = RunOnDeviceBackend(
+        std::make_shared<FakeDeviceBackend>(behaviour), &metrics,
+        CrossWorkerProgram(cancelled ? "aborted" : "done"));
     EXPECT_EQ(response.ok(), !cancelled) << response.error();
   }
   const double bytes = 16 * 8 * 4;
@@ -365,65 +395,17 @@ TEST(WorkerMetricsTest, ServiceRecordsDeviceBackendStepsFromTheResult) {
               Optional(7.0));
 }
 
-// A device backend that reports its steps live (as the CUDA backend does
-// with a metrics pointer): one step of 0.25 s each, straight into metrics.
-class LiveReportingBackend : public DeviceBackend {
- public:
-  explicit LiveReportingBackend(WorkerMetrics* metrics) : metrics_(metrics) {}
-  std::unique_ptr<DeviceJob> NewJob() override {
-    return std::make_unique<Job>(metrics_);
-  }
-  bool ReportsMetrics() const override { return true; }
-
- private:
-  class Job : public DeviceJob {
-   public:
-    explicit Job(WorkerMetrics* metrics) : metrics_(metrics) {}
-    absl::StatusOr<v1::JobResult> Run(const ParsedProgram& program,
-                                      KvStore*) override {
-      v1::JobResult result;
-      for (const StepDesc& step : program.steps) {
-        metrics_->StepFinished(program, step, 0.25);
-        v1::StepResult* s = result.add_steps();
-        s->set_step(step.id);
-        s->set_bytes(step.bytes);
-        s->set_seconds(0.25);
-      }
-      result.set_elements_verified(3);
-      return result;
-    }
-    void Abort(absl::string_view) override {}
-    ExecutorTimings timings() const override { return {}; }
-
-   private:
-    WorkerMetrics* const metrics_;
-  };
-  WorkerMetrics* const metrics_;
-};
-
 // GPU workers report their steps as they finish; the service must not count
 // them again from the result.
 TEST(WorkerMetricsTest, ServiceDoesNotRecountStepsOfALiveReportingBackend) {
   WorkerMetrics metrics(2, "nccl");
-  WorkerServiceOptions options;
-  options.name = "gpu0";
-  options.num_devices = 2;
-  options.metrics = &metrics;
-  options.task.device_backend =
-      std::make_shared<LiveReportingBackend>(&metrics);
-  WorkerService service(options, /*kv=*/nullptr);
-  TestJob job(2, 2, "live");
-  const int t = job.AddTensor({{16, 8}, DType::kInt32});
-  job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
-  job.AddBuffer(2, t, job.FullBox(t), BufferRole::kDestination);
-  job.AddBuffer(3, t, job.FullBox(t), BufferRole::kSource);
-  job.AddBuffer(1, t, job.FullBox(t), BufferRole::kDestination);
-  job.AddTransfer(t, job.FullBox(t), {0, 2});
-  job.AddTransfer(t, job.FullBox(t), {3, 1});
-  v1::RunTaskRequest request;
-  *request.mutable_program() = job.ProgramFor(0);
-  v1::RunTaskResponse response;
-  ASSERT_TRUE(service.RunTask(nullptr, &request, &response).ok());
+  FakeDeviceBackend::Behaviour behaviour;
+  behaviour.step_seconds = 0.25;
+  behaviour.verified = 3;
+  behaviour.live = &metrics;
+  const v1::RunTaskResponse response =
+      RunOnDeviceBackend(std::make_shared<FakeDeviceBackend>(behaviour),
+                         &metrics, CrossWorkerProgram("live"));
   EXPECT_TRUE(response.ok()) << response.error();
   const double bytes = 16 * 8 * 4;
   const std::string text = metrics.registry().Render();

@@ -193,16 +193,7 @@ grpc::Status WorkerService::GetStatus(grpc::ServerContext*,
                                       v1::GetStatusResponse* response) {
   response->set_name(options_.name);
   response->set_num_devices(options_.num_devices);
-  std::vector<std::shared_ptr<Task>> tasks;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [job, task] : running_) tasks.push_back(task);
-  }
-  std::sort(tasks.begin(), tasks.end(),
-            [](const std::shared_ptr<Task>& a, const std::shared_ptr<Task>& b) {
-              return a->job_id() < b->job_id();
-            });
-  for (const std::shared_ptr<Task>& task : tasks) {
+  for (const std::shared_ptr<Task>& task : RunningTasks()) {
     response->add_running_jobs(task->job_id());
     *response->add_tasks() = task->progress();
   }
@@ -223,11 +214,24 @@ void WorkerService::Shutdown(absl::string_view reason) {
   }
 }
 
+std::vector<std::shared_ptr<Task>> WorkerService::RunningTasks() const {
+  std::vector<std::shared_ptr<Task>> tasks;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [job, task] : running_) tasks.push_back(task);
+  }
+  std::sort(tasks.begin(), tasks.end(),
+            [](const std::shared_ptr<Task>& a, const std::shared_ptr<Task>& b) {
+              return a->job_id() < b->job_id();
+            });
+  return tasks;
+}
+
 std::vector<std::string> WorkerService::RunningJobs() const {
-  absl::MutexLock lock(&mu_);
   std::vector<std::string> jobs;
-  for (const auto& [job, task] : running_) jobs.push_back(job);
-  std::sort(jobs.begin(), jobs.end());
+  for (const std::shared_ptr<Task>& task : RunningTasks()) {
+    jobs.push_back(task->job_id());
+  }
   return jobs;
 }
 

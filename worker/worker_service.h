@@ -63,6 +63,9 @@ class WorkerService final : public v1::Worker::Service {
   std::vector<std::string> RunningJobs() const;
 
  private:
+  // The tasks running now, by job id.
+  std::vector<std::shared_ptr<Task>> RunningTasks() const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Runs the task on its own thread while watching `context` for
   // cancellation; returns its result.
   absl::StatusOr<v1::JobResult> RunWatched(grpc::ServerContext* context,
