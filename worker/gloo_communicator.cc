@@ -3,6 +3,8 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <mutex>
 #include <utility>
@@ -148,13 +150,17 @@ struct GlooCommunicator::State {
         op_timeout(op_timeout),
         peer_names(std::move(peer_names)) {}
 
-  // "rank 3 (worker-3)", or "rank 3" when the name is unknown.
-  std::string PeerText(int rank) const {
+  // "send to rank 3 (worker-3) (tag 7, 1024 bytes)", for errors; the name
+  // is left out when unknown.
+  std::string TransferText(bool is_send, int rank, uint64_t tag,
+                           size_t bytes) const {
+    std::string peer = absl::StrCat("rank ", rank);
     if (rank >= 0 && rank < static_cast<int>(peer_names.size()) &&
         !peer_names[rank].empty()) {
-      return absl::StrCat("rank ", rank, " (", peer_names[rank], ")");
+      absl::StrAppend(&peer, " (", peer_names[rank], ")");
     }
-    return absl::StrCat("rank ", rank);
+    return absl::StrCat(is_send ? "send to " : "receive from ", peer,
+                        " (tag ", tag, ", ", bytes, " bytes)");
   }
 
   // The device owns Gloo's event loop thread; it must outlive the context.
@@ -221,9 +227,7 @@ class GlooRequest : public CommRequest {
 
  private:
   std::string Describe() const {
-    return absl::StrCat(is_send_ ? "send to " : "receive from ",
-                        state_->PeerText(peer_), " (tag ", tag_, ", ",
-                        buffer_->size, " bytes)");
+    return state_->TransferText(is_send_, peer_, tag_, buffer_->size);
   }
 
   void Unregister() {
@@ -317,9 +321,7 @@ absl::StatusOr<std::unique_ptr<CommRequest>> GlooCommunicator::Start(
     request = std::make_unique<GlooRequest>(state_, std::move(buffer), is_send,
                                             peer, tag);
   } catch (const std::exception& e) {
-    return FromException(absl::StrCat(is_send ? "send to" : "receive from",
-                                      " rank ", peer, " (tag ", tag, ")"),
-                         e);
+    return FromException(state_->TransferText(is_send, peer, tag, size), e);
   }
   absl::MutexLock lock(&state_->mu);
   // Posted outside the lock so concurrent steps do not serialize on it; an

@@ -289,7 +289,9 @@ TEST(GlooCommunicatorTest, SendingToAKilledPeerProcessFailsWithoutSigpipe) {
         {MESHCAST_GLOO_PEER_BINARY, controller.address(), prefix, "1", "2",
          "hang"});
     ASSERT_GT(child, 0);
-    auto comm = GlooCommunicator::Create(kv, prefix, 0, 2, FastOptions());
+    GlooOptions options = FastOptions();
+    options.peer_names = {"this-worker", "killed-worker"};
+    auto comm = GlooCommunicator::Create(kv, prefix, 0, 2, options);
     ASSERT_TRUE(comm.ok()) << comm.status();
     // Gloo's sockets do not use MSG_NOSIGNAL: the process must ignore it.
     struct sigaction action;
@@ -322,6 +324,9 @@ TEST(GlooCommunicatorTest, SendingToAKilledPeerProcessFailsWithoutSigpipe) {
     sender.join();
     EXPECT_TRUE(WIFSIGNALED(wait_status));
     EXPECT_FALSE(last.ok()) << "sends to a killed peer kept succeeding";
+    // A send refused when posted names the peer's worker too.
+    EXPECT_THAT(last.message(), HasSubstr("send to rank 1 (killed-worker)"))
+        << last;
   }
 }
 
