@@ -89,9 +89,7 @@ void VerifyRun(const uint8_t* in, uint64_t global_index, uint32_t tensor,
     if (found != expected) {
       if (result.mismatches == 0) {
         result.first_mismatch_index = static_cast<int64_t>(index);
-        result.first_mismatch = absl::StrCat(
-            "expected bits 0x", absl::Hex(static_cast<uint64_t>(expected)),
-            ", found 0x", absl::Hex(static_cast<uint64_t>(found)));
+        result.first_mismatch = MismatchBitsText(expected, found);
       }
       ++result.mismatches;
     }
@@ -120,6 +118,11 @@ PatternType ToPatternType(DType dtype) {
       return PatternType::kFloat64;
   }
   return PatternType::kUInt8;
+}
+
+std::string MismatchBitsText(uint64_t expected_bits, uint64_t found_bits) {
+  return absl::StrCat("expected bits 0x", absl::Hex(expected_bits),
+                      ", found 0x", absl::Hex(found_bits));
 }
 
 std::string PatternValue(DType dtype, int64_t global_index, int tensor) {

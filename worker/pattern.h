@@ -54,8 +54,14 @@ struct VerifyResult {
   int64_t mismatches = 0;  // elements whose bits differ from the pattern
   // Global index of the first mismatching element, or -1.
   int64_t first_mismatch_index = -1;
-  std::string first_mismatch;  // "expected X, found Y" for the first one
+  // MismatchBitsText of the first one, empty if none.
+  std::string first_mismatch;
 };
+
+// "expected bits 0x<expected>, found 0x<found>" (hex, no leading zeros):
+// how a mismatching element is described, by VerifyBox and by the GPU
+// verifier (worker/cuda/mismatch_report.h) alike.
+std::string MismatchBitsText(uint64_t expected_bits, uint64_t found_bits);
 
 // Compares every element of `box` in `buffer` with the pattern. Errors as for
 // FillBox; a mismatch is a result, not an error.

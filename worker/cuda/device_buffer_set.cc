@@ -1,16 +1,16 @@
 #include "worker/cuda/device_buffer_set.h"
 
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "util/status_macros.h"
 #include "worker/cuda/device_copy.h"
 #include "worker/cuda/device_pattern.h"
-#include "worker/pattern.h"
+#include "worker/cuda/mismatch_report.h"
 
 namespace meshcast::worker::cuda {
 
@@ -155,35 +155,32 @@ int DeviceBufferSet::GpuOf(int device) const {
 
 namespace {
 
-// Tiles up to this size are copied whole to locate their first mismatch.
-constexpr int64_t kMaxDescribedTileBytes = int64_t{1} << 30;
-
-// Copies `tile` to pinned host memory and names its first wrong element.
-absl::StatusOr<std::string> DescribeFirstMismatch(const DeviceTile& tile,
-                                                  const BufferDesc& buffer,
-                                                  const TensorSpec& spec,
-                                                  cudaStream_t stream) {
-  if (tile.size_bytes() > kMaxDescribedTileBytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the tile has ", tile.size_bytes(),
-                     " bytes, more than the ", kMaxDescribedTileBytes,
-                     " copied to the host to describe a mismatch"));
+// Copies the tile's element `element` (a few bytes) to the host and
+// describes it. `stream` must be the one the verify kernel ran on.
+absl::StatusOr<std::string> DescribeFirstMismatch(
+    const DeviceTile& tile, const BufferDesc& buffer, const TensorSpec& spec,
+    const DeviceVerifyResult& verified, cudaStream_t stream) {
+  const int size = tile.element_size();
+  if (size > 8) {
+    return absl::InternalError(
+        absl::StrCat("elements of ", size, " bytes are not supported"));
   }
-  ASSIGN_OR_RETURN(PinnedHostMemory host,
-                   PinnedHostMemory::Allocate(tile.size_bytes()));
+  // Pinned, so the copy is a true asynchronous DMA ordered on `stream`.
+  ASSIGN_OR_RETURN(PinnedHostMemory pinned, PinnedHostMemory::Allocate(size));
+  uint8_t* bytes = pinned.data();
   RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(host.data(), tile.data(), tile.size_bytes(),
-                      cudaMemcpyDeviceToHost, stream),
-      "copying a tile to the host"));
-  RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream),
-                             "copying a tile to the host"));
-  ASSIGN_OR_RETURN(const VerifyResult result,
-                   VerifyBox(absl::MakeConstSpan(host.data(), host.size()),
-                             buffer.box, spec, buffer.tensor));
-  return absl::StrCat("device ", buffer.device, " (GPU ", tile.gpu(),
-                      ") tensor ", buffer.tensor, " global index ",
-                      result.first_mismatch_index, ": ",
-                      result.first_mismatch);
+      cudaMemcpyAsync(bytes,
+                      tile.data() + verified.first_mismatch_element * size,
+                      size, cudaMemcpyDeviceToHost, stream),
+      "copying the first mismatching element to the host"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaStreamSynchronize(stream),
+                 "copying the first mismatching element to the host"));
+  ASSIGN_OR_RETURN(const TileMismatch first,
+                   LocateTileElement(buffer.box, spec, buffer.tensor,
+                                     verified.first_mismatch_element,
+                                     absl::MakeConstSpan(bytes, size)));
+  return FirstMismatchMessage(buffer, first, verified.mismatches);
 }
 
 }  // namespace
@@ -206,24 +203,22 @@ absl::StatusOr<VerificationSummary> DeviceBufferSet::VerifyDestinations()
     }
     ScopedCudaDevice on(tile->gpu());
     RETURN_IF_ERROR(on.status());
-    ASSIGN_OR_RETURN(const int64_t mismatches,
-                     CountMismatchesOnDevice(tile->data(), buffer.box, spec,
-                                             buffer.tensor, it->second.get()));
-    summary.mismatches += mismatches;
-    if (mismatches == 0 || !summary.first_mismatch.empty()) continue;
-    absl::StatusOr<std::string> first = DescribeFirstMismatch(
-        *tile, buffer, spec, it->second.get());
+    ASSIGN_OR_RETURN(const DeviceVerifyResult verified,
+                     VerifyBoxOnDevice(tile->data(), buffer.box, spec,
+                                       buffer.tensor, it->second.get()));
+    summary.mismatches += verified.mismatches;
+    if (verified.mismatches == 0 || !summary.first_mismatch.empty()) continue;
+    absl::StatusOr<std::string> first =
+        DescribeFirstMismatch(*tile, buffer, spec, verified, it->second.get());
     summary.first_mismatch =
-        first.ok()
-            ? absl::StrCat(*first, " (", mismatches, " mismatches in tile ",
-                           BoxToString(buffer.box), ")")
-            // Mismatches stay the job's verdict even when the first cannot
-            // be located; an error here would hide them.
-            : absl::StrCat(mismatches, " mismatches in tile ",
-                           BoxToString(buffer.box), " on device ",
-                           buffer.device, " (GPU ", tile->gpu(),
-                           "); the first could not be located: ",
-                           first.status().message());
+        first.ok() ? *std::move(first)
+                   // Mismatches stay the job's verdict even when the first
+                   // cannot be described; an error here would hide them.
+                   : absl::StrCat(verified.mismatches, " mismatches in tile ",
+                                  BoxToString(buffer.box), " on device ",
+                                  buffer.device, " (GPU ", tile->gpu(),
+                                  "); the first could not be described: ",
+                                  first.status().message());
   }
   return summary;
 }

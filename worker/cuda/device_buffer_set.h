@@ -5,9 +5,10 @@
 // logical device, fills SOURCE tiles with the pattern kernel, poisons
 // DESTINATION tiles (0xFF bytes, as on CPU), and pre-copies into each
 // destination the part that the same device's source tile already holds.
-// VerifyDestinations counts mismatches with the verify kernel; for a tile
-// with mismatches it copies the tile into pinned host memory and describes
-// the first one with the host verifier.
+// VerifyDestinations runs the verify kernel over each destination tile,
+// which counts its mismatches and finds the first; for the first tile with
+// mismatches it copies only that element to the host and describes it as
+// the CPU verifier would (mismatch_report.h).
 //
 //   ASSIGN_OR_RETURN(DeviceBufferSet buffers,
 //                    DeviceBufferSet::Create(program, device_gpu, cancel));
@@ -80,6 +81,9 @@ class DeviceBufferSet {
   // CUDA ordinal of a local device; -1 if not local.
   int GpuOf(int device) const;
 
+  // Checks every destination element against the pattern, as
+  // BufferSet::VerifyDestinations does and with the same first_mismatch
+  // wording. Mismatches are a result; errors are CUDA failures.
   absl::StatusOr<VerificationSummary> VerifyDestinations() const;
 
   int64_t total_bytes() const;

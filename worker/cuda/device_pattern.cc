@@ -52,37 +52,56 @@ absl::Status FillBoxOnDevice(void* data, const Box& box, const TensorSpec& spec,
       "launching the pattern fill kernel");
 }
 
-absl::StatusOr<int64_t> CountMismatchesOnDevice(const void* data,
-                                                const Box& box,
-                                                const TensorSpec& spec,
-                                                int tensor_index,
-                                                cudaStream_t stream) {
+absl::StatusOr<DeviceVerifyResult> VerifyBoxOnDevice(const void* data,
+                                                     const Box& box,
+                                                     const TensorSpec& spec,
+                                                     int tensor_index,
+                                                     cudaStream_t stream) {
   ASSIGN_OR_RETURN(const PatternTile tile, MakePatternTile(box, spec));
   void* allocation = nullptr;
-  RETURN_IF_ERROR(
-      CudaStatus(cudaMalloc(&allocation, sizeof(unsigned long long)),
-                 "cudaMalloc counter"));
-  auto* count = static_cast<unsigned long long*>(allocation);
-  absl::Status status = CudaStatus(
-      cudaMemsetAsync(count, 0, sizeof(*count), stream), "zeroing counter");
+  RETURN_IF_ERROR(CudaStatus(cudaMalloc(&allocation, sizeof(VerifyCounters)),
+                             "cudaMalloc verify counters"));
+  auto* counters = static_cast<VerifyCounters*>(allocation);
+  absl::Status status =
+      CudaStatus(cudaMemsetAsync(&counters->mismatches, 0,
+                                 sizeof(counters->mismatches), stream),
+                 "zeroing the mismatch count");
   if (status.ok()) {
-    status = CudaStatus(
-        LaunchVerifyPattern(data, tile, ToPatternType(spec.dtype),
-                            static_cast<uint32_t>(tensor_index), count, stream),
-        "launching the pattern verify kernel");
+    // All bits set: kNoMismatch.
+    status =
+        CudaStatus(cudaMemsetAsync(&counters->first_mismatch, 0xFF,
+                                   sizeof(counters->first_mismatch), stream),
+                   "resetting the first mismatch");
   }
-  unsigned long long host = 0;
   if (status.ok()) {
-    status = CudaStatus(cudaMemcpyAsync(&host, count, sizeof(host),
+    status =
+        CudaStatus(LaunchVerifyPattern(data, tile, ToPatternType(spec.dtype),
+                                       static_cast<uint32_t>(tensor_index),
+                                       counters, stream),
+                   "launching the pattern verify kernel");
+  }
+  VerifyCounters host = {0, kNoMismatch};
+  if (status.ok()) {
+    status = CudaStatus(cudaMemcpyAsync(&host, counters, sizeof(host),
                                         cudaMemcpyDeviceToHost, stream),
-                        "copying the mismatch count");
+                        "copying the verify counters");
   }
   if (status.ok()) {
     status = CudaStatus(cudaStreamSynchronize(stream), "verify kernel");
   }
-  cudaFree(count);
+  cudaFree(counters);
   if (!status.ok()) return status;
-  return static_cast<int64_t>(host);
+  DeviceVerifyResult result;
+  result.mismatches = static_cast<int64_t>(host.mismatches);
+  if (host.mismatches == 0) return result;
+  if (host.first_mismatch >= static_cast<unsigned long long>(tile.elements)) {
+    return absl::InternalError(absl::StrCat(
+        "the verify kernel counted ", host.mismatches, " mismatches in tile ",
+        BoxToString(box), " but recorded no first one inside it (",
+        host.first_mismatch, ")"));
+  }
+  result.first_mismatch_element = static_cast<int64_t>(host.first_mismatch);
+  return result;
 }
 
 }  // namespace meshcast::worker::cuda

@@ -3,10 +3,10 @@
 //
 //   ASSIGN_OR_RETURN(PatternTile tile, MakePatternTile(box, spec));
 //   RETURN_IF_ERROR(FillBoxOnDevice(device_ptr, box, spec, t, stream));
-//   ASSIGN_OR_RETURN(int64_t bad, CountMismatchesOnDevice(device_ptr, box,
-//                                                         spec, t, stream));
+//   ASSIGN_OR_RETURN(DeviceVerifyResult r,
+//                    VerifyBoxOnDevice(device_ptr, box, spec, t, stream));
 //
-// CountMismatchesOnDevice synchronizes `stream`; FillBoxOnDevice does not.
+// VerifyBoxOnDevice synchronizes `stream`; FillBoxOnDevice does not.
 // GpuCount() is 0 (never an error) where there is no usable GPU.
 // Thread safety: as the CUDA runtime.
 #ifndef MESHCAST_WORKER_CUDA_DEVICE_PATTERN_H_
@@ -37,11 +37,21 @@ absl::StatusOr<PatternTile> MakePatternTile(const Box& box,
 absl::Status FillBoxOnDevice(void* data, const Box& box, const TensorSpec& spec,
                              int tensor_index, cudaStream_t stream);
 
-absl::StatusOr<int64_t> CountMismatchesOnDevice(const void* data,
-                                                const Box& box,
-                                                const TensorSpec& spec,
-                                                int tensor_index,
-                                                cudaStream_t stream);
+struct DeviceVerifyResult {
+  int64_t mismatches = 0;  // elements whose bits differ from the pattern
+  // Row-major index within the tile of the first of them, -1 if none
+  // (mismatch_report.h turns it into a description).
+  int64_t first_mismatch_element = -1;
+};
+
+// Runs the verify kernel over the tile at `data` (device memory holding
+// `box` of tensor `tensor_index`) and waits for it. Errors: InvalidArgument
+// as for MakePatternTile, Internal for a CUDA failure.
+absl::StatusOr<DeviceVerifyResult> VerifyBoxOnDevice(const void* data,
+                                                     const Box& box,
+                                                     const TensorSpec& spec,
+                                                     int tensor_index,
+                                                     cudaStream_t stream);
 
 }  // namespace meshcast::worker::cuda
 

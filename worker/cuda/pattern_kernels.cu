@@ -51,18 +51,27 @@ __global__ void FillKernel(typename WordOf<PatternTypeSize(kType)>::Type* out,
 template <PatternType kType>
 __global__ void VerifyKernel(
     const typename WordOf<PatternTypeSize(kType)>::Type* in, PatternTile tile,
-    uint32_t tensor, unsigned long long* mismatches) {
+    uint32_t tensor, VerifyCounters* counters) {
   using Word = typename WordOf<PatternTypeSize(kType)>::Type;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   unsigned long long local = 0;
+  unsigned long long first = kNoMismatch;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        e < tile.elements; e += stride) {
     const Word expected =
         static_cast<Word>(PatternBits(kType, GlobalIndex(tile, e), tensor));
-    if (in[e] != expected) ++local;
+    if (in[e] != expected) {
+      // A thread visits its elements in increasing order: its first
+      // mismatch is its lowest.
+      if (local == 0) first = static_cast<unsigned long long>(e);
+      ++local;
+    }
   }
-  // One atomic per thread that found something, not per element.
-  if (local != 0) atomicAdd(mismatches, local);
+  // Two atomics per thread that found something, not per element.
+  if (local != 0) {
+    atomicAdd(&counters->mismatches, local);
+    atomicMin(&counters->first_mismatch, first);
+  }
 }
 
 constexpr int kThreads = 256;
@@ -83,10 +92,10 @@ cudaError_t Fill(void* data, const PatternTile& tile, uint32_t tensor,
 
 template <PatternType kType>
 cudaError_t Verify(const void* data, const PatternTile& tile, uint32_t tensor,
-                   unsigned long long* mismatches, cudaStream_t stream) {
+                   VerifyCounters* counters, cudaStream_t stream) {
   using Word = typename WordOf<PatternTypeSize(kType)>::Type;
   VerifyKernel<kType><<<Blocks(tile.elements), kThreads, 0, stream>>>(
-      static_cast<const Word*>(data), tile, tensor, mismatches);
+      static_cast<const Word*>(data), tile, tensor, counters);
   return cudaGetLastError();
 }
 
@@ -127,13 +136,12 @@ cudaError_t LaunchFillPattern(void* data, const PatternTile& tile,
 
 cudaError_t LaunchVerifyPattern(const void* data, const PatternTile& tile,
                                 PatternType type, uint32_t tensor,
-                                unsigned long long* mismatches,
-                                cudaStream_t stream) {
+                                VerifyCounters* counters, cudaStream_t stream) {
   if (tile.rank < 0 || tile.rank > kMaxPatternRank) {
     return cudaErrorInvalidValue;
   }
   if (tile.elements == 0) return cudaSuccess;
-#define MESHCAST_VERIFY(t) Verify<t>(data, tile, tensor, mismatches, stream)
+#define MESHCAST_VERIFY(t) Verify<t>(data, tile, tensor, counters, stream)
   MESHCAST_DISPATCH_PATTERN_TYPE(type, MESHCAST_VERIFY);
 #undef MESHCAST_VERIFY
 }
