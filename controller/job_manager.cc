@@ -565,6 +565,7 @@ void JobManager::RunJob(ActiveJob* job) {
       }
       result->set_seconds(seconds);
       result->set_bytes_moved(bytes);
+      result->set_bytes_delivered(DeliveredBytes(job->job.plan()));
       result->set_elements_verified(verified);
       result->set_mismatches(mismatches);
       const int64_t expected = DestinationElements(job->job.plan());

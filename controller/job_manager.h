@@ -52,7 +52,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "controller/allocator.h"
+#include "planner/placement.h"
 #include "controller/clock.h"
 #include "controller/controller_metrics.h"
 #include "controller/event_hub.h"

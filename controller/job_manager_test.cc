@@ -1,4 +1,5 @@
 #include "controller/job_manager.h"
+#include "controller/program_builder.h"
 
 #include <thread>
 
@@ -148,6 +149,8 @@ TEST_F(JobManagerTest, RunsAJobToSuccess) {
   for (const v1::Step& s : job.plan().steps()) plan_bytes += s.bytes();
   EXPECT_GT(plan_bytes, 0);
   EXPECT_EQ(job.result().bytes_moved(), plan_bytes);
+  EXPECT_EQ(job.result().bytes_delivered(), DeliveredBytes(job.plan()));
+  EXPECT_GE(job.result().bytes_delivered(), plan_bytes);
   EXPECT_EQ(job.result().elements_verified(), 8 * 8);
   EXPECT_EQ(job.result().mismatches(), 0);
   EXPECT_DOUBLE_EQ(job.result().seconds(), 0.002);  // max over two workers

@@ -204,4 +204,21 @@ int64_t DestinationElements(const v1::Plan& plan) {
   return total;
 }
 
+int64_t DeliveredBytes(const v1::Plan& plan) {
+  absl::flat_hash_map<int32_t, int> group_sizes;
+  for (const v1::CommGroup& group : plan.groups()) {
+    group_sizes[group.id()] = group.devices_size();
+  }
+  int64_t total = 0;
+  for (const v1::Step& step : plan.steps()) {
+    int receivers = 1;
+    if (step.op() == v1::Step::OP_BROADCAST) {
+      auto it = group_sizes.find(step.group());
+      receivers = it == group_sizes.end() ? 1 : std::max(1, it->second - 1);
+    }
+    total += step.bytes() * receivers;
+  }
+  return total;
+}
+
 }  // namespace meshcast

@@ -56,6 +56,12 @@ absl::StatusOr<std::vector<v1::WorkerProgram>> ProjectPlan(
 // workers' verification must account for.
 int64_t DestinationElements(const v1::Plan& plan);
 
+// The bytes the plan's steps deliver to receiving devices: a broadcast over
+// a group of n devices counts its bytes n - 1 times, a send/recv or a local
+// copy once. This is the plan's `moved_bytes` as `meshctl plan` reports it
+// (every receiver's copy); the sum of step bytes counts a broadcast once.
+int64_t DeliveredBytes(const v1::Plan& plan);
+
 }  // namespace meshcast
 
 #endif  // MESHCAST_CONTROLLER_PROGRAM_BUILDER_H_

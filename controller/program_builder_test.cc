@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -196,6 +197,32 @@ TEST(ProjectPlanTest, DeviceOwnedTwiceIsAnError) {
   absl::StatusOr<std::vector<v1::WorkerProgram>> programs =
       ProjectPlan(plan, "job-000001", {{"a", 0, {0, 1}}, {"b", 1, {1, 2, 3}}});
   EXPECT_FALSE(programs.ok());
+}
+
+// A broadcast counts once per receiver, a send/recv and a local copy once;
+// the plain sum of step bytes would be 100 + 10 + 1 = 111.
+TEST(DeliveredBytesTest, BroadcastCountsEveryReceiver) {
+  v1::Plan plan;
+  auto add_group = [&](int id, std::vector<int> devices) {
+    v1::CommGroup* group = plan.add_groups();
+    group->set_id(id);
+    for (int d : devices) group->add_devices(d);
+  };
+  add_group(0, {0, 2, 4, 6});
+  add_group(1, {1, 3});
+  add_group(2, {5});
+  auto add_step = [&](int group, v1::Step::Op op, int64_t bytes) {
+    v1::Step* step = plan.add_steps();
+    step->set_id(plan.steps_size() - 1);
+    step->set_group(group);
+    step->set_op(op);
+    step->set_bytes(bytes);
+  };
+  add_step(0, v1::Step::OP_BROADCAST, 100);
+  add_step(1, v1::Step::OP_SEND_RECV, 10);
+  add_step(2, v1::Step::OP_LOCAL_COPY, 1);
+  EXPECT_EQ(DeliveredBytes(plan), 3 * 100 + 10 + 1);
+  EXPECT_EQ(DeliveredBytes(v1::Plan()), 0);
 }
 
 // With the real planner: every strategy's plan converts and projects, every

@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "controller/allocator.h"
+#include "planner/placement.h"
 #include "meshcast/v1/types.pb.h"
 #include "planner/mesh.h"
 #include "planner/sharding.h"

@@ -16,7 +16,7 @@
 #define MESHCAST_CONTROLLER_RESHARD_REQUEST_H_
 
 #include "absl/status/statusor.h"
-#include "controller/allocator.h"
+#include "planner/placement.h"
 #include "meshcast/v1/job.pb.h"
 #include "planner/sharding.h"
 #include "planner/strategy.h"

@@ -1,4 +1,4 @@
-#include "controller/allocator.h"
+#include "planner/placement.h"
 
 #include <algorithm>
 #include <array>
@@ -228,7 +228,7 @@ absl::StatusOr<PlacedMesh> PlaceOne(
               other_request->ToString(), " on disjoint hosts need ",
               rows + other->hosts.size(), " hosts; cluster has ",
               ClusterText(topology),
-              " (set allow_overlap to share hosts: meshctl --allow-overlap)"));
+              " (to share hosts, submit with allow_overlap: meshctl submit ... --allow-overlap)"));
         }
         return absl::UnavailableError(
             absl::StrCat(name, " ", mesh.ToString(), " needs ", rows,

@@ -1,5 +1,7 @@
-// Device allocation: lays a job's source and destination meshes out on the
-// cluster and tracks which devices running jobs hold.
+// Placement: lays a job's source and destination meshes out on the cluster
+// and tracks which devices running jobs hold. The controller's job queue and
+// `meshctl plan` (offline, on an idle cluster) share these rules, so an
+// unpinned mesh lands on the same devices in both.
 //
 // Placement rules (DESIGN.md, issue 3):
 //  - A mesh the controller places is 1-D (n = 1 x n) or 2-D (rows x cols):
@@ -20,9 +22,10 @@
 //   ...
 //   allocator.Release(p->devices);
 //
-// Thread safety: not thread-safe; the JobManager calls it under its lock.
-#ifndef MESHCAST_CONTROLLER_ALLOCATOR_H_
-#define MESHCAST_CONTROLLER_ALLOCATOR_H_
+// Thread safety: DeviceAllocator is not thread-safe; the controller's
+// JobManager calls it under its lock. The static functions are pure.
+#ifndef MESHCAST_PLANNER_PLACEMENT_H_
+#define MESHCAST_PLANNER_PLACEMENT_H_
 
 #include <string>
 #include <vector>
@@ -95,4 +98,4 @@ class DeviceAllocator {
 
 }  // namespace meshcast
 
-#endif  // MESHCAST_CONTROLLER_ALLOCATOR_H_
+#endif  // MESHCAST_PLANNER_PLACEMENT_H_

@@ -1,4 +1,4 @@
-#include "controller/allocator.h"
+#include "planner/placement.h"
 
 #include <limits>
 
@@ -105,7 +105,7 @@ TEST(AllocatorTest, RefusesWhatTheClusterCannotHold) {
   EXPECT_TRUE(absl::IsInvalidArgument(s));
   EXPECT_THAT(s.message(), HasSubstr("on disjoint hosts need 4 hosts"));
   EXPECT_THAT(s.message(),
-              HasSubstr("set allow_overlap to share hosts: meshctl "
+              HasSubstr("submit with allow_overlap: meshctl submit ... "
                         "--allow-overlap"));
   s = DeviceAllocator::CheckFits({Mesh({2, 4}, 1), Mesh({1, 4}), true},
                                  Cluster(2, 4));
