@@ -574,8 +574,12 @@ double LowerBoundSeconds(const std::vector<UnitTask>& tasks,
                           tasks, num_devices, [](int device) { return device; },
                           topology.intra_host_bandwidth));
   // No flow moves a byte before its transfer's setup has elapsed, so all the
-  // work above happens after it.
-  if (must_move) bound += topology.transfer_setup_seconds;
+  // work above happens after it; and the transfer that carries the last byte
+  // still pays at least one hop's latency after it (the cheaper kind).
+  if (must_move) {
+    bound += topology.transfer_setup_seconds +
+             std::min(topology.intra_host_latency, topology.inter_host_latency);
+  }
   return bound;
 }
 

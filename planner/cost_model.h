@@ -74,7 +74,10 @@ struct SimulationResult {
 absl::StatusOr<SimulationResult> Simulate(const ReshardPlan& plan,
                                           const Topology& topology);
 
-// Lower bound on the time of any plan delivering `tasks`.
+// Lower bound on the time of any plan delivering `tasks`: the busiest link
+// (NIC, device link or host copy) or the busiest set of senders at full
+// bandwidth, plus the transfer set-up and one hop's latency when anything
+// moves (so that tiny tensors get a meaningful ratio too).
 double LowerBoundSeconds(const std::vector<UnitTask>& tasks,
                          const Topology& topology);
 
