@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/cluster_file.h"
+#include "util/status_macros.h"
 
 namespace meshcast::cli {
 
@@ -20,7 +21,8 @@ void ClientFlags::Register(FlagSet& flags) {
                "how long to wait for the controller to answer");
 }
 
-std::string ClientFlags::Address(const CommandContext& context) const {
+absl::StatusOr<std::string> ClientFlags::Address(
+    const CommandContext& context) const {
   return ResolveControllerAddress(controller, dir, context);
 }
 
@@ -32,7 +34,7 @@ absl::StatusOr<std::unique_ptr<ControllerClient>> ClientFlags::Connect(
         absl::StrCat("--connect-timeout: must be > 0 seconds, got ",
                      connect_timeout_seconds));
   }
-  const std::string address = Address(context);
+  ASSIGN_OR_RETURN(const std::string address, Address(context));
   ControllerClient::Options options;
   options.connect_timeout = absl::Seconds(connect_timeout_seconds);
   absl::StatusOr<std::unique_ptr<ControllerClient>> client =

@@ -28,8 +28,9 @@ struct ClientFlags {
   double connect_timeout_seconds = 3;
 
   void Register(FlagSet& flags);
-  // The address ResolveControllerAddress picks from these flags.
-  std::string Address(const CommandContext& context) const;
+  // The address ResolveControllerAddress picks from these flags; NOT_FOUND
+  // when --dir (or $MESHCAST_HOME) names a directory without a cluster.
+  absl::StatusOr<std::string> Address(const CommandContext& context) const;
   // Resolves the address and connects; errors name --controller.
   absl::StatusOr<std::unique_ptr<ControllerClient>> Connect(
       const CommandContext& context) const;
@@ -39,8 +40,9 @@ struct ClientFlags {
 inline constexpr char kControllerHelp[] =
     "The controller is --controller if given, else $MESHCAST_CONTROLLER\n"
     "(unless --dir is given), else the one recorded by 'meshctl up' in\n"
-    "--dir/cluster.json ($MESHCAST_HOME, else ./.meshcast), else\n"
-    "127.0.0.1:50051.";
+    "--dir/cluster.json ($MESHCAST_HOME, else ./.meshcast). A --dir or\n"
+    "$MESHCAST_HOME without a cluster.json is an error; only ./.meshcast\n"
+    "without one falls back to 127.0.0.1:50051.";
 
 }  // namespace meshcast::cli
 

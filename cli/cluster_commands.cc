@@ -73,9 +73,11 @@ constexpr char kUpDescription[] =
     "MESHCAST_CONTROLLER, which meshctl up prints. Stop it with\n"
     "'meshctl down'.";
 
-std::string FlagsHelpFor(const char* binary) {
+// `example` must be a flag `binary` really has: help that suggests a flag
+// the daemon refuses sends people to its log.
+std::string FlagsHelpFor(const char* binary, absl::string_view example) {
   return absl::StrCat("extra flags for every ", binary,
-                      ", space-separated, e.g. \"--chunk_bytes=65536\"");
+                      ", space-separated, e.g. \"", example, "\"");
 }
 
 std::string PortFile(const std::string& dir) {
@@ -135,12 +137,36 @@ void AppendLogHeader(const std::string& log, const std::string& what) {
       << " ===\n";
 }
 
+// "meshcast-worker worker-1", but "meshcast-controller" and "prometheus"
+// rather than repeating a name the binary already says.
+std::string DaemonLabel(const ClusterProcess& process) {
+  const std::string binary =
+      process.binary.substr(process.binary.rfind('/') + 1);
+  if (process.name.empty() || absl::EndsWith(binary, process.name)) {
+    return binary;
+  }
+  return absl::StrCat(binary, " ", process.name);
+}
+
+// Whether `flags` (the --controller-flags text) sets the controller flag
+// `name` itself, as --name=V, --name V, -name=V or -name V.
+bool PassesFlag(absl::string_view flags, absl::string_view name) {
+  for (absl::string_view arg : absl::StrSplit(flags, ' ', absl::SkipEmpty())) {
+    absl::ConsumePrefix(&arg, "-");
+    absl::ConsumePrefix(&arg, "-");
+    if (arg == name || absl::StartsWith(arg, absl::StrCat(name, "="))) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // A daemon's death as one line pointing at its log.
 std::string DiedMessage(const ClusterProcess& process, const std::string& how) {
   const std::string last = LastLogLine(process.log);
   return absl::StrCat(
-      process.binary.substr(process.binary.rfind('/') + 1), " ", process.name,
-      " ", how.empty() ? "exited" : how, " during startup; see ", process.log,
+      DaemonLabel(process), " ", how.empty() ? "exited" : how,
+      " during startup; see ", process.log,
       last.empty() ? "" : absl::StrCat(" (last line: ", last, ")"));
 }
 
@@ -460,6 +486,33 @@ absl::StatusOr<MonitoringSetup> StartPrometheus(
 
 }  // namespace
 
+absl::Status CheckLeaseAndHeartbeat(double lease_seconds,
+                                    double heartbeat_seconds,
+                                    absl::string_view controller_flags) {
+  // Flags passed through come last on the controller's command line and
+  // win; the controller judges those itself.
+  if (PassesFlag(controller_flags, "lease_seconds") ||
+      PassesFlag(controller_flags, "heartbeat_seconds")) {
+    return absl::OkStatus();
+  }
+  const double lease =
+      lease_seconds > 0 ? lease_seconds : kControllerDefaultLeaseSeconds;
+  const double heartbeat = heartbeat_seconds > 0
+                               ? heartbeat_seconds
+                               : kControllerDefaultHeartbeatSeconds;
+  if (lease > heartbeat) return absl::OkStatus();
+  const auto shown = [](double given, double used) {
+    return given > 0 ? absl::StrCat(used)
+                     : absl::StrCat(used, ", the controller's default");
+  };
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--lease-seconds (", shown(lease_seconds, lease),
+      ") must be greater than --heartbeat-seconds (",
+      shown(heartbeat_seconds, heartbeat),
+      "): a worker is lost when it has not sent a heartbeat for a whole "
+      "lease"));
+}
+
 CommandResult RunUpCommand(const std::vector<std::string>& args,
                            const CommandContext& context) {
   constexpr char kCommand[] = "meshctl up";
@@ -506,11 +559,12 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
                "worker lease: a worker silent this long is lost (0 = the\n"
                "controller's default)");
   flags.Double("heartbeat-seconds", &heartbeat_seconds, "SECONDS",
-               "worker heartbeat period (0 = the controller's default)");
+               "worker heartbeat period (0 = the controller's default);\n"
+               "must be shorter than the lease");
   flags.String("controller-flags", &controller_flags, "FLAGS",
-               FlagsHelpFor(kControllerBinary));
+               FlagsHelpFor(kControllerBinary, kControllerFlagsExample));
   flags.String("worker-flags", &worker_flags, "FLAGS",
-               FlagsHelpFor(kWorkerBinary));
+               FlagsHelpFor(kWorkerBinary, kWorkerFlagsExample));
   flags.Bool("monitoring", &monitoring,
              "serve the daemons' metrics on 127.0.0.1 and start a local\n"
              "Prometheus scraping them (see above)");
@@ -566,6 +620,11 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
                   absl::StrCat(flag, ": must be ", zero_ok ? ">= 0" : "> 0",
                                ", got ", value));
     }
+  }
+  if (absl::Status status = CheckLeaseAndHeartbeat(
+          lease_seconds, heartbeat_seconds, controller_flags);
+      !status.ok()) {
+    return FailWithStatus(kCommand, status);
   }
   if (!monitoring) {
     for (const char* flag :

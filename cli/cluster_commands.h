@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "cli/command.h"
 
 namespace meshcast::cli {
@@ -34,6 +36,26 @@ CommandResult RunDownCommand(const std::vector<std::string>& args,
                              const CommandContext& context);
 CommandResult RunClusterCommand(const std::vector<std::string>& args,
                                 const CommandContext& context);
+
+// The controller's --lease_seconds and --heartbeat_seconds defaults
+// (controller/controller_flags.h), which apply when `up` passes 0.
+inline constexpr double kControllerDefaultLeaseSeconds = 5;
+inline constexpr double kControllerDefaultHeartbeatSeconds = 1;
+
+// The controller's rule for `up --lease-seconds L --heartbeat-seconds H`
+// (0 = the controller's default), checked before anything starts: the
+// lease must be longer than the heartbeat period. INVALID_ARGUMENT naming
+// both flags otherwise. OK when `controller_flags` (--controller-flags)
+// sets either value itself: those override meshctl's and the controller
+// checks them.
+absl::Status CheckLeaseAndHeartbeat(double lease_seconds,
+                                    double heartbeat_seconds,
+                                    absl::string_view controller_flags);
+
+// The examples `up --help` gives for --controller-flags and
+// --worker-flags: flags the daemons accept.
+inline constexpr char kControllerFlagsExample[] = "--task_timeout_seconds=120";
+inline constexpr char kWorkerFlagsExample[] = "--chunk_bytes=65536";
 
 inline constexpr char kUpCommandSummary[] =
     "start a local cluster (controller + workers on 127.0.0.1)";

@@ -138,9 +138,9 @@ TEST_F(ClusterCommandsTest, ControllerThatDiesPointsAtItsLog) {
   Script("meshcast-worker", "exec sleep 30");
   const CommandResult result = Up();
   EXPECT_EQ(result.exit_code, kExitFailure);
-  EXPECT_THAT(result.err, StartsWith("meshctl up: meshcast-controller "
-                                     "controller exited with status 1 during "
-                                     "startup; see "));
+  // The binary names the daemon: no "meshcast-controller controller".
+  EXPECT_THAT(result.err, StartsWith("meshctl up: meshcast-controller exited "
+                                     "with status 1 during startup; see "));
   EXPECT_THAT(result.err, HasSubstr("/cluster/logs/controller.log"));
   EXPECT_THAT(result.err, HasSubstr("cannot open database"));
   EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1);
@@ -188,6 +188,68 @@ TEST_F(ClusterCommandsTest, BadFlags) {
   EXPECT_EQ(result.exit_code, kExitUsage);
   EXPECT_THAT(result.err,
               HasSubstr("--bin-dir: no executable meshcast-controller"));
+}
+
+// The controller refuses a lease not longer than the heartbeat; `up` says
+// so itself, as bad input, before starting anything.
+TEST_F(ClusterCommandsTest, LeaseMustExceedHeartbeat) {
+  FakeController fake;
+  fake.SetCluster(TwoWorkers(4));
+  FakeDaemons(fake);
+  CommandResult result =
+      Up({"--lease-seconds", "1", "--heartbeat-seconds", "5"});
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.err, StartsWith("meshctl up: --lease-seconds (1) must be "
+                                     "greater than --heartbeat-seconds (5)"));
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1);
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/controller.args"));
+  // Equal is refused too; an unset value is the controller's default.
+  EXPECT_EQ(Up({"--lease-seconds", "2", "--heartbeat-seconds", "2"}).exit_code,
+            kExitUsage);
+  result = Up({"--lease-seconds", "0.5"});
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.err,
+              HasSubstr("--lease-seconds (0.5) must be greater than "
+                        "--heartbeat-seconds (1, the controller's default)"));
+  result = Up({"--heartbeat-seconds", "5"});
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.err, HasSubstr("(5, the controller's default) must be "
+                                    "greater than --heartbeat-seconds (5)"));
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/controller.args"));
+
+  // Values the controller takes from --controller-flags are its to judge.
+  EXPECT_TRUE(CheckLeaseAndHeartbeat(1, 5, "--heartbeat_seconds=0.5").ok());
+  EXPECT_TRUE(CheckLeaseAndHeartbeat(0, 5, "-lease_seconds 10").ok());
+  EXPECT_FALSE(CheckLeaseAndHeartbeat(1, 5, "--lease_secondsx=9").ok());
+  EXPECT_TRUE(CheckLeaseAndHeartbeat(3, 2, "").ok());
+  EXPECT_TRUE(CheckLeaseAndHeartbeat(0, 0, "").ok());
+
+  // A valid pair starts the cluster and reaches the controller.
+  result = Up({"--lease-seconds", "3", "--heartbeat-seconds", "0.5"});
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  const std::string args = ReadFile(root_ + "/controller.args");
+  EXPECT_THAT(args, HasSubstr("--lease_seconds=3"));
+  EXPECT_THAT(args, HasSubstr("--heartbeat_seconds=0.5"));
+  RecordSleepAsBinaries();
+  EXPECT_EQ(RunDownCommand({"--dir", root_ + "/cluster", "--grace", "1"},
+                           context_)
+                .exit_code,
+            kExitOk);
+}
+
+TEST_F(ClusterCommandsTest, HelpExamplesAreFlagsOfTheRightDaemon) {
+  const CommandResult result = RunUpCommand({"--help"}, context_);
+  ASSERT_EQ(result.exit_code, kExitOk);
+  // --chunk_bytes is a worker flag: the controller would refuse it.
+  EXPECT_THAT(result.out,
+              HasSubstr(std::string("meshcast-controller, space-separated, "
+                                    "e.g. \"") +
+                        kControllerFlagsExample + "\""));
+  EXPECT_THAT(result.out,
+              HasSubstr(std::string("meshcast-worker, space-separated, e.g. "
+                                    "\"") +
+                        kWorkerFlagsExample + "\""));
+  EXPECT_THAT(std::string(kControllerFlagsExample), Not(HasSubstr("chunk")));
 }
 
 TEST_F(ClusterCommandsTest, DeviceAndMonitoringFlags) {
@@ -365,8 +427,8 @@ TEST_F(ClusterCommandsTest, PrometheusThatDiesIsReportedAndAllStops) {
   const CommandResult result =
       Up({"--monitoring", "--prometheus-bin", root_ + "/bin/prometheus"});
   EXPECT_EQ(result.exit_code, kExitFailure);
-  EXPECT_THAT(result.err, StartsWith("meshctl up: prometheus prometheus exited "
-                                     "with status 1 during startup; see "));
+  EXPECT_THAT(result.err, StartsWith("meshctl up: prometheus exited with "
+                                     "status 1 during startup; see "));
   EXPECT_THAT(result.err, HasSubstr("opening storage failed"));
   EXPECT_FALSE(ReadClusterFile(root_ + "/cluster").ok());
 }

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -146,9 +147,9 @@ std::string LocalClusterDir(const std::string& flag_dir,
   return kDefaultClusterDir;
 }
 
-std::string ResolveControllerAddress(const std::string& flag_controller,
-                                     const std::string& flag_dir,
-                                     const CommandContext& context) {
+absl::StatusOr<std::string> ResolveControllerAddress(
+    const std::string& flag_controller, const std::string& flag_dir,
+    const CommandContext& context) {
   if (!flag_controller.empty()) return flag_controller;
   // An explicit --dir names the cluster the user means, so it wins over the
   // environment's controller.
@@ -158,10 +159,19 @@ std::string ResolveControllerAddress(const std::string& flag_controller,
       return *env;
     }
   }
-  absl::StatusOr<ClusterFile> file =
-      ReadClusterFile(LocalClusterDir(flag_dir, context));
+  const std::string dir = LocalClusterDir(flag_dir, context);
+  absl::StatusOr<ClusterFile> file = ReadClusterFile(dir);
   if (file.ok()) return file->controller;
-  return kDefaultControllerAddress;
+  // A directory the user named (--dir or $MESHCAST_HOME) without a running
+  // cluster must not quietly reach some other controller on the default
+  // port: after `meshctl down --dir D`, `meshctl list --dir D` would
+  // otherwise list another cluster's jobs. Only the implicit ./.meshcast
+  // falls through to the default address.
+  const std::optional<std::string> home = context.Env("MESHCAST_HOME");
+  const bool named_dir =
+      !flag_dir.empty() || (home.has_value() && !home->empty());
+  if (named_dir || !absl::IsNotFound(file.status())) return file.status();
+  return std::string(kDefaultControllerAddress);
 }
 
 }  // namespace meshcast::cli

@@ -91,11 +91,17 @@ std::string LocalClusterDir(const std::string& flag_dir,
                             const CommandContext& context);
 
 // The controller to talk to: `flag_controller` if non-empty, else
-// $MESHCAST_CONTROLLER, else the controller of the local cluster recorded in
-// LocalClusterDir(flag_dir)/cluster.json, else kDefaultControllerAddress.
-std::string ResolveControllerAddress(const std::string& flag_controller,
-                                     const std::string& flag_dir,
-                                     const CommandContext& context);
+// $MESHCAST_CONTROLLER (unless `flag_dir` is given), else the controller of
+// the local cluster recorded in LocalClusterDir(flag_dir)/cluster.json.
+// A directory that was named (--dir or $MESHCAST_HOME) must hold a
+// cluster.json: without one the error is ReadClusterFile's (NOT_FOUND, "no
+// local cluster recorded in DIR ..."), so a stopped cluster is never
+// mistaken for whatever controller listens on the default port. Only the
+// implicit ./.meshcast without a cluster.json gives
+// kDefaultControllerAddress.
+absl::StatusOr<std::string> ResolveControllerAddress(
+    const std::string& flag_controller, const std::string& flag_dir,
+    const CommandContext& context);
 
 }  // namespace meshcast::cli
 

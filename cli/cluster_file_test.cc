@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -136,22 +137,73 @@ TEST(ClusterFileTest, LocalClusterDirPrecedence) {
 
 TEST(ClusterFileTest, ControllerAddressPrecedence) {
   const std::string dir = FreshDir("address");
-  const std::string empty_dir = FreshDir("address_empty");
   ASSERT_TRUE(WriteClusterFile(dir, Sample(dir)).ok());
   const CommandContext env =
       FakeEnv({{"MESHCAST_CONTROLLER", "env:1"}, {"MESHCAST_HOME", dir}});
   // --controller wins.
-  EXPECT_EQ(ResolveControllerAddress("flag:1", dir, env), "flag:1");
+  EXPECT_EQ(ResolveControllerAddress("flag:1", dir, env).value_or(""),
+            "flag:1");
   // Then the environment's controller.
-  EXPECT_EQ(ResolveControllerAddress("", "", env), "env:1");
+  EXPECT_EQ(ResolveControllerAddress("", "", env).value_or(""), "env:1");
   // An explicit --dir names the cluster meant, over the environment.
-  EXPECT_EQ(ResolveControllerAddress("", dir, env), "127.0.0.1:4321");
-  // MESHCAST_HOME's cluster.json.
-  EXPECT_EQ(ResolveControllerAddress("", "", FakeEnv({{"MESHCAST_HOME", dir}})),
+  EXPECT_EQ(ResolveControllerAddress("", dir, env).value_or(""),
             "127.0.0.1:4321");
-  // Nothing recorded: the default.
-  EXPECT_EQ(ResolveControllerAddress("", empty_dir, env),
-            kDefaultControllerAddress);
+  // MESHCAST_HOME's cluster.json.
+  EXPECT_EQ(ResolveControllerAddress("", "", FakeEnv({{"MESHCAST_HOME", dir}}))
+                .value_or(""),
+            "127.0.0.1:4321");
+}
+
+// A directory the user named without a cluster in it is an error, never
+// the default address (where another cluster's controller may listen).
+TEST(ClusterFileTest, NamedDirectoryWithoutClusterIsAnError) {
+  const std::string empty_dir = FreshDir("address_empty");
+  const std::string missing = empty_dir + "/does-not-exist";
+  const std::string not_a_dir = empty_dir + "/plain-file";
+  { std::ofstream(not_a_dir) << "x"; }
+  const CommandContext env = FakeEnv({{"MESHCAST_CONTROLLER", "env:1"}});
+  for (const std::string& dir : {empty_dir, missing, not_a_dir}) {
+    SCOPED_TRACE(dir);
+    absl::StatusOr<std::string> address =
+        ResolveControllerAddress("", dir, env);
+    ASSERT_FALSE(address.ok()) << *address;
+    EXPECT_TRUE(absl::IsNotFound(address.status())) << address.status();
+    EXPECT_EQ(ExitCodeForStatus(address.status()), kExitUsage);
+    EXPECT_THAT(address.status().message(),
+                HasSubstr("no local cluster recorded in " + dir));
+    EXPECT_THAT(address.status().message(),
+                HasSubstr("'meshctl up --dir " + dir + "'"));
+    // The same through $MESHCAST_HOME.
+    EXPECT_FALSE(
+        ResolveControllerAddress("", "", FakeEnv({{"MESHCAST_HOME", dir}}))
+            .ok());
+  }
+  // A stopped cluster: `down` removed cluster.json.
+  const std::string stopped = FreshDir("address_stopped");
+  ASSERT_TRUE(WriteClusterFile(stopped, Sample(stopped)).ok());
+  ASSERT_TRUE(RemoveClusterFile(stopped).ok());
+  EXPECT_FALSE(ResolveControllerAddress("", stopped, FakeEnv({})).ok());
+  // --controller still needs no directory.
+  EXPECT_EQ(ResolveControllerAddress("h:1", missing, FakeEnv({})).value_or(""),
+            "h:1");
+}
+
+TEST(ClusterFileTest, ImplicitDirectoryFallsBackToDefaultAddress) {
+  // ./.meshcast, relative to the working directory: run in an empty one.
+  const std::string cwd = FreshDir("address_cwd");
+  const std::filesystem::path previous = std::filesystem::current_path();
+  std::filesystem::current_path(cwd);
+  const absl::StatusOr<std::string> fallback =
+      ResolveControllerAddress("", "", FakeEnv({}));
+  // A record that cannot be read is reported, not skipped.
+  std::filesystem::create_directories(std::string(kDefaultClusterDir));
+  { std::ofstream(ClusterFilePath(kDefaultClusterDir)) << "not json"; }
+  const absl::StatusOr<std::string> corrupt =
+      ResolveControllerAddress("", "", FakeEnv({}));
+  std::filesystem::current_path(previous);
+  EXPECT_EQ(fallback.value_or(""), kDefaultControllerAddress);
+  ASSERT_FALSE(corrupt.ok());
+  EXPECT_THAT(corrupt.status().message(), HasSubstr("cluster.json"));
 }
 
 TEST(CommandErrorsTest, ExitCodesAndOneLine) {

@@ -20,6 +20,12 @@ constexpr size_t kHelpColumn = 30;
 
 std::string FormatDouble(double value) { return absl::StrCat(value); }
 
+// How a flag is written: "-f" for a one-letter name, "--shape" otherwise
+// (either spelling parses).
+std::string Spelling(absl::string_view name) {
+  return absl::StrCat(name.size() == 1 ? "-" : "--", name);
+}
+
 }  // namespace
 
 FlagSet::FlagSet(std::string command, std::string description)
@@ -142,7 +148,7 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
     Flag* flag = Find(name);
     if (flag == nullptr) {
       return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag --", name, "; run '", command_,
+          absl::StrCat("unknown flag ", Spelling(name), "; run '", command_,
                        " --help' for the list of flags"));
     }
     if (!has_value) {
@@ -152,13 +158,13 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
         value = args[++i];
       } else {
         return absl::InvalidArgumentError(absl::StrCat(
-            "--", flag->name, ": needs a value (", flag->value_name, ")"));
+            Spelling(flag->name), ": needs a value (", flag->value_name, ")"));
       }
     }
     absl::Status status = flag->assign(value);
     if (!status.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--", flag->name, ": ", status.message()));
+          absl::StrCat(Spelling(flag->name), ": ", status.message()));
     }
     flag->set = true;
   }
@@ -171,7 +177,7 @@ std::string FlagSet::Usage() const {
   absl::StrAppend(&out, "flags:\n");
   const std::string indent(kHelpColumn, ' ');
   for (const Flag& flag : flags_) {
-    std::string head = absl::StrCat("  --", flag.name);
+    std::string head = absl::StrCat("  ", Spelling(flag.name));
     if (!flag.value_name.empty()) absl::StrAppend(&head, " ", flag.value_name);
     if (head.size() + 2 > kHelpColumn) {
       absl::StrAppend(&out, head, "\n", indent);

@@ -17,7 +17,8 @@
 //
 // Accepted syntax: --name value, --name=value, -name for the same; boolean
 // flags take no value (--verify) or an explicit --verify=true|false; "--"
-// ends flags; -h / --help request help. Errors name the flag and what it
+// ends flags; -h / --help request help. Usage and errors write one-letter
+// flags with one dash (-f FILE), the others with two. Errors name the flag and what it
 // accepts, e.g. "--inter-gbps: 'fast' is not a number".
 //
 // Thread safety: not thread-safe; use one FlagSet per thread. Bound

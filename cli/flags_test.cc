@@ -11,6 +11,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct Options {
   std::string name = "default";
@@ -105,6 +106,25 @@ TEST_F(FlagSetTest, Help) {
   FlagSet other("x", "");
   ASSERT_TRUE(other.Parse({"-h"}).ok());
   EXPECT_TRUE(other.help_requested());
+}
+
+// A one-letter flag is shown and reported as -f, and parses either way.
+TEST_F(FlagSetTest, OneLetterFlagsHaveOneDash) {
+  std::string file;
+  FlagSet flags("meshctl submit", "");
+  flags.String("f", &file, "FILE", "job file");
+  const std::string usage = flags.Usage();
+  EXPECT_THAT(usage, HasSubstr("  -f FILE "));
+  EXPECT_THAT(usage, Not(HasSubstr("--f")));
+  EXPECT_THAT(flags.Parse({"-f"}).message(), HasSubstr("-f: needs a value"));
+  EXPECT_THAT(flags.Parse({"-f"}).message(), Not(HasSubstr("--f")));
+  EXPECT_THAT(flags.Parse({"-g"}).message(), HasSubstr("unknown flag -g;"));
+  ASSERT_TRUE(flags.Parse({"-f", "a.yaml"}).ok());
+  EXPECT_EQ(file, "a.yaml");
+  FlagSet again("meshctl submit", "");
+  again.String("f", &file, "FILE", "job file");
+  ASSERT_TRUE(again.Parse({"--f=b.yaml"}).ok());
+  EXPECT_EQ(file, "b.yaml");
 }
 
 }  // namespace

@@ -53,9 +53,9 @@ constexpr char kSubmitDescription[] =
     "  reshard:\n"
     "    shape: 64x64x256        # or [64, 64, 256]\n"
     "    dtype: int32            # default float32\n"
-    "    src_mesh: 2x4           # or 2x4@0, or {shape: [2, 2],\n"
+    "    src_mesh: 2x4           # or [2, 4], 2x4@0, or {shape: [2, 2],\n"
     "                            #              devices: [0, 1, 4, 5]}\n"
-    "    src_spec: S0RR\n"
+    "    src_spec: S0RR          # or S0,R,R or [S0, R, R]\n"
     "    dst_mesh: 2x4\n"
     "    dst_spec: RS0R\n"
     "    strategy: auto          # send_recv, local_allgather, broadcast,\n"
@@ -207,10 +207,22 @@ void AddReshardFlags(FlagSet& flags, std::map<std::string, std::string>& text,
 }
 
 // Copies the reshard flags that were given into `input`, overriding a job
-// file's values.
+// file's values. A mesh given by flags in one form replaces the file's mesh
+// in the other form (--src-mesh replaces src_mesh: {shape, devices}, and
+// --src-devices / --src-shape replace src_mesh: 2x4).
 void ApplyReshardFlags(const FlagSet& flags,
                        const std::map<std::string, std::string>& text,
                        bool allow_overlap, ReshardInput* input) {
+  for (const std::string side : {"src", "dst"}) {
+    const bool flag_mesh = flags.IsSet(side + "-mesh");
+    const bool flag_list =
+        flags.IsSet(side + "-devices") || flags.IsSet(side + "-shape");
+    if (flag_mesh) {
+      input->Erase(side + "_devices");
+      input->Erase(side + "_shape");
+    }
+    if (flag_list) input->Erase(side + "_mesh");
+  }
   for (const char* field : kReshardFields) {
     const std::string flag = absl::StrReplaceAll(field, {{"_", "-"}});
     if (!flags.IsSet(flag)) continue;
@@ -369,7 +381,9 @@ CommandResult RunListCommand(const std::vector<std::string>& args,
       kCommand,
       absl::StrCat("Lists jobs, newest first. --output json prints "
                    "{\"jobs\": [...]}\nwith each job as 'meshctl get' prints "
-                   "it, without per-step timings.\n\n",
+                   "it, without the plan (the controller\nleaves plans out of "
+                   "listings) and per-step timings: 'meshctl get ID'\nhas "
+                   "both.\n\n",
                    kControllerHelp, "\n\n", kExitCodesHelp));
   flags.Int("limit", &limit, "N", "show at most N jobs (0 = all)");
   OutputFlag(flags, &output);

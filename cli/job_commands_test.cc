@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/cluster_commands.h"
@@ -186,6 +188,45 @@ TEST_F(JobCommandsTest, SubmitFromFileWithFlagOverride) {
   EXPECT_THAT(spec.reshard().dst_mesh().shape(), ElementsAre(4, 2));
 }
 
+// A flag replaces the file's mesh even when written in the other form; a
+// field missing from the file is named by its file key.
+TEST_F(JobCommandsTest, SubmitFileMeshFormsAndMissingKeys) {
+  const std::string path = ::testing::TempDir() + "/job_commands_test_" +
+                           std::to_string(getpid()) + "_forms.yaml";
+  std::ofstream(path) << "reshard:\n"
+                         "  shape: [64, 64, 64]\n"
+                         "  src_mesh: 2x4\n"
+                         "  src_spec: S0RR\n"
+                         "  dst_mesh: {shape: [1, 2], devices: [16, 17]}\n"
+                         "  dst_spec: RRR\n";
+  CommandResult result = RunSubmitCommand(
+      WithController({"-f", path, "--dst-mesh", "2x4"}), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_THAT(fake_.submitted().at(0).reshard().dst_mesh().shape(),
+              ElementsAre(2, 4));
+  EXPECT_TRUE(fake_.submitted().at(0).reshard().dst_mesh().devices().empty());
+  result = RunSubmitCommand(
+      WithController({"-f", path, "--src-devices", "0,1", "--src-shape",
+                      "1x2", "--src-spec", "S1RR"}),
+      context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_THAT(fake_.submitted().at(1).reshard().src_mesh().devices(),
+              ElementsAre(0, 1));
+
+  const std::string missing = ::testing::TempDir() + "/job_commands_test_" +
+                              std::to_string(getpid()) + "_missing.yaml";
+  std::ofstream(missing) << "reshard:\n"
+                            "  shape: [64, 64, 64]\n"
+                            "  src_mesh: 2x4\n"
+                            "  src_spec: S0RR\n"
+                            "  dst_spec: RRR\n";
+  result = RunSubmitCommand(WithController({"-f", missing}), context_);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: " + missing +
+                            ": reshard.dst_mesh: required (or --dst-mesh): ");
+  EXPECT_EQ(fake_.submitted().size(), 2u);
+}
+
 TEST_F(JobCommandsTest, SubmitBadInputIsOneLineWithoutContactingTheServer) {
   const std::string unreachable = "127.0.0.1:" + std::to_string(ClosedPort());
   const auto run = [&](std::vector<std::string> args) {
@@ -262,6 +303,50 @@ TEST_F(JobCommandsTest, UnreachableControllerExitsThree) {
       RunListCommand({"--controller", "nocolon"}, context_);
   EXPECT_EQ(bad.exit_code, kExitUsage);
   ExpectOneLine(bad, "meshctl list: --controller: 'nocolon' is not a");
+}
+
+// After `meshctl down --dir D`, commands given --dir D must not reach
+// whatever controller listens on the default port.
+TEST_F(JobCommandsTest, DirWithoutAClusterIsAnErrorForEveryClientCommand) {
+  const std::string dir = ::testing::TempDir() + "/job_commands_test_nodir_" +
+                          std::to_string(getpid());
+  const std::string expected =
+      "no local cluster recorded in " + dir +
+      " (no " + dir + "/cluster.json); start one with 'meshctl up --dir " +
+      dir + "'";
+  std::vector<std::string> plan_args = Case1();
+  plan_args[0] = "--live";
+  const std::vector<std::pair<
+      std::string, std::function<CommandResult(const std::vector<std::string>&,
+                                               const CommandContext&)>>>
+      commands = {
+          {"list", RunListCommand},
+          {"get", [](const std::vector<std::string>& a,
+                     const CommandContext& c) {
+             std::vector<std::string> args = {"j-1"};
+             args.insert(args.end(), a.begin(), a.end());
+             return RunGetCommand(args, c);
+           }},
+          {"cluster", RunClusterCommand},
+          {"submit", [](const std::vector<std::string>& a,
+                        const CommandContext& c) {
+             std::vector<std::string> args = Case1();
+             args.insert(args.end(), a.begin(), a.end());
+             return RunSubmitCommand(args, c);
+           }},
+          {"plan", [plan_args](const std::vector<std::string>& a,
+                               const CommandContext& c) {
+             std::vector<std::string> args = plan_args;
+             args.insert(args.end(), a.begin(), a.end());
+             return RunPlanCommand(args, c);
+           }},
+      };
+  for (const auto& [name, run] : commands) {
+    SCOPED_TRACE(name);
+    const CommandResult result = run({"--dir", dir}, context_);
+    EXPECT_EQ(result.exit_code, kExitUsage) << result.err;
+    ExpectOneLine(result, "meshctl " + name + ": " + expected);
+  }
 }
 
 TEST_F(JobCommandsTest, GetListCancel) {

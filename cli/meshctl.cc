@@ -40,9 +40,9 @@ std::string TopLevelUsage() {
       "\n"
       "Commands that talk to the controller take --controller HOST:PORT;\n"
       "without it they use $MESHCAST_CONTROLLER, else the local cluster that\n"
-      "'meshctl up' recorded in --dir ($MESHCAST_HOME, else ./.meshcast),\n"
-      "else 127.0.0.1:50051. Human tables by default; --output json for\n"
-      "scripts.\n"
+      "'meshctl up' recorded in --dir ($MESHCAST_HOME, else ./.meshcast;\n"
+      "a named directory must hold a cluster), else 127.0.0.1:50051. Human\n"
+      "tables by default; --output json for scripts.\n"
       "\n",
       kExitCodesHelp,
       "\n\n"

@@ -79,6 +79,7 @@ int RunBinary(const std::string& args, std::string* out, std::string* err) {
     }
     fclose(file);
   }
+  std::remove(err_file.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 

@@ -4,12 +4,14 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -47,11 +49,13 @@ constexpr char kDescription[] =
     "them against the lower bound, and --output json prints the chosen plan.\n"
     "\n"
     "Devices are numbered host*G + local on a cluster of H hosts x G devices.\n"
-    "A mesh is HxG@h (H hosts x the first G devices of each, from host h) or\n"
-    "an explicit device list with a shape. A sharding spec has one entry per\n"
-    "tensor dimension: R (replicated), S0 / S1 (split over mesh axis 0 =\n"
-    "hosts, or 1 = devices of a host), S01 (over both, axis 0 major); written\n"
-    "S0RR or S0,R,R. Uneven splits use ceil-sized chunks.\n"
+    "A mesh is HxG@h (H hosts x the first G devices of each, from host h;\n"
+    "HxG: from host 0), N (a 1-D mesh: the first N devices of host 0, as\n"
+    "'meshctl submit' reads N) or an explicit device list with a shape.\n"
+    "A sharding spec has one entry per tensor dimension: R (replicated),\n"
+    "S0 / S1 (split over mesh axis 0 = hosts, or 1 = devices of a host), S01\n"
+    "(over both, axis 0 major); written S0RR or S0,R,R. Uneven splits use\n"
+    "ceil-sized chunks.\n"
     "\n"
     "example:\n"
     "  meshctl plan --cluster 5x4 --inter-gbps 10 --intra-gbps 1200 \\\n"
@@ -147,7 +151,8 @@ void RegisterFlags(FlagSet& flags, PlanOptions& options) {
                "element type: int8, uint8, int32, int64, float16, bfloat16,\n"
                "float32, float64 (aliases fp16, bf16, fp32, ...)");
   flags.String("src-mesh", &options.src_mesh, "HxG@h",
-               "source mesh: H hosts x first G devices, from host h");
+               "source mesh: H hosts x first G devices, from host h (HxG:\n"
+               "from host 0; N: a 1-D mesh, host 0's first N devices)");
   flags.String("src-devices", &options.src_devices, "IDS",
                "source mesh as a device list, e.g. 0,1,4,5 (with --src-shape)");
   flags.String("src-shape", &options.src_shape, "AxB",
@@ -211,6 +216,35 @@ absl::Status CheckPositive(absl::string_view flag, double value, bool zero_ok) {
                    " and finite, got ", value));
 }
 
+// --src-mesh / --dst-mesh offline: HxG@h and HxG as the planner parses
+// them, and N, a 1-D mesh of the first N devices of host 0 (`submit` and
+// the controller take N as a 1-D mesh laid out as 1 x N, so that a spec
+// over it uses axis 0 only; the same mesh here).
+absl::StatusOr<DeviceMesh> ParseOfflineMesh(const std::string& text,
+                                            const Topology& topology,
+                                            const std::string& flag) {
+  int extent = 0;
+  if (!absl::SimpleAtoi(text, &extent)) {
+    return ParseMesh(text, topology, flag);
+  }
+  if (extent < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": cannot parse mesh \"", text,
+        "\": a 1-D mesh needs N >= 1 devices; expected N, HxG or HxG@h, "
+        "e.g. 4 or 2x4@2"));
+  }
+  if (extent > topology.devices_per_host) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": 1-D mesh ", text, " is the first ", extent,
+        " devices of one host but the cluster has ",
+        topology.devices_per_host, " per host; use HxG for more hosts"));
+  }
+  ASSIGN_OR_RETURN(DeviceMesh mesh,
+                   ParseMesh(absl::StrCat("1x", extent), topology, flag));
+  mesh.shape = {extent};
+  return mesh;
+}
+
 absl::StatusOr<DeviceMesh> BuildMesh(const FlagSet& flags,
                                      const Topology& topology,
                                      absl::string_view side,
@@ -228,7 +262,7 @@ absl::StatusOr<DeviceMesh> BuildMesh(const FlagSet& flags,
         absl::StrCat(mesh_flag, ": give either ", mesh_flag, " or ",
                      devices_flag, " with ", shape_flag, ", not both"));
   }
-  if (has_mesh) return ParseMesh(mesh_text, topology, mesh_flag);
+  if (has_mesh) return ParseOfflineMesh(mesh_text, topology, mesh_flag);
   if (has_devices != has_shape) {
     return absl::InvalidArgumentError(absl::StrCat(
         has_devices ? shape_flag : devices_flag, ": required with ",
@@ -244,13 +278,23 @@ absl::StatusOr<DeviceMesh> BuildMesh(const FlagSet& flags,
 }
 
 absl::StatusOr<PlanInputs> BuildInputs(const FlagSet& flags,
-                                       const PlanOptions& options) {
+                                       const PlanOptions& options,
+                                       const CommandContext& context) {
   if (!flags.positional().empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("unexpected argument '", flags.positional().front(),
                      "'; every input is a flag, see 'meshctl plan --help'"));
   }
-  RETURN_IF_ERROR(Required(flags, "cluster", "5x4"));
+  if (!flags.IsSet("cluster")) {
+    // Without --cluster the likely intent may be the running cluster.
+    const std::optional<std::string> env = context.Env("MESHCAST_CONTROLLER");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cluster: required for an offline plan, e.g. --cluster 5x4; or "
+        "--live to plan on the running cluster",
+        env.has_value() && !env->empty()
+            ? absl::StrCat(" ($MESHCAST_CONTROLLER is ", *env, ")")
+            : " (its controller is found as for 'meshctl list')"));
+  }
   RETURN_IF_ERROR(Required(flags, "shape", "1024x1024x512"));
   RETURN_IF_ERROR(Required(flags, "src-spec", "S0RR"));
   RETURN_IF_ERROR(Required(flags, "dst-spec", "S0RR"));
@@ -717,7 +761,7 @@ CommandResult RunPlanCommand(const std::vector<std::string>& args,
     return PlanFail(kExitUsage, status.message());
   }
   if (live) return RunLivePlan(flags, options, context);
-  absl::StatusOr<PlanInputs> inputs = BuildInputs(flags, options);
+  absl::StatusOr<PlanInputs> inputs = BuildInputs(flags, options, context);
   if (!inputs.ok()) return PlanFail(kExitUsage, inputs.status().message());
 
   absl::StatusOr<std::vector<UnitTask>> tasks =

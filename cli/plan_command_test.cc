@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -103,9 +105,23 @@ TEST(PlanCommandTest, BadSpecNamesFlagTokenAndAllowedForms) {
                         "mesh axis 2"));
 }
 
+// A context whose environment is `env` only.
+CommandContext FakeEnv(std::map<std::string, std::string> env) {
+  CommandContext context;
+  context.getenv =
+      [env](const std::string& name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+  return context;
+}
+
 TEST(PlanCommandTest, MissingAndMalformedFlags) {
   EXPECT_THAT(UsageError(Without(Case1Args(), "--cluster")),
-              HasSubstr("--cluster: required, e.g. --cluster 5x4"));
+              HasSubstr("--cluster: required for an offline plan, e.g. "
+                        "--cluster 5x4; or --live to plan on the running "
+                        "cluster"));
   EXPECT_THAT(UsageError(Without(Case1Args(), "--shape")),
               HasSubstr("--shape: required"));
   EXPECT_THAT(UsageError(Without(Case1Args(), "--dst-spec")),
@@ -131,6 +147,20 @@ TEST(PlanCommandTest, MissingAndMalformedFlags) {
   std::vector<std::string> extra = Case1Args();
   extra.push_back("stray");
   EXPECT_THAT(UsageError(extra), HasSubstr("unexpected argument 'stray'"));
+}
+
+// With a controller in the environment, a plan without --cluster most
+// likely meant the running cluster: the error says how.
+TEST(PlanCommandTest, MissingClusterPointsAtLiveWhenAControllerIsSet) {
+  const CommandResult result =
+      RunPlanCommand(Without(Case1Args(), "--cluster"),
+                     FakeEnv({{"MESHCAST_CONTROLLER", "127.0.0.1:41234"}}));
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.err, HasSubstr("--cluster: required for an offline plan"));
+  EXPECT_THAT(result.err,
+              HasSubstr("--live to plan on the running cluster "
+                        "($MESHCAST_CONTROLLER is 127.0.0.1:41234)"));
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1);
 }
 
 TEST(PlanCommandTest, MeshErrorsNameTheFlag) {
@@ -285,6 +315,28 @@ TEST(PlanCommandTest, CpuCostFlagsSetTheTopology) {
   // Every transfer now pays 1 ms before its first byte: the prediction grows.
   EXPECT_GT(costly["predicted_seconds"].get<double>(),
             defaults["predicted_seconds"].get<double>());
+}
+
+// N is a 1-D mesh, as `meshctl submit` reads it: host 0's first N devices.
+TEST(PlanCommandTest, OneDimensionalMeshAsSubmitReadsIt) {
+  const std::vector<std::string> args =
+      With(With(With(Case1Args(), "--src-mesh", "4"), "--src-spec", "S0RR"),
+           "--dst-mesh", "2x4@2");
+  const CommandResult result = RunPlanCommand(args, FakeEnv({}));
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  const nlohmann::json json = RunJson(args);
+  ASSERT_TRUE(json.is_object());
+  EXPECT_EQ(json["src_mesh"]["shape"], nlohmann::json::array({4}));
+  EXPECT_EQ(json["src_mesh"]["devices"], nlohmann::json::array({0, 1, 2, 3}));
+  // A 1-D mesh has one axis.
+  EXPECT_THAT(UsageError(With(With(Case1Args(), "--src-mesh", "4"),
+                              "--src-spec", "S1RR")),
+              HasSubstr("--src-spec: "));
+  EXPECT_THAT(UsageError(With(Case1Args(), "--src-mesh", "8")),
+              HasSubstr("--src-mesh: 1-D mesh 8 is the first 8 devices of "
+                        "one host but the cluster has 4 per host"));
+  EXPECT_THAT(UsageError(With(Case1Args(), "--src-mesh", "0")),
+              HasSubstr("--src-mesh: cannot parse mesh \"0\""));
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <exception>
 #include <fstream>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -38,10 +40,14 @@ std::string FlagName(const std::string& field) {
   return absl::StrCat("--", absl::StrReplaceAll(field, {{"_", "-"}}));
 }
 
-absl::Status Tagged(const std::string& origin, const absl::Status& status) {
+// `status` with `origin` (flag or file key) in front. Planner messages
+// sometimes start with a field name of their own ("strategy: ...",
+// "mesh: ..."); the origin replaces it rather than repeating it.
+absl::Status Tagged(const std::string& origin, const absl::Status& status,
+                    absl::string_view field = "") {
   if (status.ok()) return status;
   absl::string_view message = status.message();
-  // Planner messages sometimes start with a generic field name of their own.
+  if (!field.empty()) absl::ConsumePrefix(&message, absl::StrCat(field, ": "));
   absl::ConsumePrefix(&message, "mesh: ");
   absl::ConsumePrefix(&message, "devices: ");
   return absl::Status(status.code(), absl::StrCat(origin, ": ", message));
@@ -49,6 +55,19 @@ absl::Status Tagged(const std::string& origin, const absl::Status& status) {
 
 absl::Status Invalid(const std::string& origin, absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat(origin, ": ", message));
+}
+
+// A required field that was not given. With a job file the error names the
+// file key (the flag may still supply it); without one, the flag.
+// `flag_form` and `file_form` say what to write in each.
+absl::Status Missing(const ReshardInput& input, const std::string& field,
+                     absl::string_view flag_form, absl::string_view file_form) {
+  if (input.file.empty()) {
+    return Invalid(FlagName(field), absl::StrCat("required", flag_form));
+  }
+  return Invalid(absl::StrCat(input.file, ": reshard.", field),
+                 absl::StrCat("required (or ", FlagName(field), ")",
+                              file_form));
 }
 
 absl::StatusOr<std::vector<int>> ParseIntList(const std::string& text,
@@ -137,11 +156,15 @@ absl::StatusOr<MeshText> ParseMeshField(const ReshardInput& input,
                      ", e.g. ", FlagName(devices_field), " 0,1,4,5 ",
                      FlagName(shape_field), " 2x2"));
   } else {
-    return Invalid(
-        FlagName(mesh_field),
-        absl::StrCat("required: HxG (placed by the controller, "
-                     "e.g. 2x4), HxG@h (pinned, e.g. 2x4@0), or ",
-                     FlagName(devices_field), " with ", FlagName(shape_field)));
+    constexpr absl::string_view kForms =
+        ": HxG (placed by the controller, e.g. 2x4), HxG@h (pinned, e.g. "
+        "2x4@0), or ";
+    return Missing(input, mesh_field,
+                   absl::StrCat(kForms, FlagName(devices_field), " with ",
+                                FlagName(shape_field)),
+                   absl::StrCat(kForms,
+                                "a device list {shape: [2, 2], devices: [0, "
+                                "1, 4, 5]}"));
   }
   int64_t count = 1;
   for (int extent : mesh.shape) {
@@ -180,9 +203,9 @@ absl::StatusOr<ShardingSpec> ParseSpecField(const ReshardInput& input,
                                             const TensorSpec& tensor,
                                             const MeshText& mesh) {
   if (!input.Has(field)) {
-    return Invalid(FlagName(field),
-                   "required, e.g. S0RR (one entry per tensor "
-                   "dimension: R, S0, S1 or S01)");
+    constexpr absl::string_view kForm =
+        ", e.g. S0RR (one entry per tensor dimension: R, S0, S1 or S01)";
+    return Missing(input, field, kForm, kForm);
   }
   absl::StatusOr<ShardingSpec> spec = ShardingSpec::Parse(input.Get(field));
   if (!spec.ok()) return Tagged(input.Origin(field), spec.status());
@@ -207,21 +230,52 @@ absl::StatusOr<bool> ParseBool(const std::string& text,
 
 // ---- job files ----------------------------------------------------------
 
+// "reshard.src_mesh" from the keys leading to a value ("[]" marks a list
+// item: "a[].b").
+std::string KeyPath(const std::vector<std::string>& keys) {
+  return absl::StrReplaceAll(absl::StrJoin(keys, "."), {{".[]", "[]"}});
+}
+
+absl::Status DuplicateKey(const std::string& label,
+                          const std::vector<std::string>& keys,
+                          absl::string_view where) {
+  return Invalid(absl::StrCat(label, ": ", KeyPath(keys)),
+                 absl::StrCat("duplicate key", where,
+                              "; give each key once"));
+}
+
 // YAML scalars carry no type; numbers and booleans become their text so that
-// YAML and JSON files go through the same checks.
-Json YamlToJson(const YAML::Node& node) {
+// YAML and JSON files go through the same checks. yaml-cpp keeps every entry
+// of a mapping that repeats a key, so a repeat is refused here instead of
+// one value silently replacing the other. Throws what yaml-cpp throws (e.g.
+// for a key that is not a scalar).
+absl::StatusOr<Json> YamlToJson(const YAML::Node& node,
+                                const std::string& label,
+                                std::vector<std::string>& keys) {
   switch (node.Type()) {
     case YAML::NodeType::Scalar:
       return node.Scalar();
     case YAML::NodeType::Sequence: {
       Json array = Json::array();
-      for (const YAML::Node& item : node) array.push_back(YamlToJson(item));
+      for (const YAML::Node& item : node) {
+        ASSIGN_OR_RETURN(Json value, YamlToJson(item, label, keys));
+        array.push_back(std::move(value));
+      }
       return array;
     }
     case YAML::NodeType::Map: {
       Json object = Json::object();
       for (const auto& entry : node) {
-        object[entry.first.as<std::string>()] = YamlToJson(entry.second);
+        const std::string key = entry.first.as<std::string>();
+        keys.push_back(key);
+        if (object.contains(key)) {
+          return DuplicateKey(
+              label, keys,
+              absl::StrCat(" (again on line ", entry.first.Mark().line + 1,
+                           ")"));
+        }
+        ASSIGN_OR_RETURN(object[key], YamlToJson(entry.second, label, keys));
+        keys.pop_back();
       }
       return object;
     }
@@ -230,14 +284,119 @@ Json YamlToJson(const YAML::Node& node) {
   }
 }
 
-// Scalars as text, whatever JSON type they have.
+absl::StatusOr<Json> ParseYamlText(const std::string& text,
+                                   const std::string& label) {
+  // yaml-cpp reports errors by exception; they stop here.
+  try {
+    std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    // A trailing "---" adds an empty document; anything more is a second
+    // job that would otherwise be dropped without a word.
+    while (documents.size() > 1 && documents.back().IsNull()) {
+      documents.pop_back();
+    }
+    if (documents.size() > 1) {
+      return Invalid(
+          label, absl::StrCat("holds ", documents.size(),
+                              " YAML documents (separated by '---'); a job "
+                              "file holds one job: submit each from its own "
+                              "file"));
+    }
+    if (documents.empty()) return Json(nullptr);
+    std::vector<std::string> keys;
+    return YamlToJson(documents.front(), label, keys);
+  } catch (const std::exception& e) {
+    return Invalid(label, absl::StrCat("is not valid YAML: ", e.what()));
+  }
+}
+
+// "line L, column C" of the 1-based byte offset `byte` in `text`.
+std::string LineColumn(const std::string& text, size_t byte) {
+  const size_t end = std::min(byte > 0 ? byte - 1 : 0, text.size());
+  int line = 1;
+  size_t line_start = 0;
+  for (size_t i = 0; i < end; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+  }
+  return absl::StrCat("line ", line, ", column ", end - line_start + 1);
+}
+
+absl::StatusOr<Json> ParseJsonText(const std::string& text,
+                                   const std::string& label) {
+  // nlohmann keeps the last of repeated keys; the parser callback sees every
+  // key, so a repeat is noted (per object, by nesting depth) and refused
+  // after the parse.
+  std::vector<std::set<std::string>> seen;  // keys of the open objects
+  std::vector<std::string> keys;            // path to the current key
+  std::optional<std::vector<std::string>> duplicate;
+  const Json::parser_callback_t note_keys =
+      [&](int depth, Json::parse_event_t event, Json& parsed) {
+        const size_t level = static_cast<size_t>(depth);
+        switch (event) {
+          case Json::parse_event_t::object_start:
+            // Its keys are reported at depth + 1.
+            seen.resize(level + 2);
+            seen[level + 1].clear();
+            break;
+          case Json::parse_event_t::array_start:
+            // An object inside it is an item, not a key.
+            keys.resize(level);
+            keys.push_back("[]");
+            break;
+          case Json::parse_event_t::key: {
+            // The key at depth L is the L-th element of the path.
+            seen.resize(std::max(seen.size(), level + 1));
+            keys.resize(std::max<size_t>(level, 1));
+            keys.back() = parsed.get<std::string>();
+            if (!seen[level].insert(keys.back()).second &&
+                !duplicate.has_value()) {
+              duplicate = keys;
+            }
+            break;
+          }
+          default:
+            break;
+        }
+        return true;
+      };
+  Json root;
+  try {
+    root = Json::parse(text, note_keys);
+  } catch (const Json::parse_error& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at line 1,
+    // column 9: syntax error ..."; keep the explanation, with the position
+    // worked out from the byte offset.
+    absl::string_view why = e.what();
+    if (const size_t syntax = why.find("syntax error");
+        syntax != absl::string_view::npos) {
+      why.remove_prefix(syntax);
+    }
+    return Invalid(label, absl::StrCat("is not valid JSON: ",
+                                       LineColumn(text, e.byte), ": ", why));
+  } catch (const Json::exception& e) {
+    return Invalid(label, absl::StrCat("is not valid JSON: ", e.what()));
+  }
+  if (duplicate.has_value()) return DuplicateKey(label, *duplicate, "");
+  return root;
+}
+
+// Scalars as text, whatever JSON type they have. `example` shows the
+// accepted form in the error for a list or mapping.
 absl::StatusOr<std::string> ScalarText(const Json& value,
-                                       const std::string& origin) {
+                                       const std::string& origin,
+                                       absl::string_view example = "") {
   if (value.is_string()) return value.get<std::string>();
   if (value.is_boolean()) return value.get<bool>() ? "true" : "false";
   if (value.is_number_integer()) return std::to_string(value.get<int64_t>());
   if (value.is_number()) return value.dump();
-  return Invalid(origin, "expected a single value");
+  const char* got = value.is_array()    ? "a list"
+                    : value.is_object() ? "a mapping"
+                                        : "nothing";
+  return Invalid(origin, absl::StrCat("expected a single value, got ", got,
+                                      example.empty() ? "" : "; e.g. ",
+                                      example));
 }
 
 // A list of integers ([1, 2] or "1,2" or "1x2") as text joined by `join`.
@@ -247,6 +406,9 @@ absl::StatusOr<std::string> ListText(const Json& value,
   if (!value.is_array()) return ScalarText(value, origin);
   std::vector<std::string> parts;
   for (const Json& item : value) {
+    if (item.is_array() || item.is_object() || item.is_null()) {
+      return Invalid(origin, "expected a flat list of values, e.g. [2, 4]");
+    }
     ASSIGN_OR_RETURN(std::string text, ScalarText(item, origin));
     parts.push_back(std::move(text));
   }
@@ -298,7 +460,8 @@ absl::Status ReadReshardSection(const Json& reshard, const std::string& label,
         input->Set(side + "_shape", shape, origin + ".shape");
         input->Set(side + "_devices", devices, origin + ".devices");
       } else {
-        ASSIGN_OR_RETURN(std::string text, ScalarText(value, origin));
+        // "2x4", "2x4@0", or the extents as a list ([2, 4]: placed).
+        ASSIGN_OR_RETURN(std::string text, ListText(value, origin, "x"));
         input->Set(key, text, origin);
       }
       continue;
@@ -308,9 +471,18 @@ absl::Status ReadReshardSection(const Json& reshard, const std::string& label,
       input->Set(key, text, origin);
       continue;
     }
-    if (key == "dtype" || key == "src_spec" || key == "dst_spec" ||
-        key == "strategy" || key == "allow_overlap") {
-      ASSIGN_OR_RETURN(std::string text, ScalarText(value, origin));
+    if (key == "src_spec" || key == "dst_spec") {
+      // "S0RR", "S0,R,R" or one list entry per dimension ([S0, R, R]).
+      ASSIGN_OR_RETURN(std::string text, ListText(value, origin, ","));
+      input->Set(key, text, origin);
+      continue;
+    }
+    if (key == "dtype" || key == "strategy" || key == "allow_overlap") {
+      ASSIGN_OR_RETURN(std::string text,
+                       ScalarText(value, origin,
+                                  key == "dtype"      ? "int32"
+                                  : key == "strategy" ? "meshcast"
+                                                      : "false"));
       input->Set(key, text, origin);
       continue;
     }
@@ -326,6 +498,11 @@ void ReshardInput::Set(const std::string& field, std::string value,
                        std::string origin) {
   values[field] = std::move(value);
   origins[field] = std::move(origin);
+}
+
+void ReshardInput::Erase(const std::string& field) {
+  values.erase(field);
+  origins.erase(field);
 }
 
 bool ReshardInput::Has(const std::string& field) const {
@@ -344,20 +521,9 @@ std::string ReshardInput::Origin(const std::string& field) const {
 
 absl::Status ParseJobText(const std::string& text, bool json,
                           const std::string& label, ReshardInput* input) {
-  Json root;
-  if (json) {
-    root = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (root.is_discarded()) {
-      return Invalid(label, "is not valid JSON");
-    }
-  } else {
-    // yaml-cpp reports errors by exception; they stop here.
-    try {
-      root = YamlToJson(YAML::Load(text));
-    } catch (const std::exception& e) {
-      return Invalid(label, absl::StrCat("is not valid YAML: ", e.what()));
-    }
-  }
+  ASSIGN_OR_RETURN(const Json root, json ? ParseJsonText(text, label)
+                                         : ParseYamlText(text, label));
+  input->file = label;
   if (!root.is_object()) {
     return Invalid(label,
                    "expected a mapping with keys name, kind and reshard");
@@ -408,7 +574,8 @@ absl::StatusOr<v1::JobSpec> BuildJobSpec(const ReshardInput& input) {
   v1::ReshardSpec* reshard = spec.mutable_reshard();
 
   if (!input.Has("shape")) {
-    return Invalid("--shape", "required, e.g. --shape 1024x1024x512");
+    return Missing(input, "shape", ", e.g. --shape 1024x1024x512",
+                   ", e.g. shape: [1024, 1024, 512]");
   }
   TensorSpec tensor;
   absl::StatusOr<std::vector<int64_t>> shape = ParseShape(input.Get("shape"));
@@ -437,7 +604,9 @@ absl::StatusOr<v1::JobSpec> BuildJobSpec(const ReshardInput& input) {
   std::string strategy = "auto";
   if (input.Has("strategy")) {
     absl::StatusOr<Strategy> parsed = ParseStrategy(input.Get("strategy"));
-    if (!parsed.ok()) return Tagged(input.Origin("strategy"), parsed.status());
+    if (!parsed.ok()) {
+      return Tagged(input.Origin("strategy"), parsed.status(), "strategy");
+    }
     strategy = StrategyName(*parsed);
   }
   reshard->set_strategy(strategy);
@@ -508,6 +677,13 @@ absl::Status AttributeServerError(const absl::Status& status,
     std::string field = prefix.input_field;
     if (absl::EndsWith(field, "_mesh") && !input.Has(field)) {
       field = field.substr(0, 3) + "_devices";
+    }
+    // A message that starts with the field as a label ("dst_mesh.devices:
+    // device 99 ...") loses the label: the origin names the field already.
+    if (const size_t colon = message.find(": ");
+        colon != absl::string_view::npos &&
+        message.substr(0, colon).find(' ') == absl::string_view::npos) {
+      message.remove_prefix(colon + 2);
     }
     return absl::Status(status.code(),
                         absl::StrCat(input.Origin(field), ": ", message));

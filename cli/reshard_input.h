@@ -49,8 +49,12 @@ struct ReshardInput {
   // Field -> where it came from, for errors ("--src-mesh" or
   // "job.yaml: reshard.src_mesh"); missing: the flag name.
   std::map<std::string, std::string> origins;
+  // The job file the input was read from ("job.yaml"), else empty; a
+  // required field missing from it is reported by its file key.
+  std::string file;
 
   void Set(const std::string& field, std::string value, std::string origin);
+  void Erase(const std::string& field);
   bool Has(const std::string& field) const;
   std::string Get(const std::string& field) const;  // "" when unset
   // "--src-mesh" or the file key the value came from.
@@ -59,14 +63,17 @@ struct ReshardInput {
 
 // Reads a job file into `input` (fields it sets get file origins). JSON when
 // the name ends in .json or the text starts with '{', YAML otherwise.
-// Unknown keys are errors that list the allowed ones. Format:
+// Unknown keys are errors that list the allowed ones; so are a key given
+// twice in one mapping, a YAML file with more than one document, and (with
+// line and column) text that does not parse. Format:
 //   name: my-job            # optional
 //   kind: reshard           # optional; reshard is the only kind
 //   reshard:
 //     shape: 1024x1024x512  # or [1024, 1024, 512]
 //     dtype: int32
-//     src_mesh: 2x4         # or 2x4@0, or {shape: [2, 4], devices: [...]}
-//     src_spec: S0RR
+//     src_mesh: 2x4         # or [2, 4], 2x4@0, or
+//                           # {shape: [2, 4], devices: [...]}
+//     src_spec: S0RR        # or S0,R,R or [S0, R, R]
 //     dst_mesh: 2x4
 //     dst_spec: RS0R
 //     strategy: meshcast    # default auto

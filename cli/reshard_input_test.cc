@@ -11,6 +11,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 // The flags of case 1, as `meshctl submit reshard` would set them.
@@ -224,6 +225,160 @@ TEST(ReshardInputTest, BadFilesAreOneClearError) {
               StartsWith("-f: cannot read job file"));
 }
 
+// A job file that lacks a required field is told by the file key, the flag
+// being the other way to give it.
+TEST(ReshardInputTest, MissingFieldsOfAFileNameTheFileKey) {
+  const std::string full =
+      "reshard:\n"
+      "  shape: [64, 64]\n"
+      "  src_mesh: 2x4\n"
+      "  src_spec: S0R\n"
+      "  dst_mesh: 2x4\n"
+      "  dst_spec: RS0\n";
+  const auto error_without = [&](const std::string& key) {
+    std::string text = full;
+    const size_t at = text.find("  " + key + ":");
+    text.erase(at, text.find('\n', at) + 1 - at);
+    ReshardInput input;
+    const absl::Status parsed = ParseJobText(text, false, "job.yaml", &input);
+    EXPECT_TRUE(parsed.ok()) << parsed;
+    return ErrorOf(input);
+  };
+  EXPECT_THAT(error_without("dst_mesh"),
+              StartsWith("job.yaml: reshard.dst_mesh: required (or "
+                         "--dst-mesh): HxG (placed by the controller"));
+  EXPECT_THAT(error_without("dst_mesh"),
+              HasSubstr("{shape: [2, 2], devices: [0, 1, 4, 5]}"));
+  EXPECT_THAT(error_without("src_spec"),
+              StartsWith("job.yaml: reshard.src_spec: required (or "
+                         "--src-spec), e.g. S0RR"));
+  EXPECT_THAT(error_without("shape"),
+              StartsWith("job.yaml: reshard.shape: required (or --shape), "
+                         "e.g. shape: [1024, 1024, 512]"));
+  // The flag supplies what the file lacks.
+  ReshardInput input;
+  ASSERT_TRUE(ParseJobText("reshard:\n  shape: [64, 64]\n  src_mesh: 2x4\n"
+                           "  src_spec: S0R\n  dst_spec: RS0\n",
+                           false, "job.yaml", &input)
+                  .ok());
+  input.Set("dst_mesh", "2x4", "--dst-mesh");
+  EXPECT_TRUE(BuildJobSpec(input).ok());
+}
+
+// Meshes and specs may be written as lists; the other keys say which form
+// they take.
+TEST(ReshardInputTest, ListFormsOfMeshesAndSpecs) {
+  ReshardInput input;
+  absl::Status status = ParseJobText(
+      "reshard:\n"
+      "  shape: [64, 64, 64]\n"
+      "  src_mesh: [2, 4]\n"
+      "  src_spec: [S0, R, R]\n"
+      "  dst_mesh: [8]\n"
+      "  dst_spec: [R, S0, R]\n",
+      false, "job.yaml", &input);
+  ASSERT_TRUE(status.ok()) << status;
+  absl::StatusOr<v1::JobSpec> spec = BuildJobSpec(input);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->reshard().src_mesh().shape(), ElementsAre(2, 4));
+  EXPECT_TRUE(spec->reshard().src_mesh().devices().empty());
+  EXPECT_EQ(spec->reshard().src_mesh().first_host(), -1);
+  EXPECT_EQ(spec->reshard().src_spec().text(), "S0RR");
+  EXPECT_THAT(spec->reshard().dst_mesh().shape(), ElementsAre(8));
+  EXPECT_EQ(spec->reshard().dst_spec().text(), "RS0R");
+
+  input = ReshardInput();
+  status = ParseJobText(R"({"reshard": {"dtype": ["int32"]}})", true,
+                        "job.json", &input);
+  EXPECT_EQ(status.message(),
+            "job.json: reshard.dtype: expected a single value, got a list; "
+            "e.g. int32");
+  status = ParseJobText("reshard:\n  src_mesh: [[2, 4]]\n", false, "job.yaml",
+                        &input);
+  EXPECT_THAT(std::string(status.message()),
+              StartsWith("job.yaml: reshard.src_mesh: expected a flat list "
+                         "of values, e.g. [2, 4]"));
+}
+
+// A key given twice is refused, naming it, rather than the last one
+// silently winning.
+TEST(ReshardInputTest, DuplicateKeysAreRefused) {
+  ReshardInput input;
+  absl::Status status = ParseJobText(
+      "reshard:\n  dtype: int32\n  shape: 4x4\n  dtype: int8\n", false,
+      "job.yaml", &input);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "job.yaml: reshard.dtype: duplicate key (again on line 4); give "
+            "each key once");
+  status = ParseJobText("name: a\nreshard: {shape: 4x4}\nname: b\n", false,
+                        "job.yaml", &input);
+  EXPECT_THAT(std::string(status.message()),
+              StartsWith("job.yaml: name: duplicate key"));
+  status = ParseJobText(
+      "reshard:\n  src_mesh: {shape: [2], devices: [0, 1], shape: [1]}\n",
+      false, "job.yaml", &input);
+  EXPECT_THAT(std::string(status.message()),
+              StartsWith("job.yaml: reshard.src_mesh.shape: duplicate key"));
+
+  status = ParseJobText(R"({"reshard": {"dtype": "int32", "dtype": "int8"}})",
+                        true, "job.json", &input);
+  EXPECT_EQ(status.message(),
+            "job.json: reshard.dtype: duplicate key; give each key once");
+  status = ParseJobText(
+      R"({"name": "a", "reshard": {"src_mesh": {"shape": [2],
+          "devices": [0, 1], "shape": [2]}}})",
+      true, "job.json", &input);
+  EXPECT_THAT(std::string(status.message()),
+              StartsWith("job.json: reshard.src_mesh.shape: duplicate key"));
+  status = ParseJobText(R"({"reshard": {}, "name": "a", "reshard": {}})", true,
+                        "job.json", &input);
+  EXPECT_THAT(std::string(status.message()),
+              StartsWith("job.json: reshard: duplicate key"));
+  // The same key in sibling mappings is no repeat.
+  input = ReshardInput();
+  status = ParseJobText(
+      R"({"reshard": {"shape": [4, 4],
+          "src_mesh": {"shape": [1, 2], "devices": [0, 1]},
+          "dst_mesh": {"shape": [1, 2], "devices": [2, 3]},
+          "src_spec": "S1R", "dst_spec": "RS1"}})",
+      true, "job.json", &input);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_TRUE(BuildJobSpec(input).ok());
+}
+
+TEST(ReshardInputTest, MultipleYamlDocumentsAreRefused) {
+  ReshardInput input;
+  absl::Status status = ParseJobText(
+      "reshard: {shape: 4x4}\n---\nreshard: {shape: 8x8}\n", false, "job.yaml",
+      &input);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              StartsWith("job.yaml: holds 2 YAML documents (separated by "
+                         "'---'); a job file holds one job"));
+  // Document markers around one job are fine.
+  input = ReshardInput();
+  status = ParseJobText("---\nreshard: {shape: 4x4}\n---\n", false, "job.yaml",
+                        &input);
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(input.Get("shape"), "4x4");
+}
+
+TEST(ReshardInputTest, InvalidJsonSaysWhere) {
+  ReshardInput input;
+  absl::Status status = ParseJobText(
+      "{\"reshard\": {\"shape\": [4, 4],\n  \"dtype\": \"int32\",\n}}\n", true,
+      "job.json", &input);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              StartsWith("job.json: is not valid JSON: line 3, column 1: "
+                         "syntax error"));
+  status = ParseJobText("{\"reshard\": [1, 2,]}", true, "job.json", &input);
+  EXPECT_THAT(std::string(status.message()),
+              StartsWith("job.json: is not valid JSON: line 1, column 19: "));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("unexpected ']'"));
+}
+
 TEST(ReshardInputTest, ServerErrorsAreAttributedToFlags) {
   ReshardInput input = Case1();
   absl::Status status = AttributeServerError(
@@ -239,6 +394,28 @@ TEST(ReshardInputTest, ServerErrorsAreAttributedToFlags) {
               StartsWith("--dtype: tensor.dtype"));
   status = AttributeServerError(absl::InternalError("boom"), input);
   EXPECT_EQ(status.message(), "boom");
+
+  // A message labelled with the field does not repeat what the origin says.
+  ReshardInput from_file;
+  ASSERT_TRUE(ParseJobText("reshard:\n  dst_mesh: {shape: [1, 2], devices: "
+                           "[98, 99]}\n",
+                           false, "job.yaml", &from_file)
+                  .ok());
+  status = AttributeServerError(
+      absl::InvalidArgumentError("reshard.dst_mesh.devices: device 99 is "
+                                 "outside the cluster (ids 0..19)"),
+      from_file);
+  EXPECT_EQ(status.message(),
+            "job.yaml: reshard.dst_mesh.devices: device 99 is outside the "
+            "cluster (ids 0..19)");
+}
+
+TEST(ReshardInputTest, StrategyErrorNamesTheFlagOnce) {
+  ReshardInput input = Case1();
+  input.Set("strategy", "fastest", "--strategy");
+  const std::string error = ErrorOf(input);
+  EXPECT_THAT(error, StartsWith("--strategy: unknown strategy 'fastest'"));
+  EXPECT_THAT(error, Not(HasSubstr("strategy: strategy")));
 }
 
 }  // namespace
