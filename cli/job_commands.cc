@@ -68,7 +68,7 @@ constexpr char kSubmitDescription[] =
     "output: the job id (table) or the job as one JSON object (--output\n"
     "json: id, name, state, message, progress, created_unix, started_unix,\n"
     "finished_unix, spec, plan, result{seconds, bytes_moved,\n"
-    "elements_verified, mismatches, ...}). With --wait, progress lines\n"
+    "bytes_delivered, elements_verified, mismatches, ...}). With --wait, progress lines\n"
     "while it runs (table only) and the final job; the exit code is 0 only\n"
     "if it SUCCEEDED.\n";
 

@@ -118,6 +118,17 @@ std::vector<int> WorkerDevices(const v1::WorkerInfo& worker,
 
 double Gbps(double bytes_per_second) { return bytes_per_second * 8 / 1e9; }
 
+// ", delivered X (Y Gbps)" when broadcasts delivered more than the steps
+// moved (a broadcast's bytes reach every receiver); empty otherwise, and for
+// controllers that do not report it.
+std::string DeliveredText(const v1::JobResult& result) {
+  if (result.bytes_delivered() <= result.bytes_moved()) return "";
+  return absl::StrFormat(
+      ", delivered %s (%.3f Gbps)",
+      FormatBytes(static_cast<double>(result.bytes_delivered())),
+      Gbps(result.bytes_delivered() / result.seconds()));
+}
+
 }  // namespace
 
 std::string JobStateName(v1::JobState state) {
@@ -310,6 +321,7 @@ OrderedJson JobToJson(const v1::Job& job, bool details) {
                   {"predicted_seconds", result.predicted_seconds()},
                   {"lower_bound_seconds", result.lower_bound_seconds()},
                   {"bytes_moved", result.bytes_moved()},
+                  {"bytes_delivered", result.bytes_delivered()},
                   {"elements_verified", result.elements_verified()},
                   {"mismatches", result.mismatches()}};
     if (details) {
@@ -420,12 +432,13 @@ std::string RenderJobDetails(const v1::Job& job, double now_unix) {
   if (job.has_result() && job.result().seconds() > 0) {
     const v1::JobResult& result = job.result();
     line("result:",
-         absl::StrFormat("moved %s in %s (%.3f Gbps); verified %d elements, %d "
-                         "mismatches",
+         absl::StrFormat("moved %s in %s (%.3f Gbps)%s; verified %d elements, "
+                         "%d mismatches",
                          FormatBytes(static_cast<double>(result.bytes_moved())),
                          FormatSeconds(result.seconds()),
                          Gbps(result.bytes_moved() / result.seconds()),
-                         result.elements_verified(), result.mismatches()));
+                         DeliveredText(result), result.elements_verified(),
+                         result.mismatches()));
   }
   line("created:", absl::StrCat(FormatTimestamp(job.created_unix()), " (",
                                 FormatAge(job.created_unix(), now_unix), ")"));

@@ -108,6 +108,20 @@ TEST(JobFormatTest, JobJson) {
   ASSERT_EQ(json["result"]["steps"].size(), 1u);
   EXPECT_EQ(json["result"]["steps"][0]["worker"], "worker-1");
   EXPECT_FALSE(JobToJson(SucceededJob(), false)["result"].contains("steps"));
+  EXPECT_EQ(json["result"]["bytes_moved"], 4 << 20);
+  EXPECT_EQ(json["result"]["bytes_delivered"], 0);  // not reported
+}
+
+// A broadcast's bytes reach several devices: the details show both figures,
+// and only when they differ.
+TEST(JobFormatTest, DeliveredBytesShownWhenBroadcastsMultiplyThem) {
+  v1::Job job = SucceededJob();
+  EXPECT_THAT(RenderJobDetails(job, 1010), Not(HasSubstr("delivered")));
+  job.mutable_result()->set_bytes_delivered(12 << 20);
+  const std::string details = RenderJobDetails(job, 1010);
+  EXPECT_THAT(details, HasSubstr("moved 4 MiB in 2.500 s (0.013 Gbps), "
+                                 "delivered 12 MiB (0.040 Gbps)"));
+  EXPECT_EQ(JobToJson(job, false)["result"]["bytes_delivered"], 12 << 20);
 }
 
 TEST(JobFormatTest, TransfersJsonFollowsTheGroupChain) {

@@ -27,6 +27,7 @@
 #include "nlohmann/json.hpp"
 #include "planner/cost_model.h"
 #include "planner/mesh.h"
+#include "planner/placement.h"
 #include "planner/plan.h"
 #include "planner/sharding.h"
 #include "planner/strategy.h"
@@ -49,9 +50,11 @@ constexpr char kDescription[] =
     "them against the lower bound, and --output json prints the chosen plan.\n"
     "\n"
     "Devices are numbered host*G + local on a cluster of H hosts x G devices.\n"
-    "A mesh is HxG@h (H hosts x the first G devices of each, from host h;\n"
-    "HxG: from host 0), N (a 1-D mesh: the first N devices of host 0, as\n"
-    "'meshctl submit' reads N) or an explicit device list with a shape.\n"
+    "A mesh is HxG@h (H hosts x the first G devices of each, from host h),\n"
+    "HxG or N (a 1-D mesh of N devices on one host) placed as the\n"
+    "controller places them for 'meshctl submit' (one mesh row per host,\n"
+    "source and destination on disjoint hosts unless --allow-overlap), or\n"
+    "an explicit device list with a shape.\n"
     "A sharding spec has one entry per tensor dimension: R (replicated),\n"
     "S0 / S1 (split over mesh axis 0 = hosts, or 1 = devices of a host), S01\n"
     "(over both, axis 0 major); written S0RR or S0,R,R. Uneven splits use\n"
@@ -179,8 +182,8 @@ void RegisterFlags(FlagSet& flags, PlanOptions& options) {
              "plan on the live cluster's topology (Controller.Plan, a dry\n"
              "run) instead of --cluster; implied by --controller");
   flags.Bool("allow-overlap", &options.allow_overlap,
-             "live: let the controller place source and destination on the\n"
-             "same hosts");
+             "let source and destination meshes given without @h share\n"
+             "hosts (placement as the controller does it)");
   options.client.Register(flags);
 }
 
@@ -216,7 +219,8 @@ absl::Status CheckPositive(absl::string_view flag, double value, bool zero_ok) {
                    " and finite, got ", value));
 }
 
-// --src-mesh / --dst-mesh offline: HxG@h and HxG as the planner parses
+// --src-mesh / --dst-mesh offline (PlaceUnpinnedMeshes then moves meshes
+// given without @h): HxG@h and HxG as the planner parses
 // them, and N, a 1-D mesh of the first N devices of host 0 (`submit` and
 // the controller take N as a 1-D mesh laid out as 1 x N, so that a spec
 // over it uses axis 0 only; the same mesh here).
@@ -277,6 +281,49 @@ absl::StatusOr<DeviceMesh> BuildMesh(const FlagSet& flags,
   return MeshFromDevices(devices, shape, topology, devices_flag);
 }
 
+// True when --<side>-mesh was given without @h (HxG or N): the controller
+// would place it anywhere, so the offline plan places it the same way.
+bool IsUnpinnedMesh(const FlagSet& flags, absl::string_view side,
+                    const std::string& text) {
+  return flags.IsSet(absl::StrCat(side, "-mesh")) &&
+         text.find('@') == std::string::npos;
+}
+
+// Re-places meshes given without @h with the controller's rules on an idle
+// cluster (planner/placement.h): source and destination on disjoint hosts
+// unless --allow-overlap, the other (pinned) mesh kept where it is. Without
+// this an unpinned 2x4 -> 2x4 would put both meshes on host 0's devices and
+// predict a plan `submit` never runs.
+absl::Status PlaceUnpinnedMeshes(const FlagSet& flags,
+                                 const PlanOptions& options,
+                                 PlanInputs& inputs) {
+  const bool src_free = IsUnpinnedMesh(flags, "src", options.src_mesh);
+  const bool dst_free = IsUnpinnedMesh(flags, "dst", options.dst_mesh);
+  if (!src_free && !dst_free) return absl::OkStatus();
+  const auto request_for = [](const DeviceMesh& mesh, bool free) {
+    MeshRequest request;
+    request.shape = mesh.shape;
+    if (!free) request.devices = mesh.devices;  // kept as parsed
+    return request;
+  };
+  PlacementRequest request;
+  request.src = request_for(inputs.problem.src_mesh, src_free);
+  request.dst = request_for(inputs.problem.dst_mesh, dst_free);
+  request.allow_overlap = options.allow_overlap;
+  absl::StatusOr<Placement> placed =
+      DeviceAllocator::PlaceOnIdleCluster(request, inputs.topology);
+  if (!placed.ok()) {
+    return absl::Status(
+        placed.status().code(),
+        absl::StrCat(dst_free ? "--dst-mesh" : "--src-mesh", ": ",
+                     placed.status().message(),
+                     "; pin meshes with HxG@h, e.g. --src-mesh 2x4@0"));
+  }
+  inputs.problem.src_mesh = placed->src;
+  inputs.problem.dst_mesh = placed->dst;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<PlanInputs> BuildInputs(const FlagSet& flags,
                                        const PlanOptions& options,
                                        const CommandContext& context) {
@@ -334,6 +381,7 @@ absl::StatusOr<PlanInputs> BuildInputs(const FlagSet& flags,
   ASSIGN_OR_RETURN(problem.dst_mesh,
                    BuildMesh(flags, inputs.topology, "dst", options.dst_mesh,
                              options.dst_devices, options.dst_shape));
+  RETURN_IF_ERROR(PlaceUnpinnedMeshes(flags, options, inputs));
 
   auto src_spec = ShardingSpec::Parse(options.src_spec);
   RETURN_IF_ERROR(Flagged("--src-spec", src_spec.status()));
@@ -529,7 +577,7 @@ absl::Status CheckModeFlags(const FlagSet& flags, bool live) {
     }
     return absl::OkStatus();
   }
-  for (const char* flag : {"allow-overlap", "dir", "connect-timeout"}) {
+  for (const char* flag : {"dir", "connect-timeout"}) {
     if (flags.IsSet(flag)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", flag, ": only with --live or --controller"));

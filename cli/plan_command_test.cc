@@ -339,5 +339,35 @@ TEST(PlanCommandTest, OneDimensionalMeshAsSubmitReadsIt) {
               HasSubstr("--src-mesh: cannot parse mesh \"0\""));
 }
 
+// Meshes without @h land where the controller would put them for
+// `submit`: on disjoint hosts, beside a pinned mesh, or shared with
+// --allow-overlap.
+TEST(PlanCommandTest, UnpinnedMeshesArePlacedAsTheControllerPlacesThem) {
+  std::vector<std::string> args =
+      With(With(Case1Args(), "--src-mesh", "2x4"), "--dst-mesh", "2x4");
+  nlohmann::json json = RunJson(args);
+  ASSERT_TRUE(json.is_object());
+  EXPECT_EQ(json["src_mesh"]["devices"],
+            nlohmann::json::array({0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(json["dst_mesh"]["devices"],
+            nlohmann::json::array({8, 9, 10, 11, 12, 13, 14, 15}));
+  // A pinned destination on hosts 0-1 pushes the source to host 2.
+  json = RunJson(With(With(With(Case1Args(), "--src-mesh", "4"), "--src-spec",
+                           "S0RR"),
+                      "--dst-mesh", "2x4@0"));
+  ASSERT_TRUE(json.is_object());
+  EXPECT_EQ(json["src_mesh"]["devices"], nlohmann::json::array({8, 9, 10, 11}));
+  // Two hosts cannot hold two disjoint 2x4 meshes, unless they may overlap.
+  args = With(With(With(Case1Args(), "--cluster", "2x4"), "--src-mesh", "2x4"),
+              "--dst-mesh", "2x4");
+  EXPECT_THAT(UsageError(args),
+              HasSubstr("on disjoint hosts need 4 hosts; cluster has 2 hosts"));
+  args.push_back("--allow-overlap");
+  json = RunJson(args);
+  ASSERT_TRUE(json.is_object());
+  EXPECT_EQ(json["dst_mesh"]["devices"],
+            nlohmann::json::array({0, 1, 2, 3, 4, 5, 6, 7}));
+}
+
 }  // namespace
 }  // namespace meshcast::cli

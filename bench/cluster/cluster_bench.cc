@@ -340,7 +340,9 @@ ReshardRow RunReshardRow(JobClient& client, const ClusterCase& c,
     }
     row.predicted = result.predicted_seconds();
     row.lower_bound = result.lower_bound_seconds();
-    row.bytes_moved = result.bytes_moved();
+    // Every receiver's copy; a controller without bytes_delivered reports 0.
+    row.bytes_moved = result.bytes_delivered() > 0 ? result.bytes_delivered()
+                                                   : result.bytes_moved();
     if (run >= warmup) {
       measured.push_back(result.seconds());
       job_seconds.push_back(outcome->submit_to_done_seconds);
