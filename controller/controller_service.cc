@@ -44,6 +44,7 @@ grpc::Status ControllerService::RegisterWorker(
   record.data_address = info.data_address();
   record.device_kind = info.device_kind();
   record.num_devices = info.num_devices();
+  record.memory_bytes = info.memory_bytes();
   absl::StatusOr<WorkerRecord> stored = registry_->Register(record);
   if (!stored.ok()) return ToGrpcStatus(stored.status());
   response->set_host_index(stored->host_index);
@@ -161,6 +162,7 @@ grpc::Status ControllerService::GetCluster(grpc::ServerContext*,
     info->set_data_address(w.data_address);
     info->set_device_kind(w.device_kind);
     info->set_num_devices(w.num_devices);
+    info->set_memory_bytes(w.memory_bytes);
     info->set_host_index(w.host_index);
     info->set_last_heartbeat_unix(UnixSecondsOf(w.last_heartbeat));
     if (w.lost) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "controller/log.h"
+#include "controller/memory_check.h"
 #include "controller/program_builder.h"
 #include "controller/proto_convert.h"
 #include "util/status_macros.h"
@@ -156,6 +157,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
   if (!problem.ok()) {
     return absl::InvalidArgumentError(problem.status().message());
   }
+  RETURN_IF_ERROR(CheckTilesFitWorkers(*problem, topology, registry_->Workers()));
 
   absl::MutexLock lock(&mu_);
   if (shutdown_ || !started_) {

@@ -33,6 +33,11 @@ absl::StatusOr<WorkerRecord> WorkerRegistry::Register(
         absl::StrCat("worker.address is empty for worker ", info.name,
                      "; give the host:port of its Worker service"));
   }
+  if (info.memory_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker.memory_bytes of worker ", info.name, " is ",
+                     info.memory_bytes, "; must be >= 0 (0 = not reported)"));
+  }
   if (info.num_devices < 1 || info.num_devices > kMaxDevicesPerWorker) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker.num_devices of worker ", info.name, " is ",

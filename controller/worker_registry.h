@@ -49,6 +49,7 @@ struct WorkerRecord {
   std::string data_address;  // host for data-plane connections
   std::string device_kind;   // "cpu" or "cuda"
   int num_devices = 0;
+  int64_t memory_bytes = 0;  // WorkerInfo.memory_bytes; 0 = not reported
   int host_index = -1;
   bool lost = false;
   absl::Time last_heartbeat = absl::InfinitePast();

@@ -76,6 +76,47 @@ void ForEachRun(const Box& region, const Box& box_a, const Box& box_b,
   }
 }
 
+std::vector<BoxPiece> SplitBox(const Box& box, int64_t max_elements) {
+  const int64_t limit = std::max<int64_t>(1, max_elements);
+  const int64_t total = NumElements(box);
+  if (total <= 0) return {};
+  const int rank = static_cast<int>(box.size());
+  if (rank == 0 || total <= limit) return {BoxPiece{box, 0}};
+  // `cut`: the outermost dimension whose rows are cut; every piece holds
+  // whole blocks of the dimensions after it (`inner` elements each).
+  int cut = rank - 1;
+  int64_t inner = 1;
+  while (cut > 0 && inner * box[cut].size() <= limit) {
+    inner *= box[cut].size();
+    --cut;
+  }
+  const int64_t rows = box[cut].size();
+  const int64_t rows_per_piece = std::max<int64_t>(1, limit / inner);
+  int64_t outer = 1;
+  for (int d = 0; d < cut; ++d) outer *= box[d].size();
+
+  std::vector<BoxPiece> pieces;
+  pieces.reserve(outer * ((rows + rows_per_piece - 1) / rows_per_piece));
+  for (int64_t o = 0; o < outer; ++o) {
+    BoxPiece piece{box, 0};
+    // Dimensions before `cut` hold one index each: o's digits.
+    int64_t rest = o;
+    for (int d = cut - 1; d >= 0; --d) {
+      const int64_t index = rest % box[d].size();
+      rest /= box[d].size();
+      piece.box[d].begin = box[d].begin + index;
+      piece.box[d].end = piece.box[d].begin + 1;
+    }
+    for (int64_t r = 0; r < rows; r += rows_per_piece) {
+      piece.box[cut].begin = box[cut].begin + r;
+      piece.box[cut].end = box[cut].begin + std::min(rows, r + rows_per_piece);
+      piece.offset = (o * rows + r) * inner;
+      pieces.push_back(piece);
+    }
+  }
+  return pieces;
+}
+
 absl::Status CheckRegionInBox(const Box& region, const Box& box,
                               const char* what) {
   if (region.size() != box.size()) {

@@ -11,11 +11,16 @@
 //   ForEachRun(slice, tile_box, slice, first, last,
 //              [&](int64_t in_tile, int64_t in_packed, int64_t length) {...});
 //
+// SplitBox cuts a box into pieces of bounded size that are boxes themselves,
+// so long loops over a tile (fill, verification, copies) can stop between
+// pieces, e.g. to notice a cancellation.
+//
 // Offsets and lengths are in elements. Thread safety: pure functions.
 #ifndef MESHCAST_WORKER_BOX_RUNS_H_
 #define MESHCAST_WORKER_BOX_RUNS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -40,6 +45,21 @@ absl::Status CheckRegionInBox(const Box& region, const Box& box,
 
 // OK if 0 <= first <= last <= NumElements(region); otherwise InvalidArgument.
 absl::Status CheckElementRange(const Box& region, int64_t first, int64_t last);
+
+// A piece of a box: a sub-box whose elements are consecutive in the box's
+// row-major order, the first of them being element `offset` of the box.
+struct BoxPiece {
+  Box box;
+  int64_t offset = 0;
+};
+
+// Cuts `box` into pieces of at most max(1, max_elements) elements, in
+// row-major order: the pieces cover the box exactly, and piece i + 1 starts
+// where piece i ends. A piece is a run of whole rows of the outermost
+// dimension that can be cut, so pieces are as large as the bound allows
+// (over half of it, except the last piece of a row). No piece for an empty
+// box; a box within the bound (or of rank 0) is one piece.
+std::vector<BoxPiece> SplitBox(const Box& box, int64_t max_elements);
 
 }  // namespace meshcast::worker
 

@@ -1,6 +1,7 @@
 #include "worker/box_runs.h"
 
 #include <cstdint>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -112,6 +113,58 @@ TEST(CheckRegionInBoxTest, RejectsOutsideAndRankMismatch) {
   EXPECT_FALSE(CheckElementRange(box, 0, 17).ok());
   EXPECT_FALSE(CheckElementRange(box, 3, 2).ok());
   EXPECT_TRUE(CheckElementRange(box, 16, 16).ok());
+}
+
+// Pieces tile the box in row-major order, each a box that is one contiguous
+// run of the box at its offset, none over the bound.
+TEST(SplitBoxTest, PiecesAreContiguousBoundedAndCoverTheBox) {
+  const std::vector<Box> boxes = {
+      {{2, 9}, {1, 6}, {3, 7}},   // outer rows cut
+      {{0, 1}, {0, 1}, {0, 50}},  // only the last dimension is long
+      {{0, 3}, {0, 17}},
+      {{5, 6}, {0, 4}, {0, 9}, {2, 3}},
+  };
+  for (const Box& box : boxes) {
+    const int64_t n = NumElements(box);
+    for (int64_t limit : {int64_t{1}, int64_t{2}, int64_t{7}, int64_t{20},
+                          int64_t{36}, n - 1, n, n + 5}) {
+      SCOPED_TRACE(BoxToString(box) + " limit " + std::to_string(limit));
+      const std::vector<BoxPiece> pieces = SplitBox(box, limit);
+      int64_t next = 0;
+      for (const BoxPiece& piece : pieces) {
+        EXPECT_EQ(piece.offset, next);
+        const int64_t size = NumElements(piece.box);
+        EXPECT_GT(size, 0);
+        EXPECT_LE(size, limit);
+        EXPECT_TRUE(CheckRegionInBox(piece.box, box, "piece").ok());
+        // One run in the box: contiguous, where the offset says.
+        EXPECT_THAT(Runs(piece.box, box, piece.box, 0, size),
+                    testing::ElementsAre(RunAt{piece.offset, 0, size}));
+        next += size;
+      }
+      EXPECT_EQ(next, n);
+      if (limit >= n) {
+        EXPECT_EQ(pieces.size(), 1u);
+      }
+    }
+  }
+}
+
+TEST(SplitBoxTest, PiecesAreLargeRowBlocks) {
+  // 8 rows of 1000: a bound of 2500 elements takes two rows at a time.
+  const std::vector<BoxPiece> pieces = SplitBox({{0, 8}, {0, 1000}}, 2500);
+  ASSERT_EQ(pieces.size(), 4u);
+  EXPECT_EQ(pieces[1].box, (Box{{2, 4}, {0, 1000}}));
+  EXPECT_EQ(pieces[1].offset, 2000);
+}
+
+TEST(SplitBoxTest, EmptyAndScalarBoxes) {
+  EXPECT_TRUE(SplitBox({{3, 3}, {0, 4}}, 2).empty());
+  const std::vector<BoxPiece> scalar = SplitBox({}, 1);
+  ASSERT_EQ(scalar.size(), 1u);
+  EXPECT_TRUE(scalar[0].box.empty());
+  // A bound below 1 still makes progress, one element at a time.
+  EXPECT_EQ(SplitBox({{0, 3}}, 0).size(), 3u);
 }
 
 }  // namespace

@@ -12,7 +12,12 @@
 //   ASSIGN_OR_RETURN(BufferSet buffers, BufferSet::Create(program, cancel));
 //   ASSIGN_OR_RETURN(const TileBuffer* from, buffers.SenderTile(d, t, slice));
 //
-// Fill and verification run tiles in parallel on up to `threads` threads.
+// Fill, pre-copy and verification cut every tile into slices
+// (BufferSetOptions::slicing, 16 MiB by default) that up to `threads`
+// threads share; each slice starts with a cancellation check, so an abort
+// ends them within one slice per thread, and Create's tiles are freed as
+// it returns the error. A tile that cannot be allocated is
+// RESOURCE_EXHAUSTED, not an exception.
 // Thread safety: lookups are safe concurrently; tiles follow TileBuffer's
 // rules (concurrent steps write disjoint regions, ordered by deps).
 #ifndef MESHCAST_WORKER_BUFFER_SET_H_
@@ -36,6 +41,12 @@ namespace meshcast::worker {
 // type (never a pattern value) and an unlikely integer pattern value.
 inline constexpr uint8_t kPoisonByte = 0xFF;
 
+struct BufferSetOptions {
+  // Threads that fill, pre-copy and verify.
+  int threads = 4;
+  WorkSlicing slicing;
+};
+
 struct VerificationSummary {
   int64_t elements = 0;
   int64_t mismatches = 0;
@@ -46,7 +57,11 @@ struct VerificationSummary {
 
 class BufferSet {
  public:
-  // `program` must outlive the set.
+  // `program` must outlive the set. CANCELLED (the reason) if
+  // `cancellation` is set before the set is ready.
+  static absl::StatusOr<BufferSet> Create(const ParsedProgram& program,
+                                          const Cancellation& cancellation,
+                                          const BufferSetOptions& options);
   static absl::StatusOr<BufferSet> Create(const ParsedProgram& program,
                                           const Cancellation& cancellation,
                                           int threads = 4);
@@ -65,6 +80,11 @@ class BufferSet {
   absl::StatusOr<TileBuffer*> ReceiverTile(int device, int tensor,
                                            const Box& slice) const;
 
+  // Checks every destination element, slice by slice with the options
+  // given to Create; CANCELLED once `cancellation` is set.
+  absl::StatusOr<VerificationSummary> VerifyDestinations(
+      const Cancellation& cancellation) const;
+  // The same, never cancelled, on `threads` threads.
   absl::StatusOr<VerificationSummary> VerifyDestinations(int threads = 4) const;
 
   int64_t total_bytes() const;
@@ -74,7 +94,11 @@ class BufferSet {
 
   BufferSet() = default;
 
+  absl::StatusOr<VerificationSummary> Verify(
+      const Cancellation& cancellation, const BufferSetOptions& options) const;
+
   const ParsedProgram* program_ = nullptr;
+  BufferSetOptions options_;
   // unique_ptr keeps tile addresses stable for concurrent steps.
   absl::flat_hash_map<Key, std::unique_ptr<TileBuffer>> tiles_;
 };

@@ -19,6 +19,7 @@
 #ifndef MESHCAST_WORKER_DEVICE_BACKEND_H_
 #define MESHCAST_WORKER_DEVICE_BACKEND_H_
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -62,6 +63,11 @@ class DeviceBackend {
   // WorkerService records the finished steps of a backend that does not,
   // from each JobResult, and must not count them twice for one that does.
   virtual bool ReportsMetrics() const { return false; }
+
+  // Memory a job's tiles may use on this backend's devices (the sum of its
+  // GPUs' memory), reported to the controller for its admission check
+  // (WorkerInfo.memory_bytes); 0 when unknown.
+  virtual int64_t MemoryBytes() const { return 0; }
 };
 
 }  // namespace meshcast::worker

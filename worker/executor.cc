@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <memory>
+#include <new>
 #include <set>
 #include <thread>
 #include <utility>
@@ -28,6 +29,20 @@ void Executor::Fail(const absl::Status& status) {
   cancellation_.Cancel(status.message());
   absl::MutexLock lock(&mu_);
   if (comm_ != nullptr) comm_->Abort(status.message());
+}
+
+AvailableMemoryFn Executor::AvailableMemory() const {
+  return options_.available_memory ? options_.available_memory
+                                   : AvailableMemoryFn(ReadMemAvailable);
+}
+
+HostMemoryNeed Executor::NeedOf(const ParsedProgram& program) const {
+  return HostMemoryNeedOf(program, options_.relay,
+                          options_.max_concurrent_steps);
+}
+
+absl::Status Executor::CheckMemory(const ParsedProgram& program) const {
+  return CheckHostMemory(program, NeedOf(program), AvailableMemory());
 }
 
 ExecutorTimings Executor::timings() const {
@@ -59,8 +74,18 @@ absl::StatusOr<v1::JobResult> Executor::Run(const ParsedProgram& program,
   RETURN_IF_ERROR(cancellation_.status());
 
   const absl::Time setup_start = absl::Now();
-  ASSIGN_OR_RETURN(BufferSet buffers, BufferSet::Create(program, cancellation_,
-                                                        options_.fill_threads));
+  RETURN_IF_ERROR(CheckMemory(program));
+  BufferSetOptions buffer_options;
+  buffer_options.threads = options_.fill_threads;
+  buffer_options.slicing = options_.slicing;
+  absl::StatusOr<BufferSet> created =
+      BufferSet::Create(program, cancellation_, buffer_options);
+  if (absl::IsResourceExhausted(created.status())) {
+    return OutOfHostMemoryError(program, NeedOf(program), AvailableMemory(),
+                                created.status().message());
+  }
+  if (!created.ok()) return created.status();
+  BufferSet buffers = *std::move(created);
   const ScopedBufferMemory memory(options_.metrics, program);
   const absl::Time setup_end = absl::Now();
   if (comm != nullptr && comm->size() > 1) {
@@ -81,6 +106,7 @@ absl::StatusOr<v1::JobResult> Executor::Run(const ParsedProgram& program,
   env.comm = comm;
   env.cancellation = &cancellation_;
   env.options = options_.relay;
+  env.slicing = options_.slicing;
   if (options_.metrics != nullptr) {
     env.on_hop_done = [this, &program](const StepDesc& step, int position,
                                        double seconds) {
@@ -100,7 +126,7 @@ absl::StatusOr<v1::JobResult> Executor::Run(const ParsedProgram& program,
   result.set_seconds(absl::ToDoubleSeconds(steps_end - steps_start));
 
   ASSIGN_OR_RETURN(VerificationSummary verification,
-                   buffers.VerifyDestinations(options_.fill_threads));
+                   buffers.VerifyDestinations(cancellation_));
   result.set_elements_verified(verification.elements);
   result.set_mismatches(verification.mismatches);
   {
@@ -164,10 +190,16 @@ absl::Status Executor::RunSteps(const ParsedProgram& program,
     const absl::Time start = absl::Now();
     absl::Status status;
     // An exception escaping a std::thread ends the process; the
-    // communicator turns Gloo's into Statuses, this catches the rest
-    // (e.g. std::bad_alloc for the staging slots) and fails the job.
+    // communicator turns Gloo's into Statuses, this catches the rest and
+    // fails the job: std::bad_alloc (the staging slots) as
+    // RESOURCE_EXHAUSTED, anything else as INTERNAL.
     try {
       status = ExecuteRelayStep(program.steps[i], env);
+    } catch (const std::bad_alloc&) {
+      status = OutOfHostMemoryError(
+          program, NeedOf(program), AvailableMemory(),
+          absl::StrCat("std::bad_alloc in step ", program.steps[i].id,
+                       ", allocating its staging slots"));
     } catch (const std::exception& e) {
       status = absl::InternalError(
           absl::StrCat("step ", program.steps[i].id, ": ", e.what()));

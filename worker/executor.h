@@ -13,6 +13,14 @@
 //   absl::StatusOr<v1::JobResult> result = executor.Run(program, comm);
 //   // from another thread: executor.Abort("job cancelled");
 //
+// Before allocating anything, Run checks that the program's tiles and relay
+// staging fit in the host's available memory (host_memory.h) and fails with
+// RESOURCE_EXHAUSTED if not; an allocation that fails anyway is
+// RESOURCE_EXHAUSTED too. Abort is prompt in every phase: fill, pre-copy,
+// local copies and verification check it every `slicing.bytes` of work,
+// waits on peers return when the communicator is aborted, and the tiles
+// are freed as Run returns.
+//
 // Steps get a thread each (up to max_concurrent_steps) rather than a small
 // pool: a step blocked on a peer must never keep another step that the peer
 // waits for from starting, or two workers could wait on each other.
@@ -30,6 +38,7 @@
 #include "meshcast/v1/job.pb.h"
 #include "worker/cancellation.h"
 #include "worker/communicator.h"
+#include "worker/host_memory.h"
 #include "worker/program.h"
 #include "worker/relay_step.h"
 #include "worker/worker_metrics.h"
@@ -43,6 +52,11 @@ struct ExecutorOptions {
   int max_concurrent_steps = 1024;
   // Threads that fill and verify tiles.
   int fill_threads = 4;
+  // How often fill, copies and verification check for an abort.
+  WorkSlicing slicing;
+  // What the host can give the job's tiles; null: MemAvailable of
+  // /proc/meminfo. Tests inject a small figure.
+  AvailableMemoryFn available_memory;
   // Optional: steps, hops and tile memory are reported here as they happen.
   WorkerMetrics* metrics = nullptr;
 };
@@ -76,6 +90,12 @@ class Executor {
   // Makes Run return CANCELLED(reason) promptly, aborting the communicator.
   void Abort(absl::string_view reason);
 
+  // RESOURCE_EXHAUSTED if the program's tiles and staging do not fit in the
+  // host's available memory (CheckHostMemory); Run checks it first thing.
+  // Callers that connect to peers before Run (Task) call it before
+  // connecting too, so a job that cannot fit fails before its peers wait.
+  absl::Status CheckMemory(const ParsedProgram& program) const;
+
   ExecutorTimings timings() const;
   // Steps that succeeded so far; any thread, any time (for status polls).
   StepProgress progress() const;
@@ -86,6 +106,8 @@ class Executor {
   absl::Status RunSteps(const ParsedProgram& program,
                         const RelayEnvironment& env, v1::JobResult& result);
   void Fail(const absl::Status& status);
+  AvailableMemoryFn AvailableMemory() const;
+  HostMemoryNeed NeedOf(const ParsedProgram& program) const;
 
   const ExecutorOptions options_;
   Cancellation cancellation_;

@@ -1,7 +1,9 @@
 #include "worker/executor.h"
 
+#include <atomic>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -251,6 +253,149 @@ TEST(ExecutorTest, AbortBeforeRunReturnsAtOnce) {
   executor.Abort("early");
   EXPECT_EQ(executor.Run(*program, nullptr).status().code(),
             absl::StatusCode::kCancelled);
+}
+
+// Worker 0 of 1 with devices 0, 1 and 2: a 512x1024 int32 source on device
+// 0 copied along the local chain 0 -> 1 -> 2.
+TestJob LocalChainJob() {
+  TestJob job(1, 3);
+  const int t = job.AddTensor({{512, 1024}, DType::kInt32});
+  job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
+  job.AddBuffer(1, t, job.FullBox(t), BufferRole::kDestination);
+  job.AddBuffer(2, t, job.FullBox(t), BufferRole::kDestination);
+  job.AddTransfer(t, job.FullBox(t), {0, 1, 2});
+  return job;
+}
+
+TEST(ExecutorTest, RefusesAJobThatDoesNotFitInMemoryBeforeAllocating) {
+  auto program = ParseProgram(LocalChainJob().ProgramFor(0));
+  ASSERT_TRUE(program.ok()) << program.status();
+  ExecutorOptions options;
+  std::atomic<int> slices{0};
+  options.slicing.before_slice = [&] { ++slices; };
+  options.available_memory = [] { return int64_t{5} << 20; };  // 5 MiB
+  Executor executor(options);
+  auto result = executor.Run(*program, nullptr);
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted)
+      << result.status();
+  EXPECT_NE(result.status().message().find(
+                "worker worker0: job test-job needs 6.0 MiB for its tiles, "
+                "5.0 MiB available"),
+            std::string::npos)
+      << result.status();
+  EXPECT_EQ(slices.load(), 0);  // nothing was filled
+
+  // The same job runs where 6 MiB are available.
+  options.available_memory = [] { return int64_t{6} << 20; };
+  Executor roomy(options);
+  auto ran = roomy.Run(*program, nullptr);
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_EQ(ran->mismatches(), 0);
+}
+
+// A tile no host can hold (64 PiB) with an availability figure that lets
+// it through: the allocation fails at once (nothing is touched) and the
+// job fails with RESOURCE_EXHAUSTED, not INTERNAL or an exception.
+TEST(ExecutorTest, FailedAllocationIsResourceExhausted) {
+  TestJob job(1, 1);
+  const int t = job.AddTensor(
+      {{int64_t{1} << 20, int64_t{1} << 20, int64_t{1} << 16}, DType::kUInt8});
+  job.AddBuffer(0, t, job.FullBox(t), BufferRole::kDestination);
+  auto program = ParseProgram(job.ProgramFor(0));
+  ASSERT_TRUE(program.ok()) << program.status();
+  ExecutorOptions options;
+  options.available_memory = [] { return int64_t{1} << 62; };
+  Executor executor(options);
+  auto result = executor.Run(*program, nullptr);
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted)
+      << result.status();
+  EXPECT_NE(result.status().message().find(
+                "worker worker0: job test-job ran out of host memory"),
+            std::string::npos)
+      << result.status();
+  EXPECT_NE(result.status().message().find("64.0 PiB tile of device 0"),
+            std::string::npos)
+      << result.status();
+}
+
+// The local copies of a step check the abort every slice: an abort during
+// the copy to device 1 stops the step at the next slice.
+TEST(ExecutorTest, AbortDuringLocalCopiesStopsWithinASlice) {
+  auto program = ParseProgram(LocalChainJob().ProgramFor(0));
+  ASSERT_TRUE(program.ok()) << program.status();
+  ExecutorOptions options;
+  options.slicing.bytes = 64 << 10;  // 2 MiB tiles: 32 slices each
+  const int fill_slices = 3 * 32;
+  // Fill and poison run first (no pre-copy: devices 1 and 2 hold no
+  // source); the slices after them are the step's copies. The hook aborts
+  // the executor it runs in.
+  Executor* target = nullptr;
+  std::atomic<int> calls{0};
+  options.slicing.before_slice = [&] {
+    if (++calls == fill_slices + 5) target->Abort("cancelled mid-copy");
+  };
+  Executor run(options);
+  target = &run;
+  auto result = run.Run(*program, nullptr);
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kCancelled)
+      << result.status();
+  EXPECT_NE(result.status().message().find("cancelled mid-copy"),
+            std::string::npos);
+  EXPECT_EQ(calls.load(), fill_slices + 5);
+}
+
+// A transfer made slow (50 ms per 16 KiB chunk: ~13 s for the slice)
+// between two workers: aborting the receiver ends both within seconds,
+// the sender through the aborted connections.
+TEST(ExecutorTest, AbortDuringASlowTransferEndsBothWorkersPromptly) {
+  TestJob job(2, 1);
+  const int t = job.AddTensor({{2048, 2048}, DType::kUInt8});
+  job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
+  job.AddBuffer(1, t, job.FullBox(t), BufferRole::kDestination);
+  job.AddTransfer(t, job.FullBox(t), {0, 1});
+  std::vector<ParsedProgram> programs;
+  for (int w = 0; w < 2; ++w) {
+    auto program = ParseProgram(job.ProgramFor(w));
+    ASSERT_TRUE(program.ok()) << program.status();
+    programs.push_back(*std::move(program));
+  }
+  InMemoryKvStore kv;
+  std::unique_ptr<GlooCommunicator> comms[2];
+  std::thread connect0([&] {
+    comms[0] = *GlooCommunicator::Create(kv, "slow/", 0, 2, GlooOptions());
+  });
+  comms[1] = *GlooCommunicator::Create(kv, "slow/", 1, 2, GlooOptions());
+  connect0.join();
+
+  ExecutorOptions options;
+  options.relay.chunk_bytes = 16 << 10;  // 256 chunks
+  options.slicing.bytes = 4 << 20;       // fill and verify: one slice a tile
+  std::atomic<int> chunks{0};
+  options.slicing.before_slice = [&] {
+    ++chunks;
+    absl::SleepFor(absl::Milliseconds(50));
+  };
+  Executor executors[2] = {Executor(options), Executor(options)};
+  absl::StatusOr<v1::JobResult> results[2];
+  absl::Time ended[2];
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      results[w] = executors[w].Run(programs[w], comms[w].get());
+      ended[w] = absl::Now();
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(1500));
+  const absl::Time aborted = absl::Now();
+  executors[1].Abort("cancelled by user");
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(results[1].status().code(), absl::StatusCode::kCancelled)
+      << results[1].status();
+  EXPECT_FALSE(results[0].ok());
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_LT(ended[w] - aborted, absl::Seconds(3)) << "worker " << w;
+  }
+  EXPECT_LT(chunks.load(), 2 * 256);
 }
 
 }  // namespace

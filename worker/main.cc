@@ -39,6 +39,7 @@
 #include "util/metrics_http_server.h"
 #include "worker/controller_kv_store.h"
 #include "worker/device_spec.h"
+#include "worker/host_memory.h"
 #include "worker/log.h"
 #include "worker/worker_agent.h"
 #include "worker/worker_metrics.h"
@@ -295,6 +296,13 @@ int Main(int argc, char** argv) {
   agent_options.data_address = data_address;
   agent_options.num_devices = devices->count;
   agent_options.device_kind = devices->kind;
+  // For the controller's admission check: what the job tiles may use.
+  if (service_options.task.device_backend != nullptr) {
+    agent_options.memory_bytes =
+        service_options.task.device_backend->MemoryBytes();
+  } else {
+    agent_options.memory_bytes = ReadMemTotal().value_or(0);
+  }
   agent_options.heartbeat_interval =
       absl::Seconds(absl::GetFlag(FLAGS_heartbeat_seconds));
   WorkerAgent agent(channel, agent_options);

@@ -8,9 +8,31 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "util/status_macros.h"
+#include "worker/box_runs.h"
 
 namespace meshcast::worker {
 namespace {
+
+// How a slice of `elements` is cut into chunks and staged.
+struct ChunkLayout {
+  int64_t chunk_elements = 1;
+  int64_t chunks = 0;
+  int depth = 1;           // chunks in flight per segment
+  int64_t slot_bytes = 0;  // one staging slot
+};
+
+ChunkLayout LayoutOf(int64_t elements, int element_size,
+                     const RelayOptions& options) {
+  ChunkLayout layout;
+  layout.chunk_elements =
+      std::max<int64_t>(1, options.chunk_bytes / element_size);
+  layout.chunks =
+      (elements + layout.chunk_elements - 1) / layout.chunk_elements;
+  layout.depth = static_cast<int>(std::clamp<int64_t>(
+      options.pipeline_depth, 1, std::max<int64_t>(1, layout.chunks)));
+  layout.slot_bytes = std::min(layout.chunk_elements, elements) * element_size;
+  return layout;
+}
 
 // A run of consecutive chain positions on this worker, with its staging
 // slots (one chunk each) and the transfers in flight on them.
@@ -63,12 +85,17 @@ class RelayRun {
   }
 
  private:
-  // Every hop is a copy from the previous device's tile.
+  // Every hop is a copy from the previous device's tile, slice by slice so
+  // that a cancellation stops a gigabyte copy within one slice.
   absl::Status CopyAlongChain() {
+    const std::vector<BoxPiece> pieces =
+        SplitBox(step_.slice, env_.slicing.elements(element_size_));
     const TileBuffer* previous = sender_;
     for (size_t p = 1; p < step_.chain.size(); ++p) {
-      RETURN_IF_ERROR(env_.cancellation->status());
-      RETURN_IF_ERROR(destinations_[p]->CopyRegionFrom(*previous, step_.slice));
+      for (const BoxPiece& piece : pieces) {
+        RETURN_IF_ERROR(env_.slicing.Next(*env_.cancellation));
+        RETURN_IF_ERROR(destinations_[p]->CopyRegionFrom(*previous, piece.box));
+      }
       HopDone(p);
       previous = destinations_[p];
     }
@@ -78,18 +105,16 @@ class RelayRun {
   absl::Status Pipeline() {
     const ParsedProgram& program = *env_.program;
     const int length = static_cast<int>(step_.chain.size());
-    chunk_elements_ =
-        std::max<int64_t>(1, env_.options.chunk_bytes / element_size_);
-    chunks_ = (elements_ + chunk_elements_ - 1) / chunk_elements_;
+    const ChunkLayout layout = LayoutOf(elements_, element_size_, env_.options);
+    chunk_elements_ = layout.chunk_elements;
+    chunks_ = layout.chunks;
     if (chunks_ > kMaxChunksPerStep) {
       return absl::InvalidArgumentError(absl::StrCat(
           "slice needs ", chunks_, " chunks of ", env_.options.chunk_bytes,
           " bytes; at most ", kMaxChunksPerStep, " fit in a message tag"));
     }
-    depth_ = static_cast<int>(
-        std::clamp<int64_t>(env_.options.pipeline_depth, 1, chunks_));
-    const int64_t slot_bytes =
-        std::min(chunk_elements_, elements_) * element_size_;
+    depth_ = layout.depth;
+    const int64_t slot_bytes = layout.slot_bytes;
 
     for (int p = 0; p < length; ++p) {
       if (!program.IsLocal(step_.chain[p])) continue;
@@ -117,7 +142,7 @@ class RelayRun {
     }
 
     for (int64_t c = 0; c < chunks_; ++c) {
-      RETURN_IF_ERROR(env_.cancellation->status());
+      RETURN_IF_ERROR(env_.slicing.Next(*env_.cancellation));
       for (Segment& segment : segments_) {
         RETURN_IF_ERROR(ProcessChunk(segment, c));
       }
@@ -215,6 +240,26 @@ class RelayRun {
 };
 
 }  // namespace
+
+int64_t RelayStagingBytes(const StepDesc& step, const ParsedProgram& program,
+                          const RelayOptions& options) {
+  const int64_t elements = NumElements(step.slice);
+  if (elements == 0) return 0;
+  // Segments: runs of consecutive local positions; none if all are local.
+  int segments = 0;
+  bool all_local = true;
+  for (size_t p = 0; p < step.chain.size(); ++p) {
+    if (!program.IsLocal(step.chain[p])) {
+      all_local = false;
+    } else if (p == 0 || !program.IsLocal(step.chain[p - 1])) {
+      ++segments;
+    }
+  }
+  if (all_local) return 0;
+  const ChunkLayout layout = LayoutOf(
+      elements, DTypeSize(program.tensors[step.tensor].dtype), options);
+  return segments * layout.depth * layout.slot_bytes;
+}
 
 absl::Status ExecuteRelayStep(const StepDesc& step,
                               const RelayEnvironment& env) {

@@ -14,6 +14,10 @@
 // Messages carry MessageTag(step, hop, chunk), hop p being the link into
 // chain position p, so concurrent steps and chunks never mix.
 //
+// Cancellation is checked before every chunk and every slice of a local
+// copy (RelayEnvironment::slicing); a wait on a peer returns as soon as the
+// communicator is aborted, which the executor does on cancellation.
+//
 // Thread safety: runs on the calling thread; concurrent calls for different
 // steps are safe (they share the Communicator, which is thread-safe).
 #ifndef MESHCAST_WORKER_RELAY_STEP_H_
@@ -53,12 +57,20 @@ struct RelayEnvironment {
   Communicator* comm = nullptr;
   const Cancellation* cancellation = nullptr;
   RelayOptions options;
+  // Slices of local copies; its hook also runs before each chunk.
+  WorkSlicing slicing;
   // Optional (metrics): called on the step's thread once the hop into chain
   // position `position`, a device of this worker, has landed its last byte,
   // `seconds` after the step started here.
   std::function<void(const StepDesc& step, int position, double seconds)>
       on_hop_done;
 };
+
+// Bytes of staging slots ExecuteRelayStep allocates for `step` on this
+// worker: pipeline_depth chunks per segment of the chain (0 for a chain
+// that stays on this worker).
+int64_t RelayStagingBytes(const StepDesc& step, const ParsedProgram& program,
+                          const RelayOptions& options);
 
 // Runs the local part of `step`; returns when its local receivers hold the
 // slice and its forwards have been sent. Errors name the step.

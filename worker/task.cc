@@ -66,6 +66,9 @@ absl::StatusOr<v1::JobResult> Task::Run() {
                      std::memory_order_relaxed);
   RETURN_IF_ERROR(cancellation_.status());
   if (options_.device_backend != nullptr) return RunOnDevices(program);
+  // Before connecting: a worker that cannot hold the job fails at once, and
+  // its peers are cancelled while they wait for it, before they allocate.
+  RETURN_IF_ERROR(executor_.CheckMemory(program));
   std::unique_ptr<GlooCommunicator> comm;
   if (program.world_size > 1) {
     if (kv_ == nullptr) {

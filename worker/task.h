@@ -2,7 +2,10 @@
 // program, bootstrap the job's communicator through the rendezvous store
 // (keys "job/<job_id>/gloo/", only when world_size > 1), execute, close
 // (on TaskOptions::closer's thread where one is given).
-// Abort works in every phase (rendezvous, fill, steps, verification).
+// Abort works in every phase (rendezvous, fill, steps, verification) and
+// ends the run promptly (executor.h). On CPU devices a program that cannot
+// fit in the host's available memory fails RESOURCE_EXHAUSTED before the
+// rendezvous (Executor::CheckMemory).
 // With TaskOptions::device_backend set (GPU workers, docs/gpu.md) the job
 // runs on that backend instead of the CPU executor and Gloo.
 //

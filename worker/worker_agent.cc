@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "grpcpp/client_context.h"
+#include "util/bytes_text.h"
 #include "worker/log.h"
 
 namespace meshcast::worker {
@@ -77,6 +78,7 @@ bool WorkerAgent::Register() {
   info->set_address(options_.address);
   info->set_num_devices(options_.num_devices);
   info->set_device_kind(options_.device_kind);
+  info->set_memory_bytes(options_.memory_bytes);
   info->set_data_address(options_.data_address);
   v1::RegisterWorkerResponse response;
   grpc::Status status = stub_->RegisterWorker(&context, request, &response);
@@ -98,10 +100,13 @@ bool WorkerAgent::Register() {
   registered_ = true;
   ++registrations_;
   Log(absl::StrFormat(
-      "registered as %s (host index %d, %d %s devices, service %s, data %s, "
-      "heartbeat every %s)",
+      "registered as %s (host index %d, %d %s devices, %s of memory, "
+      "service %s, data %s, heartbeat every %s)",
       options_.name, response.host_index(), options_.num_devices,
-      options_.device_kind, options_.address, options_.data_address,
+      options_.device_kind,
+      options_.memory_bytes > 0 ? FormatBytes(options_.memory_bytes)
+                                : "unknown amount",
+      options_.address, options_.data_address,
       absl::FormatDuration(interval_)));
   return true;
 }

@@ -33,6 +33,9 @@ struct WorkerAgentOptions {
   std::string data_address;  // host for data-plane connections
   int num_devices = 0;
   std::string device_kind = "cpu";
+  // WorkerInfo.memory_bytes: host memory (cpu) or the GPUs' memory (cuda);
+  // 0 = not reported.
+  int64_t memory_bytes = 0;
   // Heartbeat period; zero means what the controller's RegisterWorker
   // response says (1 s if it says nothing).
   absl::Duration heartbeat_interval = absl::ZeroDuration();

@@ -14,6 +14,7 @@ WorkerAgentOptions Options() {
   options.address = "127.0.0.1:5555";
   options.data_address = "127.0.0.1";
   options.num_devices = 3;
+  options.memory_bytes = int64_t{24} << 30;
   options.rpc_timeout = absl::Milliseconds(500);
   return options;
 }
@@ -41,6 +42,7 @@ TEST(WorkerAgentTest, RegistersWithItsInfoAndHeartbeats) {
   EXPECT_EQ(info.data_address(), "127.0.0.1");
   EXPECT_EQ(info.num_devices(), 3);
   EXPECT_EQ(info.device_kind(), "cpu");
+  EXPECT_EQ(info.memory_bytes(), int64_t{24} << 30);
   // The controller asks for a heartbeat every 50 ms.
   EXPECT_TRUE(Eventually([&] { return controller.heartbeats() >= 3; }));
   EXPECT_EQ(controller.registrations(), 1);

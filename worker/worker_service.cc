@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <exception>
+#include <new>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "grpcpp/server_context.h"
+#include "worker/host_memory.h"
 #include "worker/log.h"
 
 namespace meshcast::worker {
@@ -143,8 +145,19 @@ absl::StatusOr<v1::JobResult> WorkerService::RunWatched(
   absl::Notification done;
   std::thread runner([&] {
     // An exception escaping this thread would end the daemon; fail the job.
+    // The executor reports running out of memory itself; this catches an
+    // allocation that fails anywhere else the same way.
     try {
       result = task.Run();
+    } catch (const std::bad_alloc&) {
+      const AvailableMemoryFn& injected =
+          options_.task.executor.available_memory;
+      const absl::StatusOr<int64_t> available =
+          injected ? injected() : ReadMemAvailable();
+      result = absl::ResourceExhaustedError(absl::StrCat(
+          "worker ", options_.name, ": job ", task.job_id(),
+          " ran out of host memory (std::bad_alloc), ",
+          available.ok() ? FormatBytes(*available) : "unknown", " available"));
     } catch (const std::exception& e) {
       result = absl::InternalError(absl::StrCat("job ", task.job_id(),
                                                 ": unexpected error: ",

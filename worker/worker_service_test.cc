@@ -1,5 +1,7 @@
 #include "worker/worker_service.h"
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -20,11 +22,13 @@ using testing::TestJob;
 // One worker daemon's service stack on 127.0.0.1, without the agent.
 class ServedWorker {
  public:
-  ServedWorker(const std::string& name, int devices,
-               const std::string& controller)
+  // `customize` (optional) edits the service's options.
+  ServedWorker(
+      const std::string& name, int devices, const std::string& controller,
+      const std::function<void(WorkerServiceOptions&)>& customize = nullptr)
       : kv_(grpc::CreateChannel(controller,
                                 grpc::InsecureChannelCredentials())),
-        service_(Options(name, devices), &kv_) {
+        service_(Options(name, devices, customize), &kv_) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                              &port_);
@@ -55,13 +59,16 @@ class ServedWorker {
   }
 
  private:
-  static WorkerServiceOptions Options(const std::string& name, int devices) {
+  static WorkerServiceOptions Options(
+      const std::string& name, int devices,
+      const std::function<void(WorkerServiceOptions&)>& customize) {
     WorkerServiceOptions options;
     options.name = name;
     options.num_devices = devices;
     options.task.executor.relay.chunk_bytes = 4096;
     options.task.gloo.rendezvous_timeout = absl::Seconds(10);
     options.task.gloo.op_timeout = absl::Seconds(10);
+    if (customize) customize(options);
     return options;
   }
 
@@ -210,6 +217,117 @@ TEST(WorkerServiceTest, CancelledRunTaskCallAbortsTheTask) {
   EXPECT_TRUE(a.service().RunningJobs().empty());
 }
 
+// A one-worker job whose fill is made slow (40 ms a 4 KiB slice: ~10 s on
+// 4 threads), to stop in the middle.
+TestJob SlowFillJob(const std::string& job_id) {
+  TestJob job(1, 2, job_id);
+  const int t = job.AddTensor({{2048, 1024}, DType::kUInt8});
+  job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
+  job.AddBuffer(1, t, job.FullBox(t), BufferRole::kDestination);
+  job.AddTransfer(t, job.FullBox(t), {0, 1});
+  return job;
+}
+
+std::function<void(WorkerServiceOptions&)> SlowFill(std::atomic<int>& slices) {
+  return [&slices](WorkerServiceOptions& options) {
+    options.task.executor.slicing.bytes = 4096;
+    options.task.executor.slicing.before_slice = [&slices] {
+      ++slices;
+      absl::SleepFor(absl::Milliseconds(40));
+    };
+  };
+}
+
+// Until the task has done some of its fill (up to ~10 s).
+void AwaitSlices(const std::atomic<int>& slices) {
+  for (int i = 0; i < 1000 && slices.load() < 8; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+TEST(WorkerServiceTest, AbortDuringASlowFillReleasesTheTaskPromptly) {
+  testing::FakeController controller;
+  ASSERT_TRUE(controller.Start().ok());
+  std::atomic<int> slices{0};
+  ServedWorker a("a", 2, controller.address(), SlowFill(slices));
+  v1::RunTaskResponse response;
+  absl::Time returned;
+  std::thread run([&] {
+    response = a.RunTask(SlowFillJob("job-slow").ProgramFor(0));
+    returned = absl::Now();
+  });
+  AwaitSlices(slices);
+  ASSERT_EQ(a.service().RunningJobs(), std::vector<std::string>{"job-slow"});
+  const absl::Time start = absl::Now();
+  grpc::ClientContext context;
+  v1::AbortTaskRequest abort;
+  abort.set_job_id("job-slow");
+  abort.set_reason("cancelled by user");
+  v1::AbortTaskResponse aborted;
+  ASSERT_TRUE(a.stub().AbortTask(&context, abort, &aborted).ok());
+  EXPECT_TRUE(aborted.found());
+  run.join();
+  EXPECT_LT(returned - start, absl::Seconds(3));
+  EXPECT_FALSE(response.ok());
+  EXPECT_NE(response.error().find("CANCELLED: cancelled by user"),
+            std::string::npos)
+      << response.error();
+  // Released (and its tiles freed) by the time RunTask answered.
+  EXPECT_TRUE(a.service().RunningJobs().empty());
+  EXPECT_LT(slices.load(), 2 * 512 / 2);
+}
+
+// What the daemon does on SIGTERM: Shutdown aborts a task in the middle of
+// its fill, and RunTask answers at once.
+TEST(WorkerServiceTest, ShutdownDuringASlowFillEndsTheTaskPromptly) {
+  testing::FakeController controller;
+  ASSERT_TRUE(controller.Start().ok());
+  std::atomic<int> slices{0};
+  ServedWorker a("a", 2, controller.address(), SlowFill(slices));
+  v1::RunTaskResponse response;
+  absl::Time returned;
+  std::thread run([&] {
+    response = a.RunTask(SlowFillJob("job-interrupted").ProgramFor(0));
+    returned = absl::Now();
+  });
+  AwaitSlices(slices);
+  const absl::Time start = absl::Now();
+  a.service().Shutdown("worker shutting down");
+  run.join();
+  EXPECT_LT(returned - start, absl::Seconds(3));
+  EXPECT_FALSE(response.ok());
+  EXPECT_NE(response.error().find("worker shutting down"), std::string::npos)
+      << response.error();
+  EXPECT_TRUE(a.service().RunningJobs().empty());
+}
+
+// Refused before the rendezvous: worker 1 never runs, yet worker 0 answers
+// at once instead of waiting for it.
+TEST(WorkerServiceTest, JobTooBigForTheHostIsResourceExhaustedAtOnce) {
+  testing::FakeController controller;
+  ASSERT_TRUE(controller.Start().ok());
+  ServedWorker a("a", 1, controller.address(),
+                 [](WorkerServiceOptions& options) {
+                   options.task.executor.available_memory = [] {
+                     return int64_t{3} << 20;  // 3 MiB
+                   };
+                 });
+  TestJob job(2, 1, "job-big");
+  const int t = job.AddTensor({{2048, 2048}, DType::kUInt8});  // 4 MiB
+  job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
+  job.AddBuffer(1, t, job.FullBox(t), BufferRole::kDestination);
+  job.AddTransfer(t, job.FullBox(t), {0, 1});
+  const absl::Time start = absl::Now();
+  v1::RunTaskResponse response = a.RunTask(job.ProgramFor(0));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // rendezvous: 10 s
+  EXPECT_FALSE(response.ok());
+  EXPECT_NE(response.error().find("RESOURCE_EXHAUSTED: worker worker0: job "
+                                  "job-big needs 4.0 MiB for its tiles, 3.0 "
+                                  "MiB available"),
+            std::string::npos)
+      << response.error();
+}
+
 TEST(TaskTest, ProgressCountsEveryFinishedStepAndItsBytes) {
   TestJob job(1, 3, "job-progress");
   const int t = job.AddTensor({{16, 8}, DType::kInt32});
@@ -218,7 +336,8 @@ TEST(TaskTest, ProgressCountsEveryFinishedStepAndItsBytes) {
   job.AddBuffer(2, t, job.FullBox(t), BufferRole::kDestination);
   job.AddTransfer(t, job.FullBox(t), {0, 1});
   job.AddTransfer(t, job.FullBox(t), {0, 2});
-  Task task(job.ProgramFor(0), nullptr, TaskOptions{});
+  const TaskOptions options;
+  Task task(job.ProgramFor(0), nullptr, options);
   const v1::TaskProgress before = task.progress();
   EXPECT_EQ(before.job_id(), "job-progress");
   EXPECT_EQ(before.steps_done(), 0);

@@ -77,6 +77,10 @@ def bad_submissions(cluster):
         ("unknown strategy", submit_args() + ["--strategy", "fastest"], 2,
          ["--strategy", "fastest", "meshcast"]),
         ("bad shape", submit_args(shape="16x0x16"), 2, ["--shape"]),
+        # 16 TiB of int32: more than any worker reported (host memory).
+        ("tensor larger than the workers' memory",
+         submit_args(shape="65536x65536x1024"), 2,
+         ["the job's tiles need", "which reported", "of memory"]),
         ("missing spec", submit_args(dst_spec=None), 2,
          ["--dst-spec: required"]),
         ("unknown flag", submit_args() + ["--colour", "red"], 2,

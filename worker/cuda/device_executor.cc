@@ -492,4 +492,15 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
   return result;
 }
 
+int64_t CudaBackend::MemoryBytes() const {
+  int64_t total = 0;
+  // Virtual devices share their GPU: count each GPU once.
+  for (int gpu : std::set<int>(spec_.gpus.begin(), spec_.gpus.end())) {
+    cudaDeviceProp properties;
+    if (cudaGetDeviceProperties(&properties, gpu) != cudaSuccess) return 0;
+    total += static_cast<int64_t>(properties.totalGlobalMem);
+  }
+  return total;
+}
+
 }  // namespace meshcast::worker::cuda

@@ -122,6 +122,8 @@ class CudaBackend : public DeviceBackend {
     return std::make_unique<DeviceExecutor>(spec_, options_);
   }
   bool ReportsMetrics() const override { return options_.metrics != nullptr; }
+  // The total memory of each distinct GPU behind the logical devices.
+  int64_t MemoryBytes() const override;
 
  private:
   const DeviceSpec spec_;
