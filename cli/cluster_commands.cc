@@ -899,11 +899,13 @@ CommandResult RunClusterCommand(const std::vector<std::string>& args,
       absl::StrCat(
           "Shows the live cluster: its topology (hosts x devices and link\n"
           "bandwidths used for planning) and one row per worker: host index,\n"
-          "name, address, global device ids, state (ready, busy, lost) and\n"
-          "last heartbeat. --output json: {controller, topology{num_hosts,\n"
+          "name, address, global device ids, memory (host memory of a cpu\n"
+          "worker, its GPUs' memory for cuda: the controller refuses jobs\n"
+          "whose tiles cannot fit), state (ready, busy, lost) and last\n"
+          "heartbeat. --output json: {controller, topology{num_hosts,\n"
           "devices_per_host, *_bandwidth_bytes_per_second, ...}, workers[{\n"
           "name, address, data_address, host_index, device_kind, num_devices,\n"
-          "devices, state, last_heartbeat_unix}]}.\n\n",
+          "memory_bytes, devices, state, last_heartbeat_unix}]}.\n\n",
           kControllerHelp, "\n\n", kExitCodesHelp));
   flags.Choice("output", &output, {"table", "json"},
                "table: human-readable; json: one JSON object");

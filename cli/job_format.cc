@@ -358,6 +358,7 @@ OrderedJson ClusterToJson(const v1::GetClusterResponse& cluster,
                     {"host_index", worker.host_index()},
                     {"device_kind", worker.device_kind()},
                     {"num_devices", worker.num_devices()},
+                    {"memory_bytes", worker.memory_bytes()},
                     {"devices", WorkerDevices(worker, cluster.topology())},
                     {"state", WorkerStateName(worker.state())},
                     {"last_heartbeat_unix", worker.last_heartbeat_unix()}});
@@ -517,9 +518,10 @@ std::string RenderCluster(const v1::GetClusterResponse& cluster,
               return a.host_index() < b.host_index();
             });
   TextTable table(
-      {"HOST", "NAME", "ADDRESS", "DEVICES", "STATE", "LAST HEARTBEAT"},
+      {"HOST", "NAME", "ADDRESS", "DEVICES", "MEMORY", "STATE",
+       "LAST HEARTBEAT"},
       {TextTable::kRight, TextTable::kLeft, TextTable::kLeft, TextTable::kLeft,
-       TextTable::kLeft, TextTable::kRight});
+       TextTable::kRight, TextTable::kLeft, TextTable::kRight});
   for (const v1::WorkerInfo& worker : workers) {
     table.AddRow(
         {absl::StrCat(worker.host_index()), worker.name(), worker.address(),
@@ -527,6 +529,9 @@ std::string RenderCluster(const v1::GetClusterResponse& cluster,
              FormatDeviceRanges(WorkerDevices(worker, cluster.topology())),
              " (", worker.num_devices(), " ",
              worker.device_kind().empty() ? "?" : worker.device_kind(), ")"),
+         worker.memory_bytes() > 0
+             ? FormatBytes(static_cast<double>(worker.memory_bytes()))
+             : "-",
          WorkerStateName(worker.state()),
          FormatAge(worker.last_heartbeat_unix(), now_unix)});
   }

@@ -187,8 +187,11 @@ TEST(JobFormatTest, Cluster) {
     worker->set_state(host == 0 ? v1::WorkerInfo::STATE_READY
                                 : v1::WorkerInfo::STATE_LOST);
     worker->set_last_heartbeat_unix(995);
+    if (host == 0) worker->set_memory_bytes(int64_t{24} << 30);
   }
   const std::string text = RenderCluster(cluster, "127.0.0.1:1234", 1000);
+  EXPECT_THAT(text, HasSubstr("MEMORY"));
+  EXPECT_THAT(text, HasSubstr("24 GiB"));
   EXPECT_THAT(text, HasSubstr("2 hosts x 4 devices, 10 Gbps between hosts, "
                               "100 Gbps inside a host"));
   EXPECT_THAT(text, HasSubstr("2 (1 ready, 0 busy, 1 lost)"));
@@ -200,6 +203,8 @@ TEST(JobFormatTest, Cluster) {
   EXPECT_EQ(json["topology"]["num_hosts"], 2);
   EXPECT_EQ(json["workers"][0]["devices"], OrderedJson({4, 5, 6, 7}));
   EXPECT_EQ(json["workers"][0]["state"], "lost");
+  EXPECT_EQ(json["workers"][0]["memory_bytes"], 0);  // not reported
+  EXPECT_EQ(json["workers"][1]["memory_bytes"], int64_t{24} << 30);
 }
 
 TEST(JobFormatTest, TopologyShowsCpuCostsOnlyWhenSet) {
