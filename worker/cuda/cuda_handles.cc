@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "util/bytes_text.h"
 #include "util/status_macros.h"
 #include "worker/cuda/device_pattern.h"
 
@@ -54,8 +55,8 @@ ScopedCudaDevice::ScopedCudaDevice(int gpu) {
     current = -1;
   }
   if (had_context && current == gpu) return;  // already there
-  status_ = CudaStatus(cudaSetDevice(gpu),
-                       absl::StrCat("cudaSetDevice(", gpu, ")"));
+  status_ =
+      CudaStatus(cudaSetDevice(gpu), absl::StrCat("cudaSetDevice(", gpu, ")"));
   if (status_.ok() && had_context) previous_ = current;
 }
 
@@ -69,9 +70,20 @@ absl::StatusOr<DeviceMemory> DeviceMemory::Allocate(int gpu, size_t bytes) {
   if (bytes == 0) return memory;
   ScopedCudaDevice on(gpu);
   RETURN_IF_ERROR(on.status());
-  RETURN_IF_ERROR(
-      CudaStatus(cudaMalloc(&memory.data_, bytes),
-                 absl::StrCat("cudaMalloc of ", bytes, " bytes on GPU ", gpu)));
+  const cudaError_t error = cudaMalloc(&memory.data_, bytes);
+  if (error == cudaErrorMemoryAllocation) {
+    // Say how far off it is: the tile's size against what the GPU has left.
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    memory.data_ = nullptr;
+    return absl::ResourceExhaustedError(
+        absl::StrCat("GPU ", gpu, ": cannot allocate ",
+                     FormatBytes(static_cast<int64_t>(bytes)), " (",
+                     FormatBytes(static_cast<int64_t>(free_bytes)), " free of ",
+                     FormatBytes(static_cast<int64_t>(total_bytes)), ")"));
+  }
+  RETURN_IF_ERROR(CudaStatus(
+      error, absl::StrCat("cudaMalloc of ", bytes, " bytes on GPU ", gpu)));
   memory.size_ = bytes;
   return memory;
 }

@@ -1,5 +1,8 @@
 #include "worker/cuda/device_pattern.h"
 
+#include <string>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "util/status_macros.h"
 #include "worker/box_runs.h"
@@ -18,8 +21,13 @@ int GpuCount() {
 
 absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
   if (error == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(error),
-                                          ": ", cudaGetErrorString(error)));
+  std::string message = absl::StrCat(what, ": ", cudaGetErrorName(error), ": ",
+                                     cudaGetErrorString(error));
+  // Out of memory is the job's size, not a fault of the worker.
+  if (error == cudaErrorMemoryAllocation) {
+    return absl::ResourceExhaustedError(std::move(message));
+  }
+  return absl::InternalError(std::move(message));
 }
 
 absl::StatusOr<PatternTile> MakePatternTile(const Box& box,
