@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cli/cluster_commands.h"
 #include "cli/command_errors.h"
@@ -17,7 +18,7 @@ constexpr char kVersion[] = "0.1.0";
 
 std::string TopLevelUsage() {
   std::string out =
-      "usage: meshctl COMMAND [flags]\n"
+      "usage: meshctl COMMAND [flags]   (or meshctl [flags] COMMAND)\n"
       "\n"
       "meshctl is the client of meshcast, the control plane and data plane\n"
       "for the communication of model-parallel deep learning.\n"
@@ -100,6 +101,18 @@ CommandResult RunMeshctl(const std::vector<std::string>& args,
                      " (see 'meshctl --help')\n")};
   }
   const std::string& first = args[0];
+  if (absl::StartsWith(first, "-") && first != "-h" && first != "--help" &&
+      first != "-help" && first != "--version") {
+    // Flags before the command (`meshctl --controller H:P cluster`): they
+    // belong to the command, which takes them after its name.
+    for (size_t i = 1; i < args.size(); ++i) {
+      if (FindCommand(args[i]) == nullptr) continue;
+      std::vector<std::string> reordered = {args[i]};
+      reordered.insert(reordered.end(), args.begin(), args.begin() + i);
+      reordered.insert(reordered.end(), args.begin() + i + 1, args.end());
+      return RunMeshctl(reordered, context);
+    }
+  }
   if (first == "-h" || first == "--help" || first == "-help") {
     return CommandResult{kExitOk, TopLevelUsage(), ""};
   }

@@ -43,6 +43,30 @@ TEST(MeshctlTest, DispatchesAndHelpPerCommand) {
   EXPECT_THAT(result.out, StartsWith("meshctl "));
 }
 
+// `meshctl --controller H:P cluster` is how other CLIs take global flags:
+// flags before the command go to the command.
+TEST(MeshctlTest, FlagsBeforeTheCommandGoToIt) {
+  CommandResult result = RunMeshctl({"--cluster", "5x4", "plan"});
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.err, StartsWith("meshctl plan: --shape: required"));
+  const std::vector<std::string> tail = {
+      "--shape",    "64x64", "--dtype",    "int32", "--src-mesh", "1x2@0",
+      "--src-spec", "S0R",   "--dst-mesh", "1x2@1", "--dst-spec", "RS0"};
+  std::vector<std::string> before = {"--output", "json", "--cluster", "2x2",
+                                     "plan"};
+  before.insert(before.end(), tail.begin(), tail.end());
+  std::vector<std::string> after = {"plan", "--output", "json", "--cluster",
+                                    "2x2"};
+  after.insert(after.end(), tail.begin(), tail.end());
+  result = RunMeshctl(before);
+  EXPECT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_EQ(result.out, RunMeshctl(after).out);
+  // Without any command it is still an unknown command.
+  result = RunMeshctl({"--controller", "localhost:1"});
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.err, HasSubstr("unknown command '--controller'"));
+}
+
 TEST(MeshctlTest, UnknownOrMissingCommand) {
   CommandResult result = RunMeshctl({"plna"});
   EXPECT_EQ(result.exit_code, kExitUsage);
