@@ -19,17 +19,6 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// A context whose environment is `env` only.
-CommandContext FakeEnv(std::map<std::string, std::string> env) {
-  CommandContext context;
-  context.getenv =
-      [env](const std::string& name) -> std::optional<std::string> {
-    auto it = env.find(name);
-    if (it == env.end()) return std::nullopt;
-    return it->second;
-  };
-  return context;
-}
 
 std::string FreshDir(const std::string& name) {
   const std::string dir = ::testing::TempDir() + "/cluster_file_test_" +
@@ -128,18 +117,18 @@ TEST(ClusterFileTest, BadFilesAreErrorsNotCrashes) {
 }
 
 TEST(ClusterFileTest, LocalClusterDirPrecedence) {
-  EXPECT_EQ(LocalClusterDir("/flag", FakeEnv({{"MESHCAST_HOME", "/home"}})),
+  EXPECT_EQ(LocalClusterDir("/flag", ContextWithEnv({{"MESHCAST_HOME", "/home"}})),
             "/flag");
-  EXPECT_EQ(LocalClusterDir("", FakeEnv({{"MESHCAST_HOME", "/home"}})),
+  EXPECT_EQ(LocalClusterDir("", ContextWithEnv({{"MESHCAST_HOME", "/home"}})),
             "/home");
-  EXPECT_EQ(LocalClusterDir("", FakeEnv({})), ".meshcast");
+  EXPECT_EQ(LocalClusterDir("", ContextWithEnv({})), ".meshcast");
 }
 
 TEST(ClusterFileTest, ControllerAddressPrecedence) {
   const std::string dir = FreshDir("address");
   ASSERT_TRUE(WriteClusterFile(dir, Sample(dir)).ok());
   const CommandContext env =
-      FakeEnv({{"MESHCAST_CONTROLLER", "env:1"}, {"MESHCAST_HOME", dir}});
+      ContextWithEnv({{"MESHCAST_CONTROLLER", "env:1"}, {"MESHCAST_HOME", dir}});
   // --controller wins.
   EXPECT_EQ(ResolveControllerAddress("flag:1", dir, env).value_or(""),
             "flag:1");
@@ -149,7 +138,7 @@ TEST(ClusterFileTest, ControllerAddressPrecedence) {
   EXPECT_EQ(ResolveControllerAddress("", dir, env).value_or(""),
             "127.0.0.1:4321");
   // MESHCAST_HOME's cluster.json.
-  EXPECT_EQ(ResolveControllerAddress("", "", FakeEnv({{"MESHCAST_HOME", dir}}))
+  EXPECT_EQ(ResolveControllerAddress("", "", ContextWithEnv({{"MESHCAST_HOME", dir}}))
                 .value_or(""),
             "127.0.0.1:4321");
 }
@@ -161,7 +150,7 @@ TEST(ClusterFileTest, NamedDirectoryWithoutClusterIsAnError) {
   const std::string missing = empty_dir + "/does-not-exist";
   const std::string not_a_dir = empty_dir + "/plain-file";
   { std::ofstream(not_a_dir) << "x"; }
-  const CommandContext env = FakeEnv({{"MESHCAST_CONTROLLER", "env:1"}});
+  const CommandContext env = ContextWithEnv({{"MESHCAST_CONTROLLER", "env:1"}});
   for (const std::string& dir : {empty_dir, missing, not_a_dir}) {
     SCOPED_TRACE(dir);
     absl::StatusOr<std::string> address =
@@ -175,16 +164,16 @@ TEST(ClusterFileTest, NamedDirectoryWithoutClusterIsAnError) {
                 HasSubstr("'meshctl up --dir " + dir + "'"));
     // The same through $MESHCAST_HOME.
     EXPECT_FALSE(
-        ResolveControllerAddress("", "", FakeEnv({{"MESHCAST_HOME", dir}}))
+        ResolveControllerAddress("", "", ContextWithEnv({{"MESHCAST_HOME", dir}}))
             .ok());
   }
   // A stopped cluster: `down` removed cluster.json.
   const std::string stopped = FreshDir("address_stopped");
   ASSERT_TRUE(WriteClusterFile(stopped, Sample(stopped)).ok());
   ASSERT_TRUE(RemoveClusterFile(stopped).ok());
-  EXPECT_FALSE(ResolveControllerAddress("", stopped, FakeEnv({})).ok());
+  EXPECT_FALSE(ResolveControllerAddress("", stopped, ContextWithEnv({})).ok());
   // --controller still needs no directory.
-  EXPECT_EQ(ResolveControllerAddress("h:1", missing, FakeEnv({})).value_or(""),
+  EXPECT_EQ(ResolveControllerAddress("h:1", missing, ContextWithEnv({})).value_or(""),
             "h:1");
 }
 
@@ -194,12 +183,12 @@ TEST(ClusterFileTest, ImplicitDirectoryFallsBackToDefaultAddress) {
   const std::filesystem::path previous = std::filesystem::current_path();
   std::filesystem::current_path(cwd);
   const absl::StatusOr<std::string> fallback =
-      ResolveControllerAddress("", "", FakeEnv({}));
+      ResolveControllerAddress("", "", ContextWithEnv({}));
   // A record that cannot be read is reported, not skipped.
   std::filesystem::create_directories(std::string(kDefaultClusterDir));
   { std::ofstream(ClusterFilePath(kDefaultClusterDir)) << "not json"; }
   const absl::StatusOr<std::string> corrupt =
-      ResolveControllerAddress("", "", FakeEnv({}));
+      ResolveControllerAddress("", "", ContextWithEnv({}));
   std::filesystem::current_path(previous);
   EXPECT_EQ(fallback.value_or(""), kDefaultControllerAddress);
   ASSERT_FALSE(corrupt.ok());

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace meshcast::cli {
 
@@ -22,6 +23,17 @@ CommandContext ProcessContext() {
   context.stream_out = [](absl::string_view text) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
+  };
+  return context;
+}
+
+CommandContext ContextWithEnv(std::map<std::string, std::string> env) {
+  CommandContext context;
+  context.getenv = [env = std::move(env)](
+                       const std::string& name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
   };
   return context;
 }

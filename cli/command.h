@@ -23,6 +23,7 @@
 #define MESHCAST_CLI_COMMAND_H_
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -64,6 +65,10 @@ struct CommandContext {
 // The context of a real process: its environment, /proc/self/exe and
 // stdout (flushed after every write).
 CommandContext ProcessContext();
+
+// A context whose environment is exactly `env` and nothing else (tests, or
+// a program that runs meshctl commands in-process).
+CommandContext ContextWithEnv(std::map<std::string, std::string> env);
 
 struct Command {
   std::string name;     // e.g. "plan"

@@ -105,17 +105,6 @@ TEST(PlanCommandTest, BadSpecNamesFlagTokenAndAllowedForms) {
                         "mesh axis 2"));
 }
 
-// A context whose environment is `env` only.
-CommandContext FakeEnv(std::map<std::string, std::string> env) {
-  CommandContext context;
-  context.getenv =
-      [env](const std::string& name) -> std::optional<std::string> {
-    auto it = env.find(name);
-    if (it == env.end()) return std::nullopt;
-    return it->second;
-  };
-  return context;
-}
 
 TEST(PlanCommandTest, MissingAndMalformedFlags) {
   EXPECT_THAT(UsageError(Without(Case1Args(), "--cluster")),
@@ -154,7 +143,7 @@ TEST(PlanCommandTest, MissingAndMalformedFlags) {
 TEST(PlanCommandTest, MissingClusterPointsAtLiveWhenAControllerIsSet) {
   const CommandResult result =
       RunPlanCommand(Without(Case1Args(), "--cluster"),
-                     FakeEnv({{"MESHCAST_CONTROLLER", "127.0.0.1:41234"}}));
+                     ContextWithEnv({{"MESHCAST_CONTROLLER", "127.0.0.1:41234"}}));
   EXPECT_EQ(result.exit_code, kExitUsage);
   EXPECT_THAT(result.err, HasSubstr("--cluster: required for an offline plan"));
   EXPECT_THAT(result.err,
@@ -322,7 +311,7 @@ TEST(PlanCommandTest, OneDimensionalMeshAsSubmitReadsIt) {
   const std::vector<std::string> args =
       With(With(With(Case1Args(), "--src-mesh", "4"), "--src-spec", "S0RR"),
            "--dst-mesh", "2x4@2");
-  const CommandResult result = RunPlanCommand(args, FakeEnv({}));
+  const CommandResult result = RunPlanCommand(args, ContextWithEnv({}));
   ASSERT_EQ(result.exit_code, kExitOk) << result.err;
   const nlohmann::json json = RunJson(args);
   ASSERT_TRUE(json.is_object());
