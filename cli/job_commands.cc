@@ -26,7 +26,7 @@ namespace meshcast::cli {
 namespace {
 
 constexpr char kSubmitDescription[] =
-    "Submits a job to the controller and prints its id (or, with --wait,\n"
+    "Submits a job to the controller and names its id (or, with --wait,\n"
     "follows it until it ends). The only kind is 'reshard': move one tensor\n"
     "from a source device mesh and sharding spec to a destination mesh and\n"
     "spec; the workers fill the source tiles with a known pattern, move the\n"
@@ -65,12 +65,13 @@ constexpr char kSubmitDescription[] =
     "64,\n"
     "256], \"dtype\": \"int32\", \"src_mesh\": \"2x4\", ...}}.\n"
     "\n"
-    "output: the job id (table) or the job as one JSON object (--output\n"
-    "json: id, name, state, message, progress, created_unix, started_unix,\n"
-    "finished_unix, spec, plan, result{seconds, bytes_moved,\n"
-    "bytes_delivered, elements_verified, mismatches, ...}). With --wait, progress lines\n"
-    "while it runs (table only) and the final job; the exit code is 0 only\n"
-    "if it SUCCEEDED.\n";
+    "output: 'job ID submitted (QUEUED); follow it with ...' (table; for\n"
+    "scripts: --output json | jq -r .id) or the job as one JSON object\n"
+    "(--output json: id, name, state, message, progress, created_unix,\n"
+    "started_unix, finished_unix, spec, plan, result{seconds, bytes_moved,\n"
+    "bytes_delivered, elements_verified, mismatches, ...}). With --wait,\n"
+    "progress lines while it runs (table only) and the final job; the exit\n"
+    "code is 0 only if it SUCCEEDED.\n";
 
 // --output for every job command.
 void OutputFlag(FlagSet& flags, std::string* output) {

@@ -1,6 +1,7 @@
 #include "cli/meshctl.h"
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -104,8 +105,18 @@ CommandResult RunMeshctl(const std::vector<std::string>& args,
   if (absl::StartsWith(first, "-") && first != "-h" && first != "--help" &&
       first != "-help" && first != "--version") {
     // Flags before the command (`meshctl --controller H:P cluster`): they
-    // belong to the command, which takes them after its name.
-    for (size_t i = 1; i < args.size(); ++i) {
+    // belong to the command, which takes them after its name. The client
+    // flags every command shares take a value; skip it, so that
+    // `--dir cluster down` runs `down` with --dir cluster.
+    static constexpr const char* kValueFlags[] = {
+        "--controller", "--dir", "--output", "--connect-timeout"};
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (std::find(std::begin(kValueFlags), std::end(kValueFlags), args[i]) !=
+          std::end(kValueFlags)) {
+        ++i;
+        continue;
+      }
+      // Other flags' values cannot be told apart from a command here.
       if (FindCommand(args[i]) == nullptr) continue;
       std::vector<std::string> reordered = {args[i]};
       reordered.insert(reordered.end(), args.begin(), args.begin() + i);

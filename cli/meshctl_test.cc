@@ -61,6 +61,10 @@ TEST(MeshctlTest, FlagsBeforeTheCommandGoToIt) {
   result = RunMeshctl(before);
   EXPECT_EQ(result.exit_code, kExitOk) << result.err;
   EXPECT_EQ(result.out, RunMeshctl(after).out);
+  // The shared client flags' values are never taken for the command.
+  result = RunMeshctl({"--dir", "cluster", "down"});
+  EXPECT_THAT(result.err, HasSubstr("meshctl down: "));
+  EXPECT_THAT(result.err, HasSubstr("no local cluster recorded in cluster"));
   // Without any command it is still an unknown command.
   result = RunMeshctl({"--controller", "localhost:1"});
   EXPECT_EQ(result.exit_code, kExitUsage);

@@ -228,7 +228,7 @@ absl::StatusOr<PlacedMesh> PlaceOne(
               other_request->ToString(), " on disjoint hosts need ",
               rows + other->hosts.size(), " hosts; cluster has ",
               ClusterText(topology),
-              " (to share hosts, submit with allow_overlap: meshctl submit ... --allow-overlap)"));
+              " (to share hosts: allow_overlap in the job, --allow-overlap for meshctl)"));
         }
         return absl::UnavailableError(
             absl::StrCat(name, " ", mesh.ToString(), " needs ", rows,

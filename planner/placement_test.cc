@@ -105,8 +105,8 @@ TEST(AllocatorTest, RefusesWhatTheClusterCannotHold) {
   EXPECT_TRUE(absl::IsInvalidArgument(s));
   EXPECT_THAT(s.message(), HasSubstr("on disjoint hosts need 4 hosts"));
   EXPECT_THAT(s.message(),
-              HasSubstr("submit with allow_overlap: meshctl submit ... "
-                        "--allow-overlap"));
+              HasSubstr("to share hosts: allow_overlap in the job, "
+                        "--allow-overlap for meshctl"));
   s = DeviceAllocator::CheckFits({Mesh({2, 4}, 1), Mesh({1, 4}), true},
                                  Cluster(2, 4));
   EXPECT_THAT(s.message(), HasSubstr("needs hosts 1..2"));
