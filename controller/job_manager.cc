@@ -285,6 +285,9 @@ absl::StatusOr<DryRunResult> JobManager::DryRun(const v1::ReshardSpec& spec) {
   if (!problem.ok()) {
     return absl::InvalidArgumentError(problem.status().message());
   }
+  // The dry run refuses what Submit would refuse.
+  RETURN_IF_ERROR(
+      CheckTilesFitWorkers(*problem, result.topology, registry_->Workers()));
   ASSIGN_OR_RETURN(PlanningResult planning,
                    planner_->Plan({*problem}, result.topology, request.strategy,
                                   /*compare_all=*/true));
