@@ -81,10 +81,16 @@ grpc::Status FakeController::SubmitJob(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+void FakeController::SetGetJobError(grpc::Status status) {
+  absl::MutexLock lock(&mu_);
+  get_job_error_ = std::move(status);
+}
+
 grpc::Status FakeController::GetJob(grpc::ServerContext*,
                                     const v1::GetJobRequest* request,
                                     v1::GetJobResponse* response) {
   absl::MutexLock lock(&mu_);
+  if (!get_job_error_.ok()) return get_job_error_;
   auto it = jobs_.find(request->id());
   if (it == jobs_.end()) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND,

@@ -43,6 +43,8 @@ class FakeController final : public v1::Controller::Service {
   void SetWatchEvents(const std::string& id,
                       const std::vector<v1::JobEvent>& events);
   void SetSubmitError(grpc::Status status);
+  // Every later GetJob fails with `status` (a controller going away).
+  void SetGetJobError(grpc::Status status);
   void SetPlanResponse(const v1::PlanResponse& response);
   std::vector<v1::JobSpec> submitted() const;
   std::vector<v1::ReshardSpec> planned() const;
@@ -76,6 +78,7 @@ class FakeController final : public v1::Controller::Service {
   std::map<std::string, v1::Job> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::vector<v1::JobEvent>> events_ ABSL_GUARDED_BY(mu_);
   grpc::Status submit_error_ ABSL_GUARDED_BY(mu_);
+  grpc::Status get_job_error_ ABSL_GUARDED_BY(mu_);
   v1::PlanResponse plan_response_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::JobSpec> submitted_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ReshardSpec> planned_ ABSL_GUARDED_BY(mu_);

@@ -166,7 +166,18 @@ absl::StatusOr<v1::Job> FollowJob(ControllerClient& client,
     if (IsFinalState(event.state())) ended = true;
     return true;
   }));
-  ASSIGN_OR_RETURN(v1::Job job, client.GetJob(id));
+  absl::StatusOr<v1::Job> fetched = client.GetJob(id);
+  if (!fetched.ok() && ended) {
+    // The controller sent the final state and then went away (e.g. it shut
+    // down, failing its jobs): report what it said.
+    v1::Job job;
+    job.set_id(id);
+    job.set_state(last.state());
+    job.set_message(last.message());
+    job.set_progress(last.progress());
+    return job;
+  }
+  ASSIGN_OR_RETURN(v1::Job job, std::move(fetched));
   if (!IsFinalState(job.state())) {
     return absl::UnavailableError(
         absl::StrCat("the controller ended the watch of job ", id,

@@ -154,6 +154,23 @@ TEST_F(JobCommandsTest, SubmitWaitStreamsProgressAndExitsByState) {
   ExpectOneLine(failed, "meshctl submit: job job-2 FAILED: worker w3 lost");
 }
 
+// A controller that fails its jobs as it shuts down sends the final event
+// and then cannot answer GetJob: the outcome is that event, not "unreachable".
+TEST_F(JobCommandsTest, SubmitWaitReportsTheFinalEventOfAControllerThatLeft) {
+  fake_.SetWatchEvents("job-1",
+                       {Event(v1::JOB_STATE_RUNNING, 0.1, "running"),
+                        Event(v1::JOB_STATE_FAILED, 0.1,
+                              "controller shut down")});
+  fake_.SetGetJobError(
+      grpc::Status(grpc::StatusCode::UNAVAILABLE, "controller is shutting down"));
+  std::vector<std::string> args = Case1();
+  args.push_back("--wait");
+  const CommandResult result = RunSubmitCommand(WithController(args), context_);
+  EXPECT_EQ(result.exit_code, kExitFailure);
+  ExpectOneLine(result,
+                "meshctl submit: job job-1 FAILED: controller shut down");
+}
+
 TEST_F(JobCommandsTest, SubmitWaitJsonPrintsOnlyTheFinalJob) {
   fake_.SetWatchEvents("job-1", {Event(v1::JOB_STATE_SUCCEEDED, 1, "done")});
   std::vector<std::string> args = Case1();

@@ -114,8 +114,14 @@ ControllerState ControllerServer::CurrentState() const {
 void ControllerServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
-  // Unblock long-lived calls first so the gRPC shutdown does not wait on
-  // them: watchers, then rendezvous waiters.
+  // No more worker events may reach the manager once it is gone.
+  if (registry_ != nullptr) registry_->StopSweeper();
+  // End the jobs while watchers are still connected, so that `meshctl
+  // submit --wait` sees "FAILED: controller shut down" rather than a lost
+  // connection.
+  if (jobs_ != nullptr) jobs_->Shutdown("controller shut down");
+  // Unblock long-lived calls so the gRPC shutdown does not wait on them:
+  // watchers, then rendezvous waiters.
   if (service_ != nullptr) service_->Shutdown();
   if (kv_ != nullptr) kv_->Shutdown();
   if (server_ != nullptr) {
@@ -125,9 +131,6 @@ void ControllerServer::Shutdown() {
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(2));
   }
-  // No more worker events may reach the manager once it is gone.
-  if (registry_ != nullptr) registry_->StopSweeper();
-  if (jobs_ != nullptr) jobs_->Shutdown("controller shut down");
   metrics_http_.reset();
   if (server_ != nullptr) LogInfo("controller stopped");
 }
