@@ -245,18 +245,40 @@ void AwaitSlices(const std::atomic<int>& slices) {
   }
 }
 
+// RunTask of SlowFillJob(job_id) on another thread, started and waited for
+// until the fill is under way; Join() returns when RunTask has answered.
+class SlowTaskInFlight {
+ public:
+  SlowTaskInFlight(ServedWorker& worker, const std::string& job_id,
+                   const std::atomic<int>& slices)
+      : thread_([this, &worker, job_id] {
+          response_ = worker.RunTask(SlowFillJob(job_id).ProgramFor(0));
+          returned_ = absl::Now();
+        }) {
+    AwaitSlices(slices);
+  }
+  ~SlowTaskInFlight() {
+    if (thread_.joinable()) thread_.join();
+  }
+  // The RunTask answer and when it came.
+  const v1::RunTaskResponse& Join() {
+    thread_.join();
+    return response_;
+  }
+  absl::Time returned() const { return returned_; }
+
+ private:
+  v1::RunTaskResponse response_;
+  absl::Time returned_;
+  std::thread thread_;
+};
+
 TEST(WorkerServiceTest, AbortDuringASlowFillReleasesTheTaskPromptly) {
   testing::FakeController controller;
   ASSERT_TRUE(controller.Start().ok());
   std::atomic<int> slices{0};
   ServedWorker a("a", 2, controller.address(), SlowFill(slices));
-  v1::RunTaskResponse response;
-  absl::Time returned;
-  std::thread run([&] {
-    response = a.RunTask(SlowFillJob("job-slow").ProgramFor(0));
-    returned = absl::Now();
-  });
-  AwaitSlices(slices);
+  SlowTaskInFlight run(a, "job-slow", slices);
   ASSERT_EQ(a.service().RunningJobs(), std::vector<std::string>{"job-slow"});
   const absl::Time start = absl::Now();
   grpc::ClientContext context;
@@ -266,8 +288,8 @@ TEST(WorkerServiceTest, AbortDuringASlowFillReleasesTheTaskPromptly) {
   v1::AbortTaskResponse aborted;
   ASSERT_TRUE(a.stub().AbortTask(&context, abort, &aborted).ok());
   EXPECT_TRUE(aborted.found());
-  run.join();
-  EXPECT_LT(returned - start, absl::Seconds(3));
+  const v1::RunTaskResponse& response = run.Join();
+  EXPECT_LT(run.returned() - start, absl::Seconds(3));
   EXPECT_FALSE(response.ok());
   EXPECT_NE(response.error().find("CANCELLED: cancelled by user"),
             std::string::npos)
@@ -284,17 +306,11 @@ TEST(WorkerServiceTest, ShutdownDuringASlowFillEndsTheTaskPromptly) {
   ASSERT_TRUE(controller.Start().ok());
   std::atomic<int> slices{0};
   ServedWorker a("a", 2, controller.address(), SlowFill(slices));
-  v1::RunTaskResponse response;
-  absl::Time returned;
-  std::thread run([&] {
-    response = a.RunTask(SlowFillJob("job-interrupted").ProgramFor(0));
-    returned = absl::Now();
-  });
-  AwaitSlices(slices);
+  SlowTaskInFlight run(a, "job-interrupted", slices);
   const absl::Time start = absl::Now();
   a.service().Shutdown("worker shutting down");
-  run.join();
-  EXPECT_LT(returned - start, absl::Seconds(3));
+  const v1::RunTaskResponse& response = run.Join();
+  EXPECT_LT(run.returned() - start, absl::Seconds(3));
   EXPECT_FALSE(response.ok());
   EXPECT_NE(response.error().find("worker shutting down"), std::string::npos)
       << response.error();
