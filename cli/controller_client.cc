@@ -147,10 +147,15 @@ absl::StatusOr<v1::Job> ControllerClient::CancelJob(const std::string& id) {
 
 absl::StatusOr<v1::PlanResponse> ControllerClient::Plan(
     const v1::ReshardSpec& reshard) {
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineAfter(options_.call_timeout));
   v1::PlanRequest request;
   *request.mutable_reshard() = reshard;
+  return Plan(request);
+}
+
+absl::StatusOr<v1::PlanResponse> ControllerClient::Plan(
+    const v1::PlanRequest& request) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(options_.call_timeout));
   v1::PlanResponse response;
   grpc::Status status = stub_->Plan(&context, request, &response);
   if (!status.ok()) return Convert(status);

@@ -58,7 +58,10 @@ class ControllerClient {
   // Newest first; limit 0 = all.
   absl::StatusOr<std::vector<v1::Job>> ListJobs(int limit);
   absl::StatusOr<v1::Job> CancelJob(const std::string& id);
+  // A dry run: the older reshard-only request, or any request (any kind in
+  // PlanRequest.spec).
   absl::StatusOr<v1::PlanResponse> Plan(const v1::ReshardSpec& reshard);
+  absl::StatusOr<v1::PlanResponse> Plan(const v1::PlanRequest& request);
 
   // Streams the job's events (first its current state) to `on_event` until
   // the server ends the stream (the job reached a final state), `on_event`

@@ -64,6 +64,11 @@ std::vector<v1::ReshardSpec> FakeController::planned() const {
   return planned_;
 }
 
+std::vector<v1::PlanRequest> FakeController::plan_requests() const {
+  absl::MutexLock lock(&mu_);
+  return plan_requests_;
+}
+
 grpc::Status FakeController::SubmitJob(grpc::ServerContext*,
                                        const v1::SubmitJobRequest* request,
                                        v1::SubmitJobResponse* response) {
@@ -166,6 +171,7 @@ grpc::Status FakeController::Plan(grpc::ServerContext*,
                                   v1::PlanResponse* response) {
   absl::MutexLock lock(&mu_);
   planned_.push_back(request->reshard());
+  plan_requests_.push_back(*request);
   *response = plan_response_;
   return grpc::Status::OK;
 }

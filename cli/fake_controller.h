@@ -48,6 +48,8 @@ class FakeController final : public v1::Controller::Service {
   void SetPlanResponse(const v1::PlanResponse& response);
   std::vector<v1::JobSpec> submitted() const;
   std::vector<v1::ReshardSpec> planned() const;
+  // Every Plan request, whole (PlanRequest.spec included).
+  std::vector<v1::PlanRequest> plan_requests() const;
 
   grpc::Status SubmitJob(grpc::ServerContext* context,
                          const v1::SubmitJobRequest* request,
@@ -82,6 +84,7 @@ class FakeController final : public v1::Controller::Service {
   v1::PlanResponse plan_response_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::JobSpec> submitted_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ReshardSpec> planned_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::PlanRequest> plan_requests_ ABSL_GUARDED_BY(mu_);
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
 };

@@ -1,6 +1,7 @@
 #include "cli/job_commands.h"
 
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -11,15 +12,26 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "cli/client_flags.h"
 #include "cli/command_errors.h"
 #include "cli/controller_client.h"
 #include "cli/flags.h"
+#include "cli/collective_input.h"
+#include "cli/job_file.h"
 #include "cli/job_format.h"
 #include "cli/reshard_input.h"
+#include "cli/timeline_chart.h"
+#include "cli/trace_events.h"
+#include "planner/kinds/job_kind.h"
+#include "planner/tensor.h"
+#include "proto/dtype_convert.h"
 #include "util/status_macros.h"
 
 namespace meshcast::cli {
@@ -27,29 +39,59 @@ namespace {
 
 constexpr char kSubmitDescription[] =
     "Submits a job to the controller and names its id (or, with --wait,\n"
-    "follows it until it ends). The only kind is 'reshard': move one tensor\n"
-    "from a source device mesh and sharding spec to a destination mesh and\n"
-    "spec; the workers fill the source tiles with a known pattern, move the\n"
-    "bytes with the chosen strategy and verify every destination element.\n"
-    "The flags are those of 'meshctl plan' without --cluster: the live\n"
-    "cluster is the topology.\n"
+    "follows it until it ends). KIND is one of:\n"
+    "  reshard     move one tensor from a source device mesh and sharding\n"
+    "              spec to a destination mesh and spec; the workers fill the\n"
+    "              source tiles with a known pattern, move the bytes with the\n"
+    "              chosen strategy and verify the destination elements\n"
+    "  collective  run one collective (--op all_reduce, all_gather,\n"
+    "              reduce_scatter, all_to_all or broadcast) of --bytes per\n"
+    "              rank on --mesh, verified, and report algbw and busbw as\n"
+    "              nccl-tests defines them, next to the bound the topology\n"
+    "              allows: a check of the cluster's fabric\n"
+    "The controller checks the spec (offline, meshctl checks it with the\n"
+    "same planner library first) and places the meshes; the live cluster is\n"
+    "the topology. 'meshctl plan KIND ...' predicts a job without running it.\n"
     "\n"
-    "meshes:\n"
+    "meshes (--src-mesh, --dst-mesh, --mesh):\n"
     "  2x4        2 hosts x 4 devices, placed by the controller (one mesh row\n"
     "             per host; source and destination on disjoint hosts unless\n"
     "             --allow-overlap)\n"
     "  2x4@1      pinned: hosts 1 and 2, the first 4 devices of each\n"
-    "  --src-devices 0,1,4,5 --src-shape 2x2   pinned to a device list\n"
+    "  8          a 1-D mesh: 8 devices of one host\n"
+    "  --src-devices 0,1,4,5 --src-shape 2x2   (reshard) a device list\n"
     "specs: one entry per tensor dimension, R, S0, S1 or S01 (S0RR, S0,R,R).\n"
+    "collective sizes (--bytes) count as nccl-tests does: the per-rank output\n"
+    "of all_reduce and all_gather, the per-rank input of reduce_scatter, the\n"
+    "per-rank send buffer of all_to_all, the buffer of broadcast: 256MiB,\n"
+    "1.5GiB, 4096 (B, KiB, MiB, GiB, TiB; KB, MB, GB, TB decimal).\n"
+    "--verify full (default) checks every output element, sample a fixed\n"
+    "pseudo-random subset (large benchmarks), off nothing.\n"
     "\n"
     "examples:\n"
     "  meshctl submit reshard --shape 64x64x256 --dtype int32 \\\n"
     "    --src-mesh 2x4 --src-spec S0RR --dst-mesh 2x4 --dst-spec RS0R --wait\n"
+    "  meshctl submit collective --op all_reduce --mesh 2x4 --bytes 256MiB \\\n"
+    "    --dtype float32 --verify sample --wait\n"
     "  meshctl submit -f job.yaml --strategy send_recv --wait\n"
     "\n"
     "job file (-f FILE, YAML or JSON; flags given too override its values):\n"
+    "the JobSpec as protobuf's JSON mapping with proto field names, compact\n"
+    "notations allowed as text (mesh 2x4@1, spec S0RR, dtype float32,\n"
+    "verify sample):\n"
+    "  name: fabric-check\n"
+    "  verify: sample\n"
+    "  collective:\n"
+    "    op: all_reduce\n"
+    "    mesh: {shape: [2, 4]}     # or 2x4, or 2x4@1\n"
+    "    size: 256MiB\n"
+    "    dtype: float32            # or DTYPE_FLOAT32\n"
+    "    reduction: sum            # or max\n"
+    "    iterations: 5\n"
+    "or, for reshard, the compact form meshctl has always read:\n"
     "  name: my-job              # optional\n"
     "  kind: reshard             # optional\n"
+    "  verify: full              # optional\n"
     "  reshard:\n"
     "    shape: 64x64x256        # or [64, 64, 256]\n"
     "    dtype: int32            # default float32\n"
@@ -63,15 +105,17 @@ constexpr char kSubmitDescription[] =
     "    allow_overlap: false\n"
     "The same as JSON: {\"name\": \"my-job\", \"reshard\": {\"shape\": [64, "
     "64,\n"
-    "256], \"dtype\": \"int32\", \"src_mesh\": \"2x4\", ...}}.\n"
+    "256], \"dtype\": \"int32\", \"src_mesh\": \"2x4\", ...}}. A reshard section\n"
+    "with a \"tensor\" key is read as the JobSpec form.\n"
     "\n"
     "output: 'job ID submitted (QUEUED); follow it with ...' (table; for\n"
     "scripts: --output json | jq -r .id) or the job as one JSON object\n"
     "(--output json: id, name, state, message, progress, created_unix,\n"
     "started_unix, finished_unix, spec, plan, result{seconds, bytes_moved,\n"
-    "bytes_delivered, elements_verified, mismatches, ...}). With --wait,\n"
-    "progress lines while it runs (table only) and the final job; the exit\n"
-    "code is 0 only if it SUCCEEDED.\n";
+    "bytes_delivered, elements_verified, mismatches, max_abs_error,\n"
+    "metrics, ...}). With --wait, progress lines while it runs (table only)\n"
+    "and the final job with its metrics; the exit code is 0 only if it\n"
+    "SUCCEEDED.\n";
 
 // --output for every job command.
 void OutputFlag(FlagSet& flags, std::string* output) {
@@ -247,6 +291,65 @@ void ApplyReshardFlags(const FlagSet& flags,
   }
 }
 
+// Flags of one kind only; the other kind's are refused by name.
+constexpr const char* kReshardOnlyFlags[] = {
+    "shape",    "src-mesh", "src-devices", "src-shape", "src-spec", "dst-mesh",
+    "dst-devices", "dst-shape", "dst-spec", "strategy", "allow-overlap"};
+// The reshard of a JobSpec-form job file as ReshardInput text, so that
+// flags override it field by field and the compact form's checks apply;
+// origins name the file's keys.
+ReshardInput ReshardInputFromSpec(const v1::ReshardSpec& reshard,
+                                  const std::string& label) {
+  ReshardInput input;
+  input.file = label;
+  const auto key = [&](absl::string_view field) {
+    return absl::StrCat(label, ": reshard.", field);
+  };
+  if (reshard.has_tensor()) {
+    if (reshard.tensor().shape_size() > 0) {
+      input.Set("shape", absl::StrJoin(reshard.tensor().shape(), "x"),
+                key("tensor.shape"));
+    }
+    if (reshard.tensor().dtype() != v1::DTYPE_UNSPECIFIED) {
+      input.Set("dtype", DTypeText(reshard.tensor().dtype()),
+                key("tensor.dtype"));
+    }
+  }
+  for (const std::string side : {"src", "dst"}) {
+    const v1::DeviceMesh& mesh =
+        side == "src" ? reshard.src_mesh() : reshard.dst_mesh();
+    const bool has = side == "src" ? reshard.has_src_mesh()
+                                   : reshard.has_dst_mesh();
+    if (!has) continue;
+    const std::string field = side + "_mesh";
+    if (mesh.devices_size() > 0) {
+      input.Set(side + "_shape", absl::StrJoin(mesh.shape(), "x"),
+                key(field + ".shape"));
+      input.Set(side + "_devices", absl::StrJoin(mesh.devices(), ","),
+                key(field + ".devices"));
+    } else {
+      std::string text = absl::StrJoin(mesh.shape(), "x");
+      if (mesh.has_first_host() && mesh.first_host() >= 0) {
+        absl::StrAppend(&text, "@", mesh.first_host());
+      }
+      input.Set(field, text, key(field));
+    }
+  }
+  if (reshard.has_src_spec()) {
+    input.Set("src_spec", reshard.src_spec().text(), key("src_spec.text"));
+  }
+  if (reshard.has_dst_spec()) {
+    input.Set("dst_spec", reshard.dst_spec().text(), key("dst_spec.text"));
+  }
+  if (!reshard.strategy().empty()) {
+    input.Set("strategy", reshard.strategy(), key("strategy"));
+  }
+  if (reshard.allow_overlap()) {
+    input.Set("allow_overlap", "true", key("allow_overlap"));
+  }
+  return input;
+}
+
 }  // namespace
 
 CommandResult RunSubmitCommand(const std::vector<std::string>& args,
@@ -255,18 +358,24 @@ CommandResult RunSubmitCommand(const std::vector<std::string>& args,
   std::map<std::string, std::string> text;
   bool allow_overlap = false;
   std::string name;
-  std::string file;
+  std::string file_path;
+  std::string verify = "full";
   bool wait = false;
   double timeout_seconds = 0;
   std::string output = "table";
   ClientFlags client_flags;
-  FlagSet flags("meshctl submit reshard",
+  FlagSet flags("meshctl submit KIND",
                 absl::StrCat(kSubmitDescription, "\n", kControllerHelp, "\n\n",
                              kExitCodesHelp));
-  flags.String("f", &file, "FILE", "job file, YAML or JSON (format below)");
-  flags.String("file", &file, "FILE", "the same as -f");
+  flags.String("f", &file_path, "FILE",
+               "job file, YAML or JSON (format below)");
+  flags.String("file", &file_path, "FILE", "the same as -f");
   flags.String("name", &name, "NAME", "job name, shown by list and get");
   AddReshardFlags(flags, text, &allow_overlap);
+  AddCollectiveFlags(flags, text);
+  flags.Choice("verify", &verify, {"full", "sample", "off"},
+               "check every output element (full), a fixed pseudo-random\n"
+               "subset (sample) or none (off)");
   flags.Bool("wait", &wait,
              "follow the job until it ends; exit non-zero unless it "
              "SUCCEEDED");
@@ -282,43 +391,118 @@ CommandResult RunSubmitCommand(const std::vector<std::string>& args,
   }
   const std::vector<std::string>& positional = flags.positional();
   if (positional.size() > 1 ||
-      (!positional.empty() && positional[0] != "reshard")) {
+      (!positional.empty() && positional[0] != "reshard" &&
+       positional[0] != "collective")) {
     return Fail(kCommand, kExitUsage,
                 absl::StrCat("unknown job kind '", positional.back(),
-                             "'; allowed: reshard (e.g. 'meshctl submit "
-                             "reshard --shape ...' or 'meshctl submit -f "
+                             "'; allowed: reshard, collective (e.g. 'meshctl "
+                             "submit collective --op all_reduce --mesh 2x4 "
+                             "--bytes 256MiB' or 'meshctl submit -f "
                              "job.yaml')"));
   }
-  if (positional.empty() && file.empty()) {
+  if (positional.empty() && file_path.empty()) {
     return Fail(kCommand, kExitUsage,
-                "missing job kind; use 'meshctl submit reshard --shape ...' "
-                "or 'meshctl submit -f job.yaml'");
+                "missing job kind; use 'meshctl submit reshard --shape ...', "
+                "'meshctl submit collective --op ...' or 'meshctl submit -f "
+                "job.yaml'");
   }
 
-  ReshardInput input;
-  if (!file.empty()) {
-    if (absl::Status status = LoadJobFile(file, &input); !status.ok()) {
-      return Fail(kCommand, kExitUsage, status.message());
+  std::optional<JobFile> file;
+  if (!file_path.empty()) {
+    absl::StatusOr<JobFile> loaded = LoadJobSpecFile(file_path);
+    if (!loaded.ok()) {
+      return Fail(kCommand, kExitUsage, loaded.status().message());
     }
+    file = *std::move(loaded);
   }
-  if (flags.IsSet("name")) input.name = name;
-  ApplyReshardFlags(flags, text, allow_overlap, &input);
-  absl::StatusOr<v1::JobSpec> spec = BuildJobSpec(input);
-  if (!spec.ok()) return Fail(kCommand, kExitUsage, spec.status().message());
+  const std::string kind = !positional.empty() ? positional[0] : file->kind;
+  if (file.has_value() && file->kind != kind) {
+    return Fail(kCommand, kExitUsage,
+                absl::StrCat("-f: ", file_path, " describes a ", file->kind,
+                             " job, not ", kind, "; drop '", kind,
+                             "' or give a ", kind, " job file"));
+  }
+  // A flag of the other kind is a mistake, not something to ignore.
+  const auto foreign_flag = [&]() -> std::optional<std::string> {
+    if (kind != "reshard") {
+      for (const char* flag : kReshardOnlyFlags) {
+        if (flags.IsSet(flag)) return std::string(flag);
+      }
+    }
+    if (kind != "collective") {
+      for (const auto& [flag, field] : kCollectiveFlags) {
+        if (flags.IsSet(flag)) return std::string(flag);
+      }
+    }
+    return std::nullopt;
+  }();
+  if (foreign_flag.has_value()) {
+    return Fail(kCommand, kExitUsage,
+                absl::StrCat("--", *foreign_flag, ": not a flag of ", kind,
+                             " jobs; see 'meshctl submit --help'"));
+  }
+
+  v1::JobSpec spec;
+  ReshardInput reshard_input;
+  std::map<std::string, std::string> collective_origins;
+  if (kind == "reshard") {
+    if (file.has_value()) {
+      reshard_input = file->compact
+                          ? file->reshard
+                          : ReshardInputFromSpec(file->spec.reshard(),
+                                                 file->label);
+    }
+    ApplyReshardFlags(flags, text, allow_overlap, &reshard_input);
+    absl::StatusOr<v1::JobSpec> built = BuildJobSpec(reshard_input);
+    if (!built.ok()) {
+      return Fail(kCommand, kExitUsage, built.status().message());
+    }
+    spec = *std::move(built);
+  } else if (kind != "collective") {
+    // Kinds without flags of their own come from a job file as they are;
+    // the planner library checks them below.
+    spec = file->spec;
+  } else {
+    absl::StatusOr<v1::CollectiveSpec> built =
+        BuildCollectiveSpec(flags, text, file.has_value() ? &*file : nullptr,
+                            &collective_origins);
+    if (!built.ok()) {
+      return Fail(kCommand, kExitUsage, built.status().message());
+    }
+    *spec.mutable_collective() = *std::move(built);
+  }
+  if (file.has_value() && file->name.has_value()) spec.set_name(*file->name);
+  if (flags.IsSet("name")) spec.set_name(name);
+  if (file.has_value() && file->verify.has_value()) {
+    spec.set_verify(*file->verify);
+  }
+  if (flags.IsSet("verify")) {
+    absl::StatusOr<v1::VerifyMode> mode = ParseVerifyMode(verify, "--verify");
+    if (!mode.ok()) return FailWithStatus(kCommand, mode.status());
+    spec.set_verify(*mode);
+  }
+  if (kind != "reshard") {
+    absl::Status valid = AttributeCollectiveError(ValidateOffline(spec),
+                                                  collective_origins);
+    if (!valid.ok()) return FailWithStatus(kCommand, valid);
+  }
+  const auto attribute = [&](const absl::Status& status) {
+    return kind == "reshard"
+               ? AttributeServerError(status, reshard_input)
+               : AttributeCollectiveError(status, collective_origins);
+  };
 
   absl::StatusOr<std::unique_ptr<ControllerClient>> client =
       client_flags.Connect(context);
   if (!client.ok()) return FailWithStatus(kCommand, client.status());
-  if (NeedsTopology(input)) {
+  if (kind == "reshard" && NeedsTopology(reshard_input)) {
     absl::StatusOr<v1::GetClusterResponse> cluster = (*client)->GetCluster();
     if (!cluster.ok()) return FailWithStatus(kCommand, cluster.status());
-    absl::Status pinned = PinMeshes(cluster->topology(), input, &*spec);
+    absl::Status pinned = PinMeshes(cluster->topology(), reshard_input, &spec);
     if (!pinned.ok()) return FailWithStatus(kCommand, pinned);
   }
-  absl::StatusOr<v1::Job> job = (*client)->SubmitJob(*spec);
-  if (!job.ok()) {
-    return FailWithStatus(kCommand, AttributeServerError(job.status(), input));
-  }
+  absl::StatusOr<v1::Job> job = (*client)->SubmitJob(spec);
+  if (!job.ok()) return FailWithStatus(kCommand, attribute(job.status()));
   const bool json = output == "json";
   if (!wait) {
     CommandResult result;
@@ -333,7 +517,7 @@ CommandResult RunSubmitCommand(const std::vector<std::string>& args,
   }
   if (!json) {
     context.Stream(absl::StrCat("job ", job->id(), " submitted: ",
-                                DescribeReshard(spec->reshard()), "\n"));
+                                DescribeSpec(spec), "\n"));
   }
   absl::StatusOr<v1::Job> final_job =
       FollowJob(**client, job->id(), TimeoutOf(timeout_seconds),
@@ -348,6 +532,8 @@ CommandResult RunSubmitCommand(const std::vector<std::string>& args,
         !meshes.empty()) {
       absl::StrAppend(&result.out, "placed: ", meshes, "\n");
     }
+    // A collective's figures (busbw beside its bound) are the point of it.
+    absl::StrAppend(&result.out, RenderJobMetrics(final_job->result()));
   }
   if (final_job->state() != v1::JOB_STATE_SUCCEEDED) {
     result.exit_code = kExitFailure;
@@ -360,13 +546,70 @@ CommandResult RunGetCommand(const std::vector<std::string>& args,
                             const CommandContext& context) {
   constexpr char kCommand[] = "meshctl get";
   std::string output = "table";
+  bool timeline = false;
   ClientFlags client_flags;
-  FlagSet flags("meshctl get ID",
-                absl::StrCat("Shows one job: its spec, state, plan summary "
-                             "and result.\n--output json prints it as one "
-                             "object, with per-step timings.\n\n",
-                             kControllerHelp, "\n\n", kExitCodesHelp));
+  FlagSet flags(
+      "meshctl get ID",
+      absl::StrCat(
+          "Shows one job: its spec, state, placement, plan summary and\n"
+          "result, with the figures of its kind (a collective's algbw and\n"
+          "busbw, in GB/s as nccl-tests prints them, busbw beside the bound\n"
+          "the topology allows). --output json prints it as one object, with\n"
+          "result.metrics (name -> value in base units) and per-step timings.\n"
+          "--timeline adds a text Gantt chart: one row per (worker, device),\n"
+          "each step a bar over the job's time (its op's letter), within 100\n"
+          "columns. 'meshctl trace ID -o trace.json' writes the same timings\n"
+          "for Perfetto or chrome://tracing, with the predicted timeline.\n\n",
+          kControllerHelp, "\n\n", kExitCodesHelp));
   OutputFlag(flags, &output);
+  flags.Bool("timeline", &timeline,
+             "add a text Gantt chart of the steps per worker and device");
+  std::string id;
+  std::unique_ptr<ControllerClient> client;
+  if (std::optional<CommandResult> end = StartJobIdCommand(
+          kCommand, args, context, flags, client_flags,
+          [&]() -> absl::Status {
+            if (timeline && output == "json") {
+              return absl::InvalidArgumentError(
+                  "--timeline: draws text; with --output json the steps' "
+                  "start_seconds and end_seconds are in result.steps");
+            }
+            return absl::OkStatus();
+          },
+          &id, &client)) {
+    return *end;
+  }
+  absl::StatusOr<v1::Job> job = client->GetJob(id);
+  if (!job.ok()) return FailWithStatus(kCommand, job.status());
+  CommandResult result;
+  result.out = output == "json"
+                   ? JobToJson(*job, /*details=*/true).dump() + "\n"
+                   : RenderJobDetails(*job, NowUnix());
+  if (timeline) absl::StrAppend(&result.out, "\n", RenderTimeline(*job));
+  return result;
+}
+
+CommandResult RunTraceCommand(const std::vector<std::string>& args,
+                              const CommandContext& context) {
+  constexpr char kCommand[] = "meshctl trace";
+  std::string path;
+  ClientFlags client_flags;
+  FlagSet flags(
+      "meshctl trace ID",
+      absl::StrCat(
+          "Writes a job's timeline as Chrome trace-event JSON, which\n"
+          "https://ui.perfetto.dev and chrome://tracing open: every step a\n"
+          "complete event (\"ph\": \"X\", ts and dur in microseconds from the\n"
+          "job's start barrier, name '<op> #<step>', args with its bytes) on\n"
+          "process = worker, thread = device, and beside them a process named\n"
+          "\"predicted\" with the planner's simulated start and finish of every\n"
+          "step on each of its devices. Metadata events name the processes\n"
+          "and threads. Without -o the JSON goes to stdout.\n\n"
+          "example:\n"
+          "  meshctl trace job-000001 -o trace.json\n\n",
+          kControllerHelp, "\n\n", kExitCodesHelp));
+  flags.String("o", &path, "FILE", "write the trace here (default: stdout)");
+  flags.String("out", &path, "FILE", "the same as -o");
   std::string id;
   std::unique_ptr<ControllerClient> client;
   if (std::optional<CommandResult> end =
@@ -376,10 +619,35 @@ CommandResult RunGetCommand(const std::vector<std::string>& args,
   }
   absl::StatusOr<v1::Job> job = client->GetJob(id);
   if (!job.ok()) return FailWithStatus(kCommand, job.status());
+  const OrderedJson trace = JobToTraceEvents(*job);
+  int measured = 0, predicted = 0;
+  for (const OrderedJson& event : trace["traceEvents"]) {
+    if (event["ph"] != "X") continue;
+    (event["cat"] == "measured" ? measured : predicted) += 1;
+  }
+  if (measured + predicted == 0) {
+    return Fail(kCommand, kExitFailure,
+                absl::StrCat("job ", id, " (", JobStateName(job->state()),
+                             ") has no step timings and no predicted "
+                             "timeline yet; trace it once it has run"));
+  }
   CommandResult result;
-  result.out = output == "json"
-                   ? JobToJson(*job, /*details=*/true).dump() + "\n"
-                   : RenderJobDetails(*job, NowUnix());
+  if (path.empty() || path == "-") {
+    result.out = trace.dump() + "\n";
+    return result;
+  }
+  std::ofstream out(path);
+  out << trace.dump() << "\n";
+  out.close();
+  if (!out) {
+    return Fail(kCommand, kExitFailure,
+                absl::StrCat("-o: cannot write '", path, "'"));
+  }
+  result.out = absl::StrCat(
+      "wrote ", path, ": job ", id, ", ", measured, " measured and ",
+      predicted,
+      " predicted step events; open it in https://ui.perfetto.dev or "
+      "chrome://tracing\n");
   return result;
 }
 

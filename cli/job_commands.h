@@ -2,7 +2,9 @@
 // CommandResult (see command.h):
 //
 //   meshctl submit reshard --shape ... [--wait]   or   submit -f job.yaml
-//   meshctl get ID        one job in detail
+//   meshctl submit collective --op all_reduce --mesh 2x4 --bytes 256MiB
+//   meshctl get ID        one job in detail (--timeline: a Gantt chart)
+//   meshctl trace ID -o trace.json   Chrome trace-event JSON of its steps
 //   meshctl list          every job, newest first
 //   meshctl watch ID      live state changes and progress until the job ends
 //   meshctl cancel ID
@@ -28,6 +30,8 @@ CommandResult RunSubmitCommand(const std::vector<std::string>& args,
                                const CommandContext& context);
 CommandResult RunGetCommand(const std::vector<std::string>& args,
                             const CommandContext& context);
+CommandResult RunTraceCommand(const std::vector<std::string>& args,
+                              const CommandContext& context);
 CommandResult RunListCommand(const std::vector<std::string>& args,
                              const CommandContext& context);
 CommandResult RunWatchCommand(const std::vector<std::string>& args,
@@ -36,8 +40,11 @@ CommandResult RunCancelCommand(const std::vector<std::string>& args,
                                const CommandContext& context);
 
 inline constexpr char kSubmitCommandSummary[] =
-    "submit a resharding job (flags or -f job.yaml); --wait to follow it";
-inline constexpr char kGetCommandSummary[] = "show one job in detail";
+    "submit a job: reshard or collective (flags or -f job.yaml); --wait";
+inline constexpr char kGetCommandSummary[] =
+    "show one job in detail (metrics; --timeline: a Gantt chart)";
+inline constexpr char kTraceCommandSummary[] =
+    "write a job's timeline as Chrome trace JSON (-o trace.json)";
 inline constexpr char kListCommandSummary[] = "list jobs, newest first";
 inline constexpr char kWatchCommandSummary[] =
     "follow a job's state and progress until it ends";

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli/cluster_commands.h"
+#include "absl/strings/str_cat.h"
 #include "cli/fake_controller.h"
 #include "cli/plan_command.h"
 #include "gmock/gmock.h"
@@ -27,6 +28,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 // A port on 127.0.0.1 that nothing listens on.
@@ -536,6 +538,379 @@ TEST_F(JobCommandsTest, GetShowsPlacedMeshes) {
   EXPECT_EQ(json["placed_src_mesh"]["shape"], nlohmann::json({2, 4}));
   EXPECT_EQ(json["placed_dst_mesh"]["devices"],
             nlohmann::json({8, 9, 10, 11, 12, 13, 14, 15}));
+}
+
+
+// ---- collective jobs, verify, metrics, timelines (issue 10) ---------------
+
+TEST_F(JobCommandsTest, SubmitCollectiveFillsTheSpec) {
+  const CommandResult result = RunSubmitCommand(
+      WithController({"collective", "--op", "all_reduce", "--mesh", "2x4",
+                      "--bytes", "256MiB", "--dtype", "float32",
+                      "--reduction", "max", "--iterations", "3", "--name",
+                      "fabric", "--verify", "sample"}),
+      context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  ASSERT_EQ(fake_.submitted().size(), 1u);
+  const v1::JobSpec spec = fake_.submitted()[0];
+  ASSERT_TRUE(spec.has_collective());
+  EXPECT_EQ(spec.name(), "fabric");
+  EXPECT_EQ(spec.verify(), v1::VERIFY_MODE_SAMPLE);
+  const v1::CollectiveSpec& c = spec.collective();
+  EXPECT_EQ(c.op(), "all_reduce");
+  EXPECT_THAT(c.mesh().shape(), ElementsAre(2, 4));
+  EXPECT_FALSE(c.mesh().has_first_host());  // the controller places it
+  EXPECT_EQ(c.size(), "256MiB");  // as given: the controller parses it
+  EXPECT_EQ(c.dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_EQ(c.reduction(), "max");
+  EXPECT_EQ(c.iterations(), 3);
+
+  // Pinned meshes go as first_host; dtype defaults to float32.
+  const CommandResult pinned = RunSubmitCommand(
+      WithController({"collective", "--op", "broadcast", "--mesh", "2x4@1",
+                      "--bytes", "1MiB"}),
+      context_);
+  ASSERT_EQ(pinned.exit_code, kExitOk) << pinned.err;
+  const v1::CollectiveSpec c2 = fake_.submitted().at(1).collective();
+  EXPECT_EQ(c2.mesh().first_host(), 1);
+  EXPECT_EQ(c2.dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_EQ(fake_.submitted().at(1).verify(), v1::VERIFY_MODE_FULL);
+}
+
+TEST_F(JobCommandsTest, SubmitVerifyOnReshard) {
+  std::vector<std::string> args = Case1();
+  args.insert(args.end(), {"--verify", "off"});
+  const CommandResult result = RunSubmitCommand(WithController(args), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_EQ(fake_.submitted().at(0).verify(), v1::VERIFY_MODE_OFF);
+}
+
+TEST_F(JobCommandsTest, SubmitCollectiveBadValuesNameTheFlag) {
+  const auto run = [&](std::vector<std::string> args) {
+    return RunSubmitCommand(WithController(std::move(args)), context_);
+  };
+  const std::vector<std::string> base = {"collective", "--op", "all_reduce",
+                                         "--mesh", "2x4", "--bytes", "1MiB"};
+  std::vector<std::string> args = base;
+  args[2] = "allreduce";
+  CommandResult result = run(args);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: --op: ");
+  EXPECT_THAT(result.err, HasSubstr("all_reduce"));
+  EXPECT_THAT(result.err, HasSubstr("reduce_scatter"));
+
+  args = base;
+  args[6] = "lots";
+  result = run(args);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: --bytes: ");
+
+  args = base;
+  args.insert(args.end(), {"--reduction", "min"});
+  result = run(args);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: --reduction: ");
+  EXPECT_THAT(result.err, HasSubstr("sum, max"));
+
+  args = base;
+  args[4] = "2x";
+  result = run(args);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: --mesh: cannot parse mesh '2x'");
+
+  args = base;
+  args.insert(args.end(), {"--verify", "some"});
+  result = run(args);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: --verify: ");
+  EXPECT_THAT(result.err, HasSubstr("full"));
+  EXPECT_THAT(result.err, HasSubstr("sample"));
+
+  args = base;
+  args.insert(args.end(), {"--iterations", "many"});
+  result = run(args);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: --iterations: 'many' is not an");
+
+  result = run({"collective", "--mesh", "2x4", "--bytes", "1MiB"});
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: --op: ");
+
+  args = base;
+  args.insert(args.end(), {"--src-spec", "S0RR"});
+  result = run(args);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result,
+                "meshctl submit: --src-spec: not a flag of collective jobs");
+
+  args = Case1();
+  args.insert(args.end(), {"--op", "all_reduce"});
+  result = run(args);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: --op: not a flag of reshard jobs");
+  EXPECT_TRUE(fake_.submitted().empty());
+}
+
+TEST_F(JobCommandsTest, SubmitCollectiveServerErrorNamesTheFlag) {
+  fake_.SetSubmitError(grpc::Status(
+      grpc::StatusCode::INVALID_ARGUMENT,
+      "collective.mesh 4x4 needs 4 hosts with 4 free devices; cluster has 2 "
+      "hosts x 4 devices"));
+  const CommandResult result = RunSubmitCommand(
+      WithController({"collective", "--op", "all_gather", "--mesh", "4x4",
+                      "--bytes", "1MiB"}),
+      context_);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: --mesh: 4x4 needs 4 hosts");
+}
+
+TEST_F(JobCommandsTest, SubmitJobSpecFileWithFlagOverride) {
+  const std::string path = ::testing::TempDir() + "/job_commands_test_" +
+                           std::to_string(getpid()) + "_collective.json";
+  std::ofstream(path) << R"({"name": "x", "verify": "sample",
+      "collective": {"op": "all_reduce", "mesh": {"shape": [2, 4]},
+                     "size": "256MiB", "dtype": "DTYPE_BFLOAT16"}})";
+  CommandResult result = RunSubmitCommand(
+      WithController({"-f", path, "--bytes", "1GiB"}), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  v1::JobSpec spec = fake_.submitted().at(0);
+  EXPECT_EQ(spec.name(), "x");
+  EXPECT_EQ(spec.verify(), v1::VERIFY_MODE_SAMPLE);
+  EXPECT_EQ(spec.collective().size(), "1GiB");
+  EXPECT_EQ(spec.collective().dtype(), v1::DTYPE_BFLOAT16);
+  EXPECT_THAT(spec.collective().mesh().shape(), ElementsAre(2, 4));
+
+  // The kind named on the command line must match the file's.
+  result = RunSubmitCommand(WithController({"reshard", "-f", path}), context_);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: -f: " + path +
+                            " describes a collective job, not reshard");
+
+  // A bad value in the file is named by its key.
+  const std::string bad = ::testing::TempDir() + "/job_commands_test_" +
+                          std::to_string(getpid()) + "_bad.yaml";
+  std::ofstream(bad) << "collective: {op: gather, mesh: 2x4, size: 1MiB}\n";
+  result = RunSubmitCommand(WithController({"-f", bad}), context_);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: " + bad + ": collective.op: ");
+
+  // A reshard in the JobSpec form: flags still override field by field.
+  const std::string reshard = ::testing::TempDir() + "/job_commands_test_" +
+                              std::to_string(getpid()) + "_reshard.yaml";
+  std::ofstream(reshard) << "reshard:\n"
+                            "  tensor: {shape: [64, 64, 256], dtype: int32}\n"
+                            "  src_mesh: {shape: [2, 4]}\n"
+                            "  src_spec: {text: S0RR}\n"
+                            "  dst_mesh: {shape: [2, 4]}\n"
+                            "  dst_spec: {text: RS0R}\n";
+  result = RunSubmitCommand(
+      WithController({"-f", reshard, "--strategy", "meshcast"}), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  spec = fake_.submitted().back();
+  EXPECT_THAT(spec.reshard().tensor().shape(), ElementsAre(64, 64, 256));
+  EXPECT_EQ(spec.reshard().tensor().dtype(), v1::DTYPE_INT32);
+  EXPECT_EQ(spec.reshard().dst_spec().text(), "RS0R");
+  EXPECT_EQ(spec.reshard().strategy(), "meshcast");
+}
+
+// A finished collective job as the controller reports it.
+v1::Job CollectiveJob() {
+  v1::Job job;
+  job.set_id("job-9");
+  job.set_state(v1::JOB_STATE_SUCCEEDED);
+  job.set_created_unix(1.7e9);
+  v1::CollectiveSpec* c = job.mutable_spec()->mutable_collective();
+  c->set_op("all_reduce");
+  c->mutable_mesh()->add_shape(1);
+  c->mutable_mesh()->add_shape(2);
+  c->set_size("1MiB");
+  c->set_dtype(v1::DTYPE_FLOAT32);
+  v1::DeviceMesh* placed = job.add_placed_meshes();
+  placed->add_shape(1);
+  placed->add_shape(2);
+  placed->add_devices(0);
+  placed->add_devices(1);
+  v1::Plan* plan = job.mutable_plan();
+  plan->set_kind("collective");
+  plan->set_strategy("ring");
+  v1::CommGroup* group = plan->add_groups();
+  group->add_devices(0);
+  group->add_devices(1);
+  v1::Step* step = plan->add_steps();
+  step->set_op(v1::Step::OP_ALL_REDUCE);
+  step->set_bytes(1 << 20);
+  plan->add_predicted_step_start(0);
+  plan->add_predicted_step_finish(0.0008);
+  v1::JobResult* result = job.mutable_result();
+  result->set_seconds(0.001);
+  result->set_bytes_moved(1 << 20);
+  result->set_elements_verified(262144);
+  (*result->mutable_metrics())["algbw_bytes_per_second"] = 1.048576e9;
+  (*result->mutable_metrics())["busbw_bytes_per_second"] = 1.048576e9;
+  (*result->mutable_metrics())["busbw_bound_bytes_per_second"] = 1.25e9;
+  (*result->mutable_metrics())["time_per_iteration_seconds"] = 0.001;
+  for (int rank : {0, 1}) {
+    v1::StepResult* s = result->add_steps();
+    s->set_step(0);
+    s->set_worker(absl::StrCat("worker-", rank));
+    s->set_device(rank);
+    s->set_bytes(1 << 20);
+    s->set_start_seconds(0.0001 * rank);
+    s->set_end_seconds(0.001);
+    s->set_seconds(0.001 - 0.0001 * rank);
+  }
+  return job;
+}
+
+TEST_F(JobCommandsTest, GetPrintsMetricsForAnyKind) {
+  fake_.AddJob(CollectiveJob());
+  CommandResult result =
+      RunGetCommand(WithController({"job-9"}), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("collective: all_reduce of 1MiB float32 "
+                                    "on 1x2, sum, 1 iteration"));
+  EXPECT_THAT(result.out, HasSubstr("meshes:     mesh 1x2 on devices 0-1"));
+  // busbw in GB/s (10^9 B/s, as nccl-tests) beside its bound, which is not
+  // listed on its own.
+  EXPECT_THAT(result.out,
+              HasSubstr("busbw               1.05 GB/s  (bound 1.25 GB/s: "
+                        "84%)\n"));
+  EXPECT_THAT(result.out, HasSubstr("metrics:    algbw               1.05 "
+                                    "GB/s\n"));
+  EXPECT_THAT(result.out,
+              HasSubstr("time_per_iteration  1.000 ms\n"));
+  EXPECT_THAT(result.out, Not(HasSubstr("busbw_bound")));
+  EXPECT_THAT(result.out, Not(HasSubstr("max error")));
+
+  result = RunGetCommand(WithController({"job-9", "--output", "json"}),
+                         context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  const nlohmann::json job = nlohmann::json::parse(result.out);
+  EXPECT_EQ(job["result"]["metrics"]["busbw_bytes_per_second"], 1.048576e9);
+  EXPECT_EQ(job["result"]["metrics"]["busbw_bound_bytes_per_second"], 1.25e9);
+  EXPECT_EQ(job["result"]["metrics"].size(), 4u);
+  EXPECT_EQ(job["result"]["max_abs_error"], 0.0);
+  EXPECT_EQ(job["spec"]["collective"]["op"], "all_reduce");
+  EXPECT_EQ(job["spec"]["collective"]["mesh"]["shape"],
+            nlohmann::json({1, 2}));
+  EXPECT_EQ(job["spec"]["verify"], "full");
+  EXPECT_EQ(job["plan"]["kind"], "collective");
+  EXPECT_EQ(job["placed_meshes"][0]["devices"], nlohmann::json({0, 1}));
+  EXPECT_EQ(job["result"]["steps"][1]["start_seconds"], 0.0001);
+  EXPECT_EQ(job["result"]["steps"][1]["device"], 1);
+
+  // A computed result's largest error shows when nonzero.
+  v1::Job computed = CollectiveJob();
+  computed.set_id("job-10");
+  computed.mutable_result()->set_max_abs_error(2.5e-7);
+  fake_.AddJob(computed);
+  result = RunGetCommand(WithController({"job-10"}), context_);
+  EXPECT_THAT(result.out, HasSubstr("max error:  2.5e-07"));
+}
+
+TEST_F(JobCommandsTest, GetTimeline) {
+  fake_.AddJob(CollectiveJob());
+  CommandResult result =
+      RunGetCommand(WithController({"job-9", "--timeline"}), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("timeline of job-9: 2 steps on 2 rows"));
+  EXPECT_THAT(result.out, HasSubstr("worker-0 dev 0 |AAAA"));
+  EXPECT_THAT(result.out, HasSubstr("worker-1 dev 1 | "));
+  result = RunGetCommand(
+      WithController({"job-9", "--timeline", "--output", "json"}), context_);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl get: --timeline: ");
+}
+
+TEST_F(JobCommandsTest, TraceWritesTraceEventJson) {
+  fake_.AddJob(CollectiveJob());
+  const std::string path = ::testing::TempDir() + "/job_commands_test_" +
+                           std::to_string(getpid()) + "_trace.json";
+  CommandResult result =
+      RunTraceCommand(WithController({"job-9", "-o", path}), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, StartsWith("wrote " + path + ": job job-9, 2 "
+                                     "measured and 2 predicted step events"));
+  std::ifstream in(path);
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  ASSERT_TRUE(trace["traceEvents"].is_array());
+  int complete = 0;
+  for (const nlohmann::json& event : trace["traceEvents"]) {
+    if (event["ph"] == "X") ++complete;
+  }
+  EXPECT_EQ(complete, 4);
+
+  // Without -o: stdout.
+  result = RunTraceCommand(WithController({"job-9"}), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_EQ(nlohmann::json::parse(result.out), trace);
+
+  v1::Job queued;
+  queued.set_id("job-11");
+  queued.set_state(v1::JOB_STATE_QUEUED);
+  fake_.AddJob(queued);
+  result = RunTraceCommand(WithController({"job-11"}), context_);
+  EXPECT_EQ(result.exit_code, kExitFailure);
+  ExpectOneLine(result, "meshctl trace: job job-11 (QUEUED) has no step");
+  result = RunTraceCommand(WithController({"job-404"}), context_);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+}
+
+
+TEST_F(JobCommandsTest, LivePlanOfAnyKindSendsTheSpec) {
+  v1::PlanResponse response;
+  response.mutable_topology()->set_num_hosts(2);
+  response.mutable_topology()->set_devices_per_host(4);
+  v1::DeviceMesh* placed = response.add_placed_meshes();
+  placed->add_shape(2);
+  placed->add_shape(4);
+  for (int d = 0; d < 8; ++d) placed->add_devices(d);
+  v1::Plan* plan = response.mutable_plan();
+  plan->set_kind("collective");
+  plan->set_strategy("ring");
+  plan->set_predicted_seconds(0.004);
+  plan->set_lower_bound_seconds(0.002);
+  v1::CommGroup* group = plan->add_groups();
+  for (int d = 0; d < 8; ++d) group->add_devices(d);
+  v1::Step* step = plan->add_steps();
+  step->set_op(v1::Step::OP_ALL_REDUCE);
+  step->set_bytes(1 << 20);
+  v1::StrategyRow* row = response.add_rows();
+  row->set_strategy("ring");
+  row->set_predicted_seconds(0.004);
+  row->set_lower_bound_seconds(0.002);
+  row->set_transfers(1);
+  row->set_bytes(1 << 20);
+  row->set_chosen(true);
+  fake_.SetPlanResponse(response);
+  CommandResult result = RunPlanCommand(
+      WithController({"collective", "--op", "all_reduce", "--mesh", "2x4",
+                      "--bytes", "1MiB"}),
+      context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  ASSERT_EQ(fake_.plan_requests().size(), 1u);
+  const v1::PlanRequest request = fake_.plan_requests()[0];
+  EXPECT_FALSE(request.has_reshard());
+  EXPECT_EQ(request.spec().collective().op(), "all_reduce");
+  EXPECT_EQ(request.spec().collective().size(), "1MiB");
+  EXPECT_THAT(result.out, HasSubstr("(live dry run)"));
+  EXPECT_THAT(result.out, HasSubstr("placed:      mesh 2x4 on devices 0-7\n"));
+  EXPECT_THAT(result.out, HasSubstr("* ring"));
+  // 1 MiB in 4 ms: algbw 0.26 GB/s; busbw x 2*7/8; bound from 2 ms.
+  EXPECT_THAT(result.out, HasSubstr("algbw               0.26 GB/s\n"));
+  EXPECT_THAT(result.out,
+              HasSubstr("busbw               0.46 GB/s  (bound 0.92 GB/s: "
+                        "50%)\n"));
+
+  // A reshard live plan sends the spec too, and the older reshard field.
+  const std::vector<std::string> case1 = Case1();
+  result = RunPlanCommand(
+      WithController(std::vector<std::string>(case1.begin() + 1, case1.end())),
+      context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  const v1::PlanRequest reshard = fake_.plan_requests().at(1);
+  EXPECT_EQ(reshard.reshard().src_spec().text(), "S0RR");
+  EXPECT_EQ(reshard.spec().reshard().src_spec().text(), "S0RR");
 }
 
 }  // namespace

@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <map>
 #include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -129,6 +133,64 @@ std::string DeliveredText(const v1::JobResult& result) {
       Gbps(result.bytes_delivered() / result.seconds()));
 }
 
+// "metrics:" then one line per figure, sorted by name: its label, its value
+// in human units and, for a figure with companions (busbw with
+// busbw_bound_bytes_per_second and busbw_predicted_bytes_per_second), the
+// bound with the share of it reached and the prediction. Companions are
+// shown only beside their figure.
+std::string RenderMetrics(const v1::JobResult& result) {
+  static constexpr const char* kCompanions[] = {"_bound", "_predicted"};
+  std::map<std::string, double> sorted(result.metrics().begin(),
+                                       result.metrics().end());
+  const auto companion_of = [&](const std::string& label,
+                                const std::string& unit) {
+    for (const char* suffix : kCompanions) {
+      if (absl::EndsWith(label, suffix) &&
+          sorted.count(label.substr(0, label.size() - strlen(suffix)) +
+                       unit) > 0) {
+        return true;
+      }
+    }
+    return false;
+  };
+  std::vector<std::pair<std::string, std::string>> rows;
+  for (const auto& [name, value] : sorted) {
+    const std::string label = MetricLabel(name);
+    const std::string unit = name.substr(label.size());  // "_bytes_per_second"
+    if (companion_of(label, unit)) continue;  // shown beside its figure
+    std::string text = FormatMetric(name, value);
+    std::vector<std::string> notes;
+    if (auto bound = sorted.find(absl::StrCat(label, "_bound", unit));
+        bound != sorted.end()) {
+      std::string note =
+          absl::StrCat("bound ", FormatMetric(name, bound->second));
+      if (bound->second > 0) {
+        absl::StrAppendFormat(&note, ": %.0f%%", 100 * value / bound->second);
+      }
+      notes.push_back(std::move(note));
+    }
+    if (auto predicted = sorted.find(absl::StrCat(label, "_predicted", unit));
+        predicted != sorted.end()) {
+      notes.push_back(
+          absl::StrCat("predicted ", FormatMetric(name, predicted->second)));
+    }
+    if (!notes.empty()) {
+      absl::StrAppend(&text, "  (", absl::StrJoin(notes, ", "), ")");
+    }
+    rows.emplace_back(label, std::move(text));
+  }
+  size_t width = 0;
+  for (const auto& row : rows) width = std::max(width, row.first.size());
+  std::string out;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    absl::StrAppend(&out, i == 0 ? "metrics:    " : "            ",
+                    rows[i].first,
+                    std::string(width - rows[i].first.size() + 2, ' '),
+                    rows[i].second, "\n");
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string JobStateName(v1::JobState state) {
@@ -203,6 +265,89 @@ std::string DescribeReshard(const v1::ReshardSpec& reshard) {
       reshard.allow_overlap() ? ", overlap allowed" : "");
 }
 
+std::string DescribeCollective(const v1::CollectiveSpec& collective) {
+  const int iterations = std::max(1, collective.iterations());
+  return absl::StrCat(
+      collective.op().empty() ? "?" : collective.op(), " of ",
+      collective.size().empty() ? "?" : collective.size(), " ",
+      DTypeText(collective.dtype()), " on ",
+      DescribeMeshRequest(collective.mesh()), ", ",
+      collective.reduction().empty() ? "sum" : collective.reduction(), ", ",
+      iterations, iterations == 1 ? " iteration" : " iterations");
+}
+
+std::string DescribeSpec(const v1::JobSpec& spec) {
+  if (spec.has_reshard()) return DescribeReshard(spec.reshard());
+  if (spec.has_collective()) return DescribeCollective(spec.collective());
+  return "(no kind)";
+}
+
+std::string SpecKindName(const v1::JobSpec& spec) {
+  switch (spec.kind_case()) {
+    case v1::JobSpec::kReshard:
+      return "reshard";
+    case v1::JobSpec::kCollective:
+      return "collective";
+    default:
+      return "";
+  }
+}
+
+std::string VerifyModeName(v1::VerifyMode mode) {
+  switch (mode) {
+    case v1::VERIFY_MODE_SAMPLE:
+      return "sample";
+    case v1::VERIFY_MODE_OFF:
+      return "off";
+    default:
+      return "full";
+  }
+}
+
+std::string StepOpName(v1::Step::Op op) {
+  switch (op) {
+    case v1::Step::OP_BROADCAST:
+      return "broadcast";
+    case v1::Step::OP_SEND_RECV:
+      return "send_recv";
+    case v1::Step::OP_ALL_GATHER:
+      return "all_gather";
+    case v1::Step::OP_REDUCE_SCATTER:
+      return "reduce_scatter";
+    case v1::Step::OP_ALL_REDUCE:
+      return "all_reduce";
+    case v1::Step::OP_ALL_TO_ALL:
+      return "all_to_all";
+    case v1::Step::OP_LOCAL_COPY:
+      return "local_copy";
+    case v1::Step::OP_COMPUTE:
+      return "compute";
+    default:
+      return "step";
+  }
+}
+
+std::string MetricLabel(absl::string_view name) {
+  for (absl::string_view suffix :
+       {"_bytes_per_second", "_seconds", "_bytes"}) {
+    if (absl::EndsWith(name, suffix) && name.size() > suffix.size()) {
+      return std::string(name.substr(0, name.size() - suffix.size()));
+    }
+  }
+  return std::string(name);
+}
+
+std::string FormatMetric(absl::string_view name, double value) {
+  if (absl::EndsWith(name, "_bytes_per_second")) {
+    // Decimal GB/s: the unit nccl-tests prints algbw and busbw in, so the
+    // figures compare one to one.
+    return absl::StrFormat("%.2f GB/s", value / 1e9);
+  }
+  if (absl::EndsWith(name, "_seconds")) return FormatSeconds(value);
+  if (absl::EndsWith(name, "_bytes")) return FormatBytes(value);
+  return absl::StrFormat("%g", value);
+}
+
 std::string DescribeTopology(const v1::Topology& topology) {
   std::string out = absl::StrFormat(
       "%d hosts x %d devices, %g Gbps between hosts, %g Gbps inside a host",
@@ -241,6 +386,15 @@ std::string DescribePlacedMeshes(const v1::Job& job) {
   }
   if (job.has_placed_dst_mesh()) {
     parts.push_back(DescribePlacedMesh("dst", job.placed_dst_mesh()));
+  }
+  if (parts.empty()) {
+    // Kinds other than reshard report their meshes only here.
+    const bool one = job.placed_meshes_size() == 1;
+    for (int i = 0; i < job.placed_meshes_size(); ++i) {
+      parts.push_back(DescribePlacedMesh(
+          one ? "" : absl::StrCat("meshes[", i, "]"), job.placed_meshes(i)));
+    }
+    if (one) return parts.front().substr(1);  // drop the empty side's space
   }
   return absl::StrJoin(parts, ", ");
 }
@@ -284,6 +438,17 @@ OrderedJson ReshardToJson(const v1::ReshardSpec& reshard) {
       {"allow_overlap", reshard.allow_overlap()}};
 }
 
+OrderedJson CollectiveToJson(const v1::CollectiveSpec& collective) {
+  return OrderedJson{
+      {"op", collective.op()},
+      {"mesh", MeshRequestToJson(collective.mesh())},
+      {"size", collective.size()},
+      {"dtype", DTypeText(collective.dtype())},
+      {"reduction",
+       collective.reduction().empty() ? "sum" : collective.reduction()},
+      {"iterations", std::max(1, collective.iterations())}};
+}
+
 OrderedJson JobToJson(const v1::Job& job, bool details) {
   OrderedJson out{{"id", job.id()},
                   {"name", job.spec().name()},
@@ -297,6 +462,10 @@ OrderedJson JobToJson(const v1::Job& job, bool details) {
   if (job.spec().has_reshard()) {
     spec["reshard"] = ReshardToJson(job.spec().reshard());
   }
+  if (job.spec().has_collective()) {
+    spec["collective"] = CollectiveToJson(job.spec().collective());
+  }
+  spec["verify"] = VerifyModeName(job.spec().verify());
   out["spec"] = std::move(spec);
   if (job.has_placed_src_mesh()) {
     out["placed_src_mesh"] = PlacedMeshToJson(job.placed_src_mesh());
@@ -304,9 +473,17 @@ OrderedJson JobToJson(const v1::Job& job, bool details) {
   if (job.has_placed_dst_mesh()) {
     out["placed_dst_mesh"] = PlacedMeshToJson(job.placed_dst_mesh());
   }
+  if (job.placed_meshes_size() > 0) {
+    OrderedJson meshes = OrderedJson::array();
+    for (const v1::DeviceMesh& mesh : job.placed_meshes()) {
+      meshes.push_back(PlacedMeshToJson(mesh));
+    }
+    out["placed_meshes"] = std::move(meshes);
+  }
   if (job.has_plan()) {
     const v1::Plan& plan = job.plan();
     out["plan"] = OrderedJson{
+        {"kind", plan.kind().empty() ? SpecKindName(job.spec()) : plan.kind()},
         {"strategy", plan.strategy()},
         {"predicted_seconds", plan.predicted_seconds()},
         {"lower_bound_seconds", plan.lower_bound_seconds()},
@@ -323,14 +500,24 @@ OrderedJson JobToJson(const v1::Job& job, bool details) {
                   {"bytes_moved", result.bytes_moved()},
                   {"bytes_delivered", result.bytes_delivered()},
                   {"elements_verified", result.elements_verified()},
-                  {"mismatches", result.mismatches()}};
+                  {"mismatches", result.mismatches()},
+                  {"max_abs_error", result.max_abs_error()}};
+    // Sorted by name (the proto map has no order), so output is stable.
+    OrderedJson metrics = OrderedJson::object();
+    std::map<std::string, double> sorted(result.metrics().begin(),
+                                         result.metrics().end());
+    for (const auto& [name, value] : sorted) metrics[name] = value;
+    r["metrics"] = std::move(metrics);
     if (details) {
       OrderedJson steps = OrderedJson::array();
       for (const v1::StepResult& step : result.steps()) {
         steps.push_back(OrderedJson{{"step", step.step()},
                                     {"worker", step.worker()},
                                     {"bytes", step.bytes()},
-                                    {"seconds", step.seconds()}});
+                                    {"seconds", step.seconds()},
+                                    {"start_seconds", step.start_seconds()},
+                                    {"end_seconds", step.end_seconds()},
+                                    {"device", step.device()}});
       }
       r["steps"] = std::move(steps);
     }
@@ -413,20 +600,32 @@ std::string RenderJobDetails(const v1::Job& job, double now_unix) {
   if (job.spec().has_reshard()) {
     line("reshard:", DescribeReshard(job.spec().reshard()));
   }
+  if (job.spec().has_collective()) {
+    line("collective:", DescribeCollective(job.spec().collective()));
+  }
+  if (job.spec().verify() != v1::VERIFY_MODE_FULL) {
+    line("verify:", VerifyModeName(job.spec().verify()));
+  }
   if (const std::string meshes = DescribePlacedMeshes(job); !meshes.empty()) {
     line("meshes:", meshes);
   }
   if (job.has_plan()) {
     const v1::Plan& plan = job.plan();
-    line("placed:", absl::StrCat("source tiles on devices ",
-                                 FormatDeviceRanges(PlanDevices(
-                                     plan, v1::Buffer::ROLE_SOURCE)),
-                                 ", destination tiles on devices ",
-                                 FormatDeviceRanges(PlanDevices(
-                                     plan, v1::Buffer::ROLE_DESTINATION))));
+    // A reshard's tiles tell where data starts and lands; other kinds'
+    // meshes are on the "meshes:" line already.
+    if (!job.spec().has_collective()) {
+      line("placed:",
+           absl::StrCat("source tiles on devices ",
+                        FormatDeviceRanges(
+                            PlanDevices(plan, v1::Buffer::ROLE_SOURCE)),
+                        ", destination tiles on devices ",
+                        FormatDeviceRanges(
+                            PlanDevices(plan, v1::Buffer::ROLE_DESTINATION))));
+    }
     line("plan:",
          absl::StrCat(plan.strategy(), ", ", plan.steps_size(),
-                      " transfers, predicted ",
+                      job.spec().has_reshard() ? " transfers" : " steps",
+                      ", predicted ",
                       FormatSeconds(plan.predicted_seconds()), " (lower bound ",
                       FormatSeconds(plan.lower_bound_seconds()), ")"));
   }
@@ -440,6 +639,15 @@ std::string RenderJobDetails(const v1::Job& job, double now_unix) {
                          Gbps(result.bytes_moved() / result.seconds()),
                          DeliveredText(result), result.elements_verified(),
                          result.mismatches()));
+    if (result.max_abs_error() != 0) {
+      line("max error:", absl::StrFormat("%.6g (largest |actual - reference| "
+                                         "of a computed element)",
+                                         result.max_abs_error()));
+    }
+  }
+  if (job.has_result() && !job.result().metrics().empty()) {
+    const std::string metrics = RenderMetrics(job.result());
+    out += metrics;
   }
   line("created:", absl::StrCat(FormatTimestamp(job.created_unix()), " (",
                                 FormatAge(job.created_unix(), now_unix), ")"));
@@ -537,6 +745,10 @@ std::string RenderCluster(const v1::GetClusterResponse& cluster,
   }
   absl::StrAppend(&out, "\n", table.Render());
   return out;
+}
+
+std::string RenderJobMetrics(const v1::JobResult& result) {
+  return RenderMetrics(result);
 }
 
 double NowUnix() { return absl::ToUnixMicros(absl::Now()) / 1e6; }

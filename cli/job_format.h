@@ -34,6 +34,23 @@ std::string DTypeText(v1::DType dtype);
 std::string DescribeMeshRequest(const v1::DeviceMesh& mesh);
 // "64x64x256 int32 (4.00 MiB): 2x4 S0RR -> 2x4 RS0R, strategy auto".
 std::string DescribeReshard(const v1::ReshardSpec& reshard);
+// "all_reduce of 256MiB float32 on 2x4, sum, 1 iteration".
+std::string DescribeCollective(const v1::CollectiveSpec& collective);
+// One line for any kind: the reshard or collective description.
+std::string DescribeSpec(const v1::JobSpec& spec);
+// "reshard", "collective"; "" when the spec sets no kind.
+std::string SpecKindName(const v1::JobSpec& spec);
+// "full", "sample", "off".
+std::string VerifyModeName(v1::VerifyMode mode);
+// "all_reduce", "send_recv", "compute", ... ("step" for the zero value).
+std::string StepOpName(v1::Step::Op op);
+// A metric's value in human units, chosen by the name's suffix:
+// *_bytes_per_second in GB/s (10^9 bytes/s, as nccl-tests prints busbw),
+// *_seconds as FormatSeconds, *_bytes as FormatBytes, else %g.
+// "busbw_bytes_per_second" -> "9.87 GB/s".
+std::string FormatMetric(absl::string_view name, double value);
+// The name without its unit suffix: "busbw_bytes_per_second" -> "busbw".
+std::string MetricLabel(absl::string_view name);
 // "5 hosts x 4 devices, 10 Gbps between hosts, 100 Gbps inside a host".
 // Host copy rate, transfer setup time and pipeline chunk are appended when
 // set: ", host copy 80 Gbps, transfer setup 20.0 us, pipeline chunks of ...".
@@ -43,7 +60,8 @@ std::string DescribeTopology(const v1::Topology& topology);
 std::string DescribePlacedMesh(absl::string_view side,
                                const v1::DeviceMesh& mesh);
 // The job's placed meshes, "src mesh 2x4 on devices 0-7, dst mesh 2x4 on
-// devices 8-15"; empty while the controller has placed neither.
+// devices 8-15" (a reshard), "mesh 2x4 on devices 0-7" (a kind with one
+// mesh, from Job.placed_meshes); empty while the controller has placed none.
 std::string DescribePlacedMeshes(const v1::Job& job);
 
 // Devices that hold a buffer of `role` in `plan`, ascending.
@@ -56,11 +74,18 @@ OrderedJson TopologyToJson(const v1::Topology& topology);
 // {shape, devices} of a mesh the controller placed.
 OrderedJson PlacedMeshToJson(const v1::DeviceMesh& mesh);
 OrderedJson ReshardToJson(const v1::ReshardSpec& reshard);
+// A collective spec as `get --output json` shows it: op, mesh (as
+// requested), size, dtype, reduction, iterations.
+OrderedJson CollectiveToJson(const v1::CollectiveSpec& collective);
 // Job as JSON: id, name, state, message, progress, created/started/
-// finished_unix, spec, placed_src_mesh / placed_dst_mesh ({shape, devices},
-// once placed), plan (summary: strategy, predicted and lower-bound seconds,
-// steps, buffers, src_devices, dst_devices) and result. With `details`,
-// result.steps lists every per-step timing.
+// finished_unix, spec ({reshard} or {collective}, and verify),
+// placed_src_mesh / placed_dst_mesh ({shape, devices}, once placed),
+// placed_meshes (every mesh in the kind's order, when the controller reports
+// them), plan (summary: kind, strategy, predicted and lower-bound seconds,
+// steps, buffers, src_devices, dst_devices) and result (with metrics, a
+// name -> value object in base units, and max_abs_error). With `details`,
+// result.steps lists every per-step timing (seconds, start_seconds,
+// end_seconds, device).
 OrderedJson JobToJson(const v1::Job& job, bool details);
 OrderedJson EventToJson(const v1::JobEvent& event);
 OrderedJson ClusterToJson(const v1::GetClusterResponse& cluster,
@@ -71,6 +96,9 @@ OrderedJson PlanTransfersToJson(const v1::Plan& plan);
 
 // `meshctl get`: a key/value block.
 std::string RenderJobDetails(const v1::Job& job, double now_unix);
+// The "metrics:" block of `meshctl get` (one line per figure, a figure with
+// a *_bound_* companion shown beside its bound); empty without metrics.
+std::string RenderJobMetrics(const v1::JobResult& result);
 // `meshctl list`: one row per job.
 std::string RenderJobList(const std::vector<v1::Job>& jobs, double now_unix);
 // `meshctl watch`: one line per event.

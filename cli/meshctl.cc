@@ -38,6 +38,11 @@ std::string TopLevelUsage() {
       "  meshctl submit reshard --shape 64x64x256 --dtype int32 \\\n"
       "    --src-mesh 2x4 --src-spec S0RR --dst-mesh 2x4 --dst-spec RS0R "
       "--wait\n"
+      "  meshctl submit collective --op all_reduce --mesh 2x4 --bytes 256MiB "
+      "\\\n"
+      "    --dtype float32 --wait             # busbw next to the link bound\n"
+      "  meshctl get job-000002 --timeline    # a Gantt chart of its steps\n"
+      "  meshctl trace job-000002 -o trace.json   # for ui.perfetto.dev\n"
       "  meshctl down\n"
       "\n"
       "Commands that talk to the controller take --controller HOST:PORT;\n"
@@ -78,6 +83,7 @@ const std::vector<Command>& MeshctlCommands() {
       {"cluster", kClusterCommandSummary, RunClusterCommand},
       {"submit", kSubmitCommandSummary, RunSubmitCommand},
       {"get", kGetCommandSummary, RunGetCommand},
+      {"trace", kTraceCommandSummary, RunTraceCommand},
       {"list", kListCommandSummary, RunListCommand},
       {"watch", kWatchCommandSummary, RunWatchCommand},
       {"cancel", kCancelCommandSummary, RunCancelCommand},

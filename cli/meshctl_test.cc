@@ -75,8 +75,8 @@ TEST(MeshctlTest, UnknownOrMissingCommand) {
   CommandResult result = RunMeshctl({"plna"});
   EXPECT_EQ(result.exit_code, kExitUsage);
   EXPECT_THAT(result.err, HasSubstr("unknown command 'plna'; allowed: up, "
-                                    "down, cluster, submit, get, list, watch, "
-                                    "cancel, plan"));
+                                    "down, cluster, submit, get, trace, list, "
+                                    "watch, cancel, plan"));
   result = RunMeshctl({});
   EXPECT_EQ(result.exit_code, kExitUsage);
   EXPECT_THAT(result.err, HasSubstr("missing COMMAND"));

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -11,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -18,14 +21,18 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "cli/client_flags.h"
+#include "cli/collective_input.h"
 #include "cli/command_errors.h"
 #include "cli/controller_client.h"
 #include "cli/flags.h"
 #include "cli/job_format.h"
 #include "cli/reshard_input.h"
 #include "cli/text_table.h"
+#include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
 #include "planner/cost_model.h"
+#include "planner/ir/spec_convert.h"
+#include "planner/kinds/job_kind.h"
 #include "planner/mesh.h"
 #include "planner/placement.h"
 #include "planner/plan.h"
@@ -101,6 +108,19 @@ constexpr char kDescription[] =
     "holding its tiles. The controller is found as for every client\n"
     "command: --controller, $MESHCAST_CONTROLLER, --dir's cluster.json.\n"
     "\n"
+    "other kinds: 'meshctl plan collective --cluster 2x4 --op all_reduce\n"
+    "--mesh 2x4 --bytes 256MiB [--dtype T] [--reduction sum|max]\n"
+    "[--iterations N]' (or --live) places the mesh as the controller would,\n"
+    "plans it with the same planner library and prints the alternatives, the\n"
+    "predicted time against the lower bound and the kind's predicted figures\n"
+    "(a collective's algbw and busbw, busbw beside its bound). --output json\n"
+    "prints {kind, strategy, predicted_seconds, lower_bound_seconds,\n"
+    "topology, spec, meshes, alternatives, predicted_metrics, plan}, where\n"
+    "plan is the plan IR (meshcast.v1.Plan, protobuf JSON mapping). The\n"
+    "reshard flags (--shape, --src-*, --dst-*, --strategy, --verify) are a\n"
+    "reshard's only; 'meshctl plan reshard ...' is the same as 'meshctl plan\n"
+    "...'.\n"
+    "\n"
     "exit codes: 0 ok, 1 planning or verification failed, 2 bad input,\n"
     "3 controller unreachable (live).";
 
@@ -129,6 +149,8 @@ struct PlanOptions {
   // Live mode: plan against a running controller's topology.
   bool live = false;
   bool allow_overlap = false;
+  // Collective flags (--op, --mesh, --bytes, ...), by CollectiveSpec field.
+  std::map<std::string, std::string> collective_text;
   ClientFlags client;
 };
 
@@ -184,6 +206,7 @@ void RegisterFlags(FlagSet& flags, PlanOptions& options) {
   flags.Bool("allow-overlap", &options.allow_overlap,
              "let source and destination meshes given without @h share\n"
              "hosts (placement as the controller does it)");
+  AddCollectiveFlags(flags, options.collective_text);
   options.client.Register(flags);
 }
 
@@ -307,8 +330,9 @@ absl::Status PlaceUnpinnedMeshes(const FlagSet& flags,
     return request;
   };
   PlacementRequest request;
-  request.src = request_for(inputs.problem.src_mesh, src_free);
-  request.dst = request_for(inputs.problem.dst_mesh, dst_free);
+  request.meshes = {request_for(inputs.problem.src_mesh, src_free),
+                    request_for(inputs.problem.dst_mesh, dst_free)};
+  request.names = {"src_mesh", "dst_mesh"};
   request.allow_overlap = options.allow_overlap;
   absl::StatusOr<Placement> placed =
       DeviceAllocator::PlaceOnIdleCluster(request, inputs.topology);
@@ -319,9 +343,46 @@ absl::Status PlaceUnpinnedMeshes(const FlagSet& flags,
                      placed.status().message(),
                      "; pin meshes with HxG@h, e.g. --src-mesh 2x4@0"));
   }
-  inputs.problem.src_mesh = placed->src;
-  inputs.problem.dst_mesh = placed->dst;
+  inputs.problem.src_mesh = placed->meshes[0];
+  inputs.problem.dst_mesh = placed->meshes[1];
   return absl::OkStatus();
+}
+
+// The error for an offline plan without --cluster: the likely intent may be
+// the running cluster.
+absl::Status ClusterMissing(const CommandContext& context) {
+  const std::optional<std::string> env = context.Env("MESHCAST_CONTROLLER");
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--cluster: required for an offline plan, e.g. --cluster 5x4; or "
+      "--live to plan on the running cluster",
+      env.has_value() && !env->empty()
+          ? absl::StrCat(" ($MESHCAST_CONTROLLER is ", *env, ")")
+          : " (its controller is found as for 'meshctl list')"));
+}
+
+// The offline topology from --cluster and the link flags.
+absl::StatusOr<Topology> BuildTopology(const PlanOptions& options) {
+  auto cluster = ParseClusterShape(options.cluster);
+  RETURN_IF_ERROR(Flagged("--cluster", cluster.status()));
+  RETURN_IF_ERROR(CheckPositive("--inter-gbps", options.inter_gbps, false));
+  RETURN_IF_ERROR(CheckPositive("--intra-gbps", options.intra_gbps, false));
+  RETURN_IF_ERROR(
+      CheckPositive("--inter-latency-us", options.inter_latency_us, true));
+  RETURN_IF_ERROR(
+      CheckPositive("--intra-latency-us", options.intra_latency_us, true));
+  Topology topology = Topology::FromGbps(cluster->first, cluster->second,
+                                         options.inter_gbps,
+                                         options.intra_gbps);
+  topology.inter_host_latency = options.inter_latency_us * 1e-6;
+  topology.intra_host_latency = options.intra_latency_us * 1e-6;
+  RETURN_IF_ERROR(
+      CheckPositive("--host-copy-gbps", options.host_copy_gbps, true));
+  RETURN_IF_ERROR(
+      CheckPositive("--transfer-setup-us", options.transfer_setup_us, true));
+  topology.host_copy_bandwidth = options.host_copy_gbps * 1e9 / 8;
+  topology.transfer_setup_seconds = options.transfer_setup_us * 1e-6;
+  RETURN_IF_ERROR(Flagged("--cluster", topology.Validate()));
+  return topology;
 }
 
 absl::StatusOr<PlanInputs> BuildInputs(const FlagSet& flags,
@@ -332,40 +393,13 @@ absl::StatusOr<PlanInputs> BuildInputs(const FlagSet& flags,
         absl::StrCat("unexpected argument '", flags.positional().front(),
                      "'; every input is a flag, see 'meshctl plan --help'"));
   }
-  if (!flags.IsSet("cluster")) {
-    // Without --cluster the likely intent may be the running cluster.
-    const std::optional<std::string> env = context.Env("MESHCAST_CONTROLLER");
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--cluster: required for an offline plan, e.g. --cluster 5x4; or "
-        "--live to plan on the running cluster",
-        env.has_value() && !env->empty()
-            ? absl::StrCat(" ($MESHCAST_CONTROLLER is ", *env, ")")
-            : " (its controller is found as for 'meshctl list')"));
-  }
+  if (!flags.IsSet("cluster")) return ClusterMissing(context);
   RETURN_IF_ERROR(Required(flags, "shape", "1024x1024x512"));
   RETURN_IF_ERROR(Required(flags, "src-spec", "S0RR"));
   RETURN_IF_ERROR(Required(flags, "dst-spec", "S0RR"));
 
   PlanInputs inputs;
-  auto cluster = ParseClusterShape(options.cluster);
-  RETURN_IF_ERROR(Flagged("--cluster", cluster.status()));
-  RETURN_IF_ERROR(CheckPositive("--inter-gbps", options.inter_gbps, false));
-  RETURN_IF_ERROR(CheckPositive("--intra-gbps", options.intra_gbps, false));
-  RETURN_IF_ERROR(
-      CheckPositive("--inter-latency-us", options.inter_latency_us, true));
-  RETURN_IF_ERROR(
-      CheckPositive("--intra-latency-us", options.intra_latency_us, true));
-  inputs.topology = Topology::FromGbps(cluster->first, cluster->second,
-                                       options.inter_gbps, options.intra_gbps);
-  inputs.topology.inter_host_latency = options.inter_latency_us * 1e-6;
-  inputs.topology.intra_host_latency = options.intra_latency_us * 1e-6;
-  RETURN_IF_ERROR(
-      CheckPositive("--host-copy-gbps", options.host_copy_gbps, true));
-  RETURN_IF_ERROR(
-      CheckPositive("--transfer-setup-us", options.transfer_setup_us, true));
-  inputs.topology.host_copy_bandwidth = options.host_copy_gbps * 1e9 / 8;
-  inputs.topology.transfer_setup_seconds = options.transfer_setup_us * 1e-6;
-  RETURN_IF_ERROR(Flagged("--cluster", inputs.topology.Validate()));
+  ASSIGN_OR_RETURN(inputs.topology, BuildTopology(options));
 
   ReshardProblem& problem = inputs.problem;
   auto shape = ParseShape(options.shape);
@@ -552,6 +586,283 @@ CommandResult PlanFail(int code, absl::string_view message) {
   CommandResult result;
   result.exit_code = code;
   result.err = absl::StrCat(kCommand, ": ", message, "\n");
+  return result;
+}
+
+// ---- kinds other than reshard (collective, ...) -----------------------------
+// Planned through the job-kind plug-ins (planner/kinds), offline with the
+// same library the controller links and live through Controller.Plan with
+// PlanRequest.spec; both render from the same proto view.
+
+// Flags only a reshard plan takes (refused, by name, for other kinds).
+constexpr const char* kReshardPlanFlags[] = {
+    "shape",    "src-mesh",    "src-devices", "src-shape",
+    "src-spec", "dst-mesh",    "dst-devices", "dst-shape",
+    "dst-spec", "strategy",    "allow-overlap"};
+
+struct KindPlanView {
+  v1::JobSpec spec;
+  v1::Topology topology;
+  std::vector<v1::DeviceMesh> meshes;  // as placed
+  v1::Plan plan;
+  std::vector<v1::StrategyRow> rows;   // alternatives
+  std::string controller;              // live only
+  v1::JobResult predicted;             // the kind's figures of the plan
+};
+
+// The kind's figures for the simulated plan: its Summarize over a result
+// that took the predicted time.
+void PredictFigures(const JobKind& kind, KindPlanView& view) {
+  view.predicted.set_seconds(view.plan.predicted_seconds());
+  view.predicted.set_predicted_seconds(view.plan.predicted_seconds());
+  view.predicted.set_lower_bound_seconds(view.plan.lower_bound_seconds());
+  kind.Summarize(view.spec, view.plan, view.predicted);
+  // Every figure here is a prediction; its "_predicted" twin repeats it.
+  auto& metrics = *view.predicted.mutable_metrics();
+  for (auto it = metrics.begin(); it != metrics.end();) {
+    it = absl::StrContains(it->first, "_predicted_") ? metrics.erase(it)
+                                                      : std::next(it);
+  }
+}
+
+std::string RenderKindTable(const KindPlanView& view) {
+  std::string out;
+  if (!view.controller.empty()) {
+    absl::StrAppend(&out, "controller:  ", view.controller,
+                    " (live dry run)\n");
+  }
+  absl::StrAppend(&out, "topology:    ", DescribeTopology(view.topology),
+                  "\n");
+  absl::StrAppend(&out, "job:         ", SpecKindName(view.spec), ": ",
+                  DescribeSpec(view.spec), "\n");
+  for (size_t i = 0; i < view.meshes.size(); ++i) {
+    const std::string side =
+        view.meshes.size() == 1 ? "" : absl::StrCat("meshes[", i, "]");
+    std::string text = DescribePlacedMesh(side, view.meshes[i]);
+    if (side.empty()) text = text.substr(1);  // "mesh 2x4 on devices 0-7"
+    absl::StrAppend(&out, i == 0 ? "placed:      " : "             ", text,
+                    view.controller.empty()
+                        ? " (as the controller places it on the idle cluster)"
+                        : "",
+                    "\n");
+  }
+  absl::StrAppend(&out, "plan:        ", view.plan.steps_size(),
+                  view.plan.steps_size() == 1 ? " step, " : " steps, ",
+                  view.plan.buffers_size(), " buffers, ",
+                  view.plan.groups_size(), " groups\n\n");
+  TextTable table({"  alternative", "predicted", "x lower bound", "steps",
+                   "bytes"},
+                  {TextTable::kLeft});
+  double lower_bound = view.plan.lower_bound_seconds();
+  std::string chosen = view.plan.strategy();
+  for (const v1::StrategyRow& row : view.rows) {
+    lower_bound = std::max(lower_bound, row.lower_bound_seconds());
+    if (row.chosen()) chosen = row.strategy();
+    table.AddRow({absl::StrCat(row.chosen() ? "* " : "  ", row.strategy()),
+                  FormatSeconds(row.predicted_seconds()),
+                  absl::StrFormat("%.3f", Ratio(row.predicted_seconds(),
+                                                row.lower_bound_seconds())),
+                  absl::StrCat(row.transfers()),
+                  FormatBytes(static_cast<double>(row.bytes()))});
+  }
+  table.AddRow({"  lower bound", FormatSeconds(lower_bound), "1.000", "", ""});
+  out += table.Render();
+  absl::StrAppend(&out, "\n* chosen: ", chosen, ", predicted ",
+                  FormatSeconds(view.plan.predicted_seconds()),
+                  " (lower bound ",
+                  FormatSeconds(view.plan.lower_bound_seconds()), ")\n");
+  if (!view.predicted.metrics().empty()) {
+    absl::StrAppend(&out, "\npredicted figures (of the simulated plan):\n",
+                    RenderJobMetrics(view.predicted));
+  }
+  return out;
+}
+
+std::string RenderKindJson(const KindPlanView& view) {
+  Json alternatives = Json::array();
+  for (const v1::StrategyRow& row : view.rows) {
+    alternatives.push_back(
+        Json{{"name", row.strategy()},
+             {"predicted_seconds", row.predicted_seconds()},
+             {"lower_bound_seconds", row.lower_bound_seconds()},
+             {"ratio_to_lower_bound",
+              Ratio(row.predicted_seconds(), row.lower_bound_seconds())},
+             {"steps", row.transfers()},
+             {"bytes", row.bytes()},
+             {"chosen", row.chosen()}});
+  }
+  Json meshes = Json::array();
+  for (const v1::DeviceMesh& mesh : view.meshes) {
+    meshes.push_back(PlacedMeshToJson(mesh));
+  }
+  Json metrics = Json::object();
+  std::map<std::string, double> sorted(view.predicted.metrics().begin(),
+                                       view.predicted.metrics().end());
+  for (const auto& [name, value] : sorted) metrics[name] = value;
+  // The plan IR itself, as protobuf's JSON mapping with proto field names.
+  std::string plan_text;
+  google::protobuf::util::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(view.plan, &plan_text,
+                                                    print);
+  Json out{{"kind", SpecKindName(view.spec)},
+           {"strategy", view.plan.strategy()},
+           {"predicted_seconds", view.plan.predicted_seconds()},
+           {"lower_bound_seconds", view.plan.lower_bound_seconds()},
+           {"ratio_to_lower_bound", Ratio(view.plan.predicted_seconds(),
+                                          view.plan.lower_bound_seconds())}};
+  if (!view.controller.empty()) out["controller"] = view.controller;
+  out["topology"] = TopologyToJson(view.topology);
+  if (view.spec.has_collective()) {
+    out["spec"] = Json{{"collective", CollectiveToJson(view.spec.collective())}};
+  }
+  out["meshes"] = std::move(meshes);
+  out["alternatives"] = std::move(alternatives);
+  out["predicted_metrics"] = std::move(metrics);
+  out["plan"] = Json::parse(plan_text.empty() ? "{}" : plan_text);
+  return out.dump() + "\n";
+}
+
+// Flags given that this kind does not take, as an error; OK otherwise.
+absl::Status CheckKindFlags(const FlagSet& flags, const std::string& kind) {
+  if (kind == "reshard") {
+    for (const auto& [flag, field] : kCollectiveFlags) {
+      if (flags.IsSet(flag)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", flag, ": not a flag of reshard plans; 'meshctl plan "
+            "collective --op ...' plans a collective"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  for (const char* flag : kReshardPlanFlags) {
+    if (flags.IsSet(flag)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": not a flag of ", kind,
+                       " plans; see 'meshctl plan --help'"));
+    }
+  }
+  if (flags.IsSet("verify")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--verify: checks reshard plans only; ", kind,
+                     " plans are checked when they are built"));
+  }
+  return absl::OkStatus();
+}
+
+// The spec of a non-reshard plan from its flags, checked by the kind.
+absl::StatusOr<v1::JobSpec> KindSpec(const FlagSet& flags,
+                                     const PlanOptions& options,
+                                     std::map<std::string, std::string>* origins) {
+  std::map<std::string, std::string> text = options.collective_text;
+  text["dtype"] = options.dtype;
+  v1::JobSpec spec;
+  ASSIGN_OR_RETURN(*spec.mutable_collective(),
+                   BuildCollectiveSpec(flags, text, nullptr, origins));
+  RETURN_IF_ERROR(AttributeCollectiveError(ValidateOffline(spec), *origins));
+  return spec;
+}
+
+CommandResult RunKindPlan(const FlagSet& flags, const PlanOptions& options,
+                          const CommandContext& context, bool live) {
+  if (!flags.positional().empty()) {
+    return PlanFail(kExitUsage,
+                    absl::StrCat("unexpected argument '",
+                                 flags.positional().front(),
+                                 "'; after the kind every input is a flag, "
+                                 "see 'meshctl plan --help'"));
+  }
+  if (!live && !flags.IsSet("cluster")) {
+    return PlanFail(kExitUsage, ClusterMissing(context).message());
+  }
+  std::map<std::string, std::string> origins;
+  absl::StatusOr<v1::JobSpec> spec = KindSpec(flags, options, &origins);
+  if (!spec.ok()) return FailWithStatus(kCommand, spec.status());
+  absl::StatusOr<const JobKind*> kind = FindJobKind(*spec);
+  if (!kind.ok()) return FailWithStatus(kCommand, kind.status());
+  KindPlanView view;
+  view.spec = *spec;
+  if (live) {
+    absl::StatusOr<std::unique_ptr<ControllerClient>> client =
+        options.client.Connect(context);
+    if (!client.ok()) return FailWithStatus(kCommand, client.status());
+    v1::PlanRequest request;
+    *request.mutable_spec() = *spec;
+    absl::StatusOr<v1::PlanResponse> response = (*client)->Plan(request);
+    if (!response.ok()) {
+      return FailWithStatus(
+          kCommand, AttributeCollectiveError(response.status(), origins));
+    }
+    view.controller = (*client)->address();
+    view.topology = response->topology();
+    view.meshes.assign(response->placed_meshes().begin(),
+                       response->placed_meshes().end());
+    view.plan = response->plan();
+    view.rows.assign(response->rows().begin(), response->rows().end());
+  } else {
+    absl::StatusOr<Topology> topology = BuildTopology(options);
+    if (!topology.ok()) return PlanFail(kExitUsage, topology.status().message());
+    absl::StatusOr<PlacementRequest> meshes = (*kind)->Meshes(*spec);
+    if (!meshes.ok()) {
+      return FailWithStatus(kCommand,
+                            AttributeCollectiveError(meshes.status(), origins));
+    }
+    absl::StatusOr<Placement> placed =
+        DeviceAllocator::PlaceOnIdleCluster(*meshes, *topology);
+    if (!placed.ok()) {
+      // The allocator names the mesh by the kind's name for it ("mesh",
+      // "collective.mesh"); the flag replaces that name.
+      absl::Status attributed =
+          AttributeCollectiveError(placed.status(), origins);
+      if (attributed.message() == placed.status().message()) {
+        attributed = absl::Status(
+            placed.status().code(),
+            absl::StrCat(CollectiveFlagOf("mesh"), ": ",
+                         placed.status().message()));
+      }
+      return FailWithStatus(kCommand, attributed);
+    }
+    meshcast::PlanOptions plan_options;
+    plan_options.compare_all = true;
+    absl::StatusOr<PlannedJob> planned =
+        (*kind)->Plan(*spec, placed->meshes, *topology, plan_options);
+    if (!planned.ok()) {
+      return PlanFail(kExitFailure, absl::StrCat("planning failed: ",
+                                                 planned.status().message()));
+    }
+    view.topology = TopologyToProto(*topology);
+    for (const DeviceMesh& mesh : placed->meshes) {
+      view.meshes.push_back(MeshToProto(mesh));
+    }
+    view.plan = planned->plan;
+    for (const PlanAlternative& alternative : planned->alternatives) {
+      v1::StrategyRow row;
+      row.set_strategy(alternative.name);
+      row.set_predicted_seconds(alternative.predicted_seconds);
+      row.set_lower_bound_seconds(alternative.lower_bound_seconds);
+      row.set_transfers(alternative.steps);
+      row.set_bytes(alternative.bytes);
+      row.set_chosen(alternative.chosen);
+      view.rows.push_back(std::move(row));
+    }
+  }
+  if (view.rows.empty()) {
+    // A kind with a single way to plan: the plan is its one row.
+    v1::StrategyRow row;
+    row.set_strategy(view.plan.strategy());
+    row.set_predicted_seconds(view.plan.predicted_seconds());
+    row.set_lower_bound_seconds(view.plan.lower_bound_seconds());
+    row.set_transfers(view.plan.steps_size());
+    int64_t bytes = 0;
+    for (const v1::Step& step : view.plan.steps()) bytes += step.bytes();
+    row.set_bytes(bytes);
+    row.set_chosen(true);
+    view.rows.push_back(std::move(row));
+  }
+  PredictFigures(**kind, view);
+  CommandResult result;
+  result.out = options.output == "json" ? RenderKindJson(view)
+                                        : RenderKindTable(view);
   return result;
 }
 
@@ -775,7 +1086,12 @@ CommandResult RunLivePlan(const FlagSet& flags, const PlanOptions& options,
     absl::Status pinned = PinMeshes(cluster->topology(), input, &*spec);
     if (!pinned.ok()) return FailWithStatus(kCommand, pinned);
   }
-  absl::StatusOr<v1::PlanResponse> response = (*client)->Plan(spec->reshard());
+  // Both forms: `spec` for controllers that plan every kind, `reshard` for
+  // those that predate it.
+  v1::PlanRequest request;
+  *request.mutable_reshard() = spec->reshard();
+  *request.mutable_spec() = *spec;
+  absl::StatusOr<v1::PlanResponse> response = (*client)->Plan(request);
   if (!response.ok()) {
     return FailWithStatus(kCommand,
                           AttributeServerError(response.status(), input));
@@ -796,10 +1112,26 @@ CommandResult RunPlanCommand(const std::vector<std::string>& args) {
 
 CommandResult RunPlanCommand(const std::vector<std::string>& args,
                              const CommandContext& context) {
+  // `meshctl plan KIND ...`: the kind is the first argument that is not a
+  // flag (a first parse finds it); without one, a reshard as always.
+  std::string kind = "reshard";
+  std::vector<std::string> rest = args;
+  {
+    PlanOptions probe_options;
+    FlagSet probe(kCommand, kDescription);
+    RegisterFlags(probe, probe_options);
+    if (probe.Parse(args).ok() && !probe.positional().empty()) {
+      const std::string& first = probe.positional().front();
+      if (first == "reshard" || first == "collective") {
+        kind = first;
+        rest.erase(std::find(rest.begin(), rest.end(), first));
+      }
+    }
+  }
   PlanOptions options;
-  FlagSet flags(kCommand, kDescription);
+  FlagSet flags("meshctl plan [KIND]", kDescription);
   RegisterFlags(flags, options);
-  absl::Status parsed = flags.Parse(args);
+  absl::Status parsed = flags.Parse(rest);
   if (flags.help_requested()) {
     return CommandResult{kExitOk, flags.Usage(), ""};
   }
@@ -808,6 +1140,10 @@ CommandResult RunPlanCommand(const std::vector<std::string>& args,
   if (absl::Status status = CheckModeFlags(flags, live); !status.ok()) {
     return PlanFail(kExitUsage, status.message());
   }
+  if (absl::Status status = CheckKindFlags(flags, kind); !status.ok()) {
+    return PlanFail(kExitUsage, status.message());
+  }
+  if (kind != "reshard") return RunKindPlan(flags, options, context, live);
   if (live) return RunLivePlan(flags, options, context);
   absl::StatusOr<PlanInputs> inputs = BuildInputs(flags, options, context);
   if (!inputs.ok()) return PlanFail(kExitUsage, inputs.status().message());

@@ -1,4 +1,10 @@
-// `meshctl plan`: plans a cross-mesh resharding offline, without a cluster.
+// `meshctl plan [KIND]`: plans a job without running it: a cross-mesh
+// resharding (the default kind, as always) or any other kind
+// (`meshctl plan collective --op all_reduce --mesh 2x4 --bytes 256MiB`),
+// offline on --cluster or live through Controller.Plan. Other kinds go
+// through the job-kind plug-ins (planner/kinds/job_kind.h): offline with the
+// same library the controller links (FindJobKind, Meshes, placement on the
+// idle cluster, Plan with compare_all), live with PlanRequest.spec.
 //
 // Builds a Topology, a tensor and two layouts from flags, plans the move
 // with every strategy of planner/strategy.h, simulates each with the cost
@@ -35,7 +41,7 @@ CommandResult RunPlanCommand(const std::vector<std::string>& args);
 
 // One-line summary for `meshctl --help`.
 inline constexpr char kPlanCommandSummary[] =
-    "plan a cross-mesh resharding offline and compare strategies";
+    "plan a job (reshard, collective) offline or live; compare alternatives";
 
 }  // namespace meshcast::cli
 

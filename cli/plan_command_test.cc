@@ -358,5 +358,94 @@ TEST(PlanCommandTest, UnpinnedMeshesArePlacedAsTheControllerPlacesThem) {
             nlohmann::json::array({0, 1, 2, 3, 4, 5, 6, 7}));
 }
 
+
+// ---- every kind (issue 10) ------------------------------------------------
+
+std::vector<std::string> CollectiveArgs() {
+  return {"collective", "--cluster", "2x4",  "--op",    "all_reduce",
+          "--mesh",     "2x4",       "--bytes", "256MiB", "--dtype",
+          "float32"};
+}
+
+TEST(PlanCommandTest, CollectiveOfflineTable) {
+  const CommandResult result = RunPlanCommand(CollectiveArgs());
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("job:         collective: all_reduce of "
+                                    "256MiB float32 on 2x4, sum, 1 "
+                                    "iteration\n"));
+  EXPECT_THAT(result.out, HasSubstr("placed:      mesh 2x4 on devices 0-7"));
+  EXPECT_THAT(result.out, HasSubstr("* ring"));
+  EXPECT_THAT(result.out, HasSubstr("lower bound"));
+  EXPECT_THAT(result.out, HasSubstr("* chosen: ring, predicted "));
+  // The kind's figures of the simulated plan, busbw beside its bound.
+  EXPECT_THAT(result.out, HasSubstr("busbw "));
+  EXPECT_THAT(result.out, HasSubstr("GB/s  (bound "));
+  EXPECT_THAT(result.out, testing::Not(HasSubstr("busbw_predicted")));
+}
+
+TEST(PlanCommandTest, CollectiveOfflineJsonHasThePlanIr) {
+  std::vector<std::string> args = CollectiveArgs();
+  args.insert(args.end(), {"--output", "json"});
+  const CommandResult result = RunPlanCommand(args);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  const nlohmann::json json = nlohmann::json::parse(result.out);
+  EXPECT_EQ(json["kind"], "collective");
+  EXPECT_EQ(json["meshes"][0]["devices"],
+            nlohmann::json({0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(json["plan"]["kind"], "collective");
+  ASSERT_EQ(json["plan"]["steps"].size(), 1u);
+  EXPECT_EQ(json["plan"]["steps"][0]["op"], "OP_ALL_REDUCE");
+  // The plan's bytes are the nccl-tests size: 256 MiB per rank.
+  EXPECT_EQ(json["plan"]["steps"][0]["bytes"], "268435456");
+  EXPECT_GT(json["predicted_seconds"].get<double>(), 0);
+  EXPECT_GE(json["predicted_seconds"].get<double>(),
+            json["lower_bound_seconds"].get<double>());
+  EXPECT_EQ(json["alternatives"][0]["chosen"], true);
+  // busbw = algbw x 2(n-1)/n for all-reduce on 8 ranks, within rounding.
+  const nlohmann::json& m = json["predicted_metrics"];
+  EXPECT_NEAR(m["busbw_bytes_per_second"].get<double>(),
+              m["algbw_bytes_per_second"].get<double>() * 2 * 7 / 8,
+              1e-6 * m["busbw_bytes_per_second"].get<double>());
+}
+
+TEST(PlanCommandTest, CollectiveErrorsNameTheFlag) {
+  std::vector<std::string> args = With(CollectiveArgs(), "--op", "allreduce");
+  CommandResult result = RunPlanCommand(args);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.err, StartsWith("meshctl plan: --op: \"allreduce\" is "
+                                     "not one of all_reduce"));
+  result = RunPlanCommand(With(CollectiveArgs(), "--mesh", "3x4"));
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.err, StartsWith("meshctl plan: --mesh: "));
+  EXPECT_THAT(result.err, HasSubstr("3 hosts"));
+  result = RunPlanCommand(With(CollectiveArgs(), "--bytes", "big"));
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.err, StartsWith("meshctl plan: --bytes: "));
+  result = RunPlanCommand(With(CollectiveArgs(), "--src-spec", "S0RR"));
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.err, StartsWith("meshctl plan: --src-spec: not a flag of "
+                                     "collective plans"));
+  // A reshard plan refuses collective flags.
+  result = RunPlanCommand(With(Case1Args(), "--op", "all_reduce"));
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.err,
+              StartsWith("meshctl plan: --op: not a flag of reshard plans"));
+  // Offline needs --cluster, as for reshard.
+  args = CollectiveArgs();
+  args.erase(args.begin() + 1, args.begin() + 3);
+  result = RunPlanCommand(args, ContextWithEnv({}));
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.err, StartsWith("meshctl plan: --cluster: required"));
+}
+
+TEST(PlanCommandTest, ReshardKindWordIsOptional) {
+  std::vector<std::string> args = Case1Args();
+  const CommandResult plain = RunPlanCommand(args);
+  args.insert(args.begin(), "reshard");
+  const CommandResult named = RunPlanCommand(args);
+  ASSERT_EQ(named.exit_code, kExitOk) << named.err;
+  EXPECT_EQ(named.out, plain.out);
+}
+
 }  // namespace
 }  // namespace meshcast::cli

@@ -249,16 +249,39 @@ absl::Status DuplicateKey(const std::string& label,
 // of a mapping that repeats a key, so a repeat is refused here instead of
 // one value silently replacing the other. Throws what yaml-cpp throws (e.g.
 // for a key that is not a scalar).
+// A plain (unquoted) YAML scalar as the JSON value YAML 1.2's core schema
+// reads it: null, a boolean, an integer, a number, else text. Quoted
+// scalars stay text ("2" is a string).
+Json TypedScalar(const YAML::Node& node) {
+  const std::string& text = node.Scalar();
+  if (node.Tag() != "?") return text;  // quoted: "!"
+  if (text.empty() || text == "~" || text == "null" || text == "Null" ||
+      text == "NULL") {
+    return nullptr;
+  }
+  if (text == "true" || text == "True" || text == "TRUE") return true;
+  if (text == "false" || text == "False" || text == "FALSE") return false;
+  int64_t integer = 0;
+  if (absl::SimpleAtoi(text, &integer)) return integer;
+  double number = 0;
+  if (text.find_first_not_of("0123456789+-.eE") == std::string::npos &&
+      absl::SimpleAtod(text, &number)) {
+    return number;
+  }
+  return text;
+}
+
 absl::StatusOr<Json> YamlToJson(const YAML::Node& node,
                                 const std::string& label,
-                                std::vector<std::string>& keys) {
+                                std::vector<std::string>& keys, bool typed) {
   switch (node.Type()) {
     case YAML::NodeType::Scalar:
+      if (typed) return TypedScalar(node);
       return node.Scalar();
     case YAML::NodeType::Sequence: {
       Json array = Json::array();
       for (const YAML::Node& item : node) {
-        ASSIGN_OR_RETURN(Json value, YamlToJson(item, label, keys));
+        ASSIGN_OR_RETURN(Json value, YamlToJson(item, label, keys, typed));
         array.push_back(std::move(value));
       }
       return array;
@@ -274,7 +297,8 @@ absl::StatusOr<Json> YamlToJson(const YAML::Node& node,
               absl::StrCat(" (again on line ", entry.first.Mark().line + 1,
                            ")"));
         }
-        ASSIGN_OR_RETURN(object[key], YamlToJson(entry.second, label, keys));
+        ASSIGN_OR_RETURN(object[key],
+                         YamlToJson(entry.second, label, keys, typed));
         keys.pop_back();
       }
       return object;
@@ -285,7 +309,7 @@ absl::StatusOr<Json> YamlToJson(const YAML::Node& node,
 }
 
 absl::StatusOr<Json> ParseYamlText(const std::string& text,
-                                   const std::string& label) {
+                                   const std::string& label, bool typed) {
   // yaml-cpp reports errors by exception; they stop here.
   try {
     std::vector<YAML::Node> documents = YAML::LoadAll(text);
@@ -303,7 +327,7 @@ absl::StatusOr<Json> ParseYamlText(const std::string& text,
     }
     if (documents.empty()) return Json(nullptr);
     std::vector<std::string> keys;
-    return YamlToJson(documents.front(), label, keys);
+    return YamlToJson(documents.front(), label, keys, typed);
   } catch (const std::exception& e) {
     return Invalid(label, absl::StrCat("is not valid YAML: ", e.what()));
   }
@@ -519,10 +543,29 @@ std::string ReshardInput::Origin(const std::string& field) const {
   return it == origins.end() ? FlagName(field) : it->second;
 }
 
+absl::StatusOr<nlohmann::json> ParseJobDocument(const std::string& text,
+                                               bool json,
+                                               const std::string& label,
+                                               bool typed_scalars) {
+  if (json) return ParseJsonText(text, label);
+  return ParseYamlText(text, label, typed_scalars);
+}
+
+bool IsJsonJobFile(const std::string& path, const std::string& text) {
+  const absl::string_view stripped = absl::StripLeadingAsciiWhitespace(text);
+  return absl::EndsWithIgnoreCase(path, ".json") ||
+         absl::StartsWith(stripped, "{");
+}
+
 absl::Status ParseJobText(const std::string& text, bool json,
                           const std::string& label, ReshardInput* input) {
-  ASSIGN_OR_RETURN(const Json root, json ? ParseJsonText(text, label)
-                                         : ParseYamlText(text, label));
+  ASSIGN_OR_RETURN(const Json root,
+                   ParseJobDocument(text, json, label, /*typed_scalars=*/false));
+  return ReadCompactJob(root, label, input);
+}
+
+absl::Status ReadCompactJob(const nlohmann::json& root,
+                            const std::string& label, ReshardInput* input) {
   input->file = label;
   if (!root.is_object()) {
     return Invalid(label,
@@ -562,10 +605,7 @@ absl::Status LoadJobFile(const std::string& path, ReshardInput* input) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   const std::string text = buffer.str();
-  const absl::string_view stripped = absl::StripLeadingAsciiWhitespace(text);
-  const bool json = absl::EndsWithIgnoreCase(path, ".json") ||
-                    absl::StartsWith(stripped, "{");
-  return ParseJobText(text, json, path, input);
+  return ParseJobText(text, IsJsonJobFile(path, text), path, input);
 }
 
 absl::StatusOr<v1::JobSpec> BuildJobSpec(const ReshardInput& input) {

@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "meshcast/v1/controller.pb.h"
 #include "meshcast/v1/job.pb.h"
+#include "nlohmann/json.hpp"
 
 namespace meshcast::cli {
 
@@ -82,6 +83,22 @@ absl::Status LoadJobFile(const std::string& path, ReshardInput* input);
 // The same from text; `label` names the source in errors.
 absl::Status ParseJobText(const std::string& text, bool json,
                           const std::string& label, ReshardInput* input);
+
+// What LoadJobFile reads, in steps, for job_file.h (which also reads the
+// JobSpec form):
+// A job file's text as JSON, with the checks above (one YAML document, no
+// repeated key, errors with line and column). YAML scalars become text
+// unless `typed_scalars`, where plain ones are read as YAML 1.2's core
+// schema reads them (true, 12, 1.5, null; quoted stay text).
+absl::StatusOr<nlohmann::json> ParseJobDocument(const std::string& text,
+                                               bool json,
+                                               const std::string& label,
+                                               bool typed_scalars);
+// JSON when the name ends in .json or the text starts with '{'.
+bool IsJsonJobFile(const std::string& path, const std::string& text);
+// The compact reshard form above, from the parsed document.
+absl::Status ReadCompactJob(const nlohmann::json& root,
+                            const std::string& label, ReshardInput* input);
 
 // Checks everything that needs no cluster (shape, dtype, spec tokens, spec
 // rank against the tensor and axes against the mesh, strategy, mesh syntax)

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "meshcast/v1/controller.grpc.pb.h"
+#include "planner/kinds/job_kind.h"
 
 #ifndef MESHCAST_VERSION
 #define MESHCAST_VERSION "unknown"
@@ -148,8 +149,10 @@ ControllerMetrics::ControllerMetrics()
       .Set(1);
   // Every label set the alerts take increase() of exists from the start, at
   // 0, so that the first increment is seen (docs/monitoring.md).
-  for (v1::JobState state : kFinalStates) {
-    jobs_finished_.WithLabels({std::string(kReshard), StateLabel(state)});
+  for (const JobKind* kind : AllJobKinds()) {
+    for (v1::JobState state : kFinalStates) {
+      jobs_finished_.WithLabels({kind->name(), StateLabel(state)});
+    }
   }
   registry_.AddCollectHook([this] { Collect(); });
   Collect();

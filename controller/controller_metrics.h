@@ -59,7 +59,9 @@ struct ControllerState {
 
 class ControllerMetrics {
  public:
-  // The only job type today (JobSpec.kind = reshard).
+  // The `type` label of job metrics is the job kind's name (JobKind::name);
+  // the jobs-by-state gauge, which the store counts without kinds, still
+  // reports every job under this one.
   static constexpr absl::string_view kReshard = "reshard";
 
   ControllerMetrics();

@@ -37,13 +37,16 @@ TEST(ControllerMetricsTest, StartsWithBuildInfoAndZeroedSeries) {
                            R"(version=")" MESHCAST_TEST_VERSION R"("})"),
               Optional(1.0))
       << text;
-  for (const char* state : {"succeeded", "failed", "cancelled"}) {
-    EXPECT_THAT(
-        FindSample(text, absl::StrCat(R"(meshcast_controller_jobs_finished_total{)"
-                                  R"(type="reshard",state=")",
-                                  state, R"("})")),
-        Optional(0.0))
-        << state;
+  // One zeroed series per job kind and final state.
+  for (const char* type : {"reshard", "collective"}) {
+    for (const char* state : {"succeeded", "failed", "cancelled"}) {
+      EXPECT_THAT(FindSample(text, absl::StrCat(
+                                       R"(meshcast_controller_jobs_finished_total{)"
+                                       R"(type=")",
+                                       type, R"(",state=")", state, R"("})")),
+                  Optional(0.0))
+          << type << " " << state;
+    }
   }
   for (const char* state : {"ready", "busy", "lost"}) {
     EXPECT_THAT(

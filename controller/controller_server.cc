@@ -16,7 +16,7 @@ namespace meshcast {
 
 absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
     const ControllerConfig& config, std::unique_ptr<WorkerClient> client,
-    std::unique_ptr<ReshardPlanner> planner, Clock* clock) {
+    Clock* clock) {
   std::unique_ptr<ControllerServer> server(new ControllerServer());
   server->metrics_ = std::make_unique<ControllerMetrics>();
   ASSIGN_OR_RETURN(server->store_, JobStore::Open(config.db_path));
@@ -24,12 +24,9 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   server->kv_ = std::make_unique<KvStore>();
   server->client_ = client != nullptr ? std::move(client)
                                       : std::make_unique<GrpcWorkerClient>();
-  server->planner_ = planner != nullptr ? std::move(planner)
-                                        : std::make_unique<LibraryPlanner>();
   server->jobs_ = std::make_unique<JobManager>(
       config.jobs, server->store_.get(), server->registry_.get(),
-      server->kv_.get(), server->client_.get(), server->planner_.get(), clock,
-      server->metrics_.get());
+      server->kv_.get(), server->client_.get(), clock, server->metrics_.get());
   RETURN_IF_ERROR(server->jobs_->Start());
   server->service_ = std::make_unique<ControllerService>(
       server->registry_.get(), server->jobs_.get(), server->kv_.get());
@@ -63,9 +60,9 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
                                  &server->metrics_->registry());
     if (!http.ok()) {
       server->Shutdown();
-      return absl::Status(http.status().code(),
-                          absl::StrCat("--metrics-port: ",
-                                       http.status().message()));
+      return absl::Status(
+          http.status().code(),
+          absl::StrCat("--metrics-port: ", http.status().message()));
     }
     server->metrics_http_ = *std::move(http);
   }
@@ -98,8 +95,8 @@ ControllerState ControllerServer::CurrentState() const {
     }
   }
   state.devices_busy = jobs_->CountBusy(live_devices);
-  state.devices_free = static_cast<int>(live_devices.size()) -
-                       state.devices_busy;
+  state.devices_free =
+      static_cast<int>(live_devices.size()) - state.devices_busy;
   state.queue_depth = jobs_->QueueDepth();
   absl::StatusOr<std::map<v1::JobState, int64_t>> jobs =
       store_->CountJobsByState();

@@ -32,7 +32,6 @@
 #include "controller/job_manager.h"
 #include "controller/job_store.h"
 #include "controller/kv_store.h"
-#include "controller/reshard_planner.h"
 #include "controller/worker_client.h"
 #include "controller/worker_registry.h"
 #include "util/metrics_http_server.h"
@@ -51,11 +50,11 @@ struct ControllerConfig {
 
 class ControllerServer {
  public:
-  // `client` and `planner` default to GrpcWorkerClient and LibraryPlanner.
+  // `client` defaults to GrpcWorkerClient. Jobs are planned by their kinds
+  // (config.jobs.find_kind, default every registered kind).
   static absl::StatusOr<std::unique_ptr<ControllerServer>> Start(
       const ControllerConfig& config,
       std::unique_ptr<WorkerClient> client = nullptr,
-      std::unique_ptr<ReshardPlanner> planner = nullptr,
       Clock* clock = Clock::Real());
   ~ControllerServer();
 
@@ -84,7 +83,6 @@ class ControllerServer {
   std::unique_ptr<WorkerRegistry> registry_;
   std::unique_ptr<KvStore> kv_;
   std::unique_ptr<WorkerClient> client_;
-  std::unique_ptr<ReshardPlanner> planner_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<ControllerService> service_;
   std::unique_ptr<grpc::Server> server_;

@@ -6,7 +6,7 @@
 #include "absl/time/clock.h"
 #include "controller/clock.h"
 #include "controller/grpc_worker_client.h"
-#include "controller/proto_convert.h"
+#include "planner/ir/spec_convert.h"
 
 namespace meshcast {
 namespace {
@@ -128,25 +128,40 @@ grpc::Status ControllerService::CancelJob(grpc::ServerContext*,
 grpc::Status ControllerService::Plan(grpc::ServerContext*,
                                      const v1::PlanRequest* request,
                                      v1::PlanResponse* response) {
-  if (!request->has_reshard()) {
+  v1::JobSpec spec;
+  if (request->has_spec()) {
+    spec = request->spec();
+  } else if (request->has_reshard()) {
+    // The older form: a reshard spec alone.
+    *spec.mutable_reshard() = request->reshard();
+  } else {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "reshard is required");
+                        "spec is required (a JobSpec of any kind; the older "
+                        "reshard field is still accepted)");
   }
-  absl::StatusOr<DryRunResult> result = jobs_->DryRun(request->reshard());
+  absl::StatusOr<DryRunResult> result = jobs_->DryRun(spec);
   if (!result.ok()) return ToGrpcStatus(result.status());
   *response->mutable_plan() = std::move(result->plan);
-  for (const StrategyRowResult& row : result->rows) {
+  for (const PlanAlternative& alternative : result->alternatives) {
     v1::StrategyRow* out = response->add_rows();
-    out->set_strategy(row.strategy);
-    out->set_predicted_seconds(row.predicted_seconds);
-    out->set_lower_bound_seconds(row.lower_bound_seconds);
-    out->set_transfers(row.transfers);
-    out->set_bytes(row.bytes);
-    out->set_chosen(row.chosen);
+    out->set_strategy(alternative.name);
+    out->set_predicted_seconds(alternative.predicted_seconds);
+    out->set_lower_bound_seconds(alternative.lower_bound_seconds);
+    out->set_transfers(alternative.steps);
+    out->set_bytes(alternative.bytes);
+    out->set_chosen(alternative.chosen);
   }
   *response->mutable_topology() = TopologyToProto(result->topology);
-  *response->mutable_placed_src_mesh() = MeshToProto(result->placed_src_mesh);
-  *response->mutable_placed_dst_mesh() = MeshToProto(result->placed_dst_mesh);
+  for (const DeviceMesh& mesh : result->placed_meshes) {
+    *response->add_placed_meshes() = MeshToProto(mesh);
+  }
+  // The fields older clients read for a reshard plan.
+  if (result->kind == "reshard" && result->placed_meshes.size() == 2) {
+    *response->mutable_placed_src_mesh() =
+        MeshToProto(result->placed_meshes[0]);
+    *response->mutable_placed_dst_mesh() =
+        MeshToProto(result->placed_meshes[1]);
+  }
   return grpc::Status::OK;
 }
 

@@ -310,9 +310,46 @@ TEST_F(ControllerServiceTest, PlanDryRunOnTheLiveTopology) {
     }
   }
   EXPECT_EQ(chosen, 1);
+  ASSERT_EQ(response.placed_meshes_size(), 2);
+  EXPECT_THAT(response.placed_meshes(0).devices(), ElementsAre(0, 1));
+  EXPECT_THAT(response.placed_meshes(1).devices(), ElementsAre(2, 3));
+  // The same job as a JobSpec plans the same.
+  v1::PlanRequest by_spec;
+  *by_spec.mutable_spec() = SmallJob();
+  v1::PlanResponse same;
+  status = stub_->Plan(Context().get(), by_spec, &same);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(same.rows_size(), 5);
+  EXPECT_EQ(same.plan().steps_size(), response.plan().steps_size());
+  EXPECT_THAT(same.placed_src_mesh().devices(), ElementsAre(0, 1));
   EXPECT_EQ(
       stub_->Plan(Context().get(), v1::PlanRequest(), &response).error_code(),
       grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(ControllerServiceTest, PlanDryRunOfAnotherKind) {
+  RegisterTwo();
+  v1::PlanRequest request;
+  v1::CollectiveSpec* collective = request.mutable_spec()->mutable_collective();
+  collective->set_op("all_reduce");
+  collective->mutable_mesh()->add_shape(2);
+  collective->mutable_mesh()->add_shape(2);
+  collective->mutable_mesh()->set_first_host(-1);
+  collective->set_size("4KiB");
+  collective->set_dtype(v1::DTYPE_FLOAT32);
+  v1::PlanResponse response;
+  grpc::Status status = stub_->Plan(Context().get(), request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.plan().kind(), "collective");
+  EXPECT_GT(response.plan().steps_size(), 0);
+  ASSERT_EQ(response.placed_meshes_size(), 1);
+  EXPECT_THAT(response.placed_meshes(0).devices(), ElementsAre(0, 1, 2, 3));
+  // Only a reshard plan fills the source/destination fields.
+  EXPECT_FALSE(response.has_placed_src_mesh());
+  EXPECT_FALSE(response.has_placed_dst_mesh());
+  collective->set_op("all_shuffle");
+  EXPECT_EQ(stub_->Plan(Context().get(), request, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(ControllerServiceTest, HostileInputsGetErrorsNotCrashes) {

@@ -1,5 +1,8 @@
 #include "controller/fake_worker_client.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "absl/time/clock.h"
 
 namespace meshcast {
@@ -74,8 +77,14 @@ absl::StatusOr<v1::RunTaskResponse> FakeWorkerClient::RunTask(
   v1::JobResult* result = response.mutable_result();
   result->set_seconds(0.001 * (program.rank() + 1));
   int64_t verified = 0;
+  // A program also describes other workers' buffers (the reference closure,
+  // program_builder.h); a worker verifies only those on its own devices.
+  const std::vector<int> local(program.local_devices().begin(),
+                               program.local_devices().end());
   for (const v1::Buffer& buffer : program.plan().buffers()) {
-    if (buffer.role() == v1::Buffer::ROLE_DESTINATION) {
+    const bool mine =
+        std::find(local.begin(), local.end(), buffer.device()) != local.end();
+    if (mine && buffer.role() == v1::Buffer::ROLE_DESTINATION) {
       verified += BoxElements(buffer);
     }
   }

@@ -11,7 +11,8 @@
 #include "controller/log.h"
 #include "controller/memory_check.h"
 #include "controller/program_builder.h"
-#include "controller/proto_convert.h"
+#include "planner/ir/spec_convert.h"
+#include "planner/kinds/job_kind.h"
 #include "util/status_macros.h"
 
 namespace meshcast {
@@ -44,12 +45,56 @@ std::string DescribeMesh(const DeviceMesh& mesh) {
                       absl::StrJoin(mesh.devices, ","), "]");
 }
 
+// "src_mesh 2x4, dst_mesh 2x4@1": the meshes as requested.
+std::string DescribeRequest(const PlacementRequest& request) {
+  std::vector<std::string> parts;
+  for (int i = 0; i < static_cast<int>(request.meshes.size()); ++i) {
+    parts.push_back(
+        absl::StrCat(request.NameOf(i), " ", request.meshes[i].ToString()));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+// Whether a plan made for `a` is valid for `b`: same devices in the same
+// mesh shapes, same topology (every field the planner reads is in the
+// proto form).
+bool SamePlacement(const Placement& a, const Placement& b) {
+  if (a.meshes.size() != b.meshes.size()) return false;
+  for (size_t i = 0; i < a.meshes.size(); ++i) {
+    if (a.meshes[i].shape != b.meshes[i].shape ||
+        a.meshes[i].devices != b.meshes[i].devices) {
+      return false;
+    }
+  }
+  return true;
+}
+bool SameTopology(const Topology& a, const Topology& b) {
+  return TopologyToProto(a).SerializeAsString() ==
+         TopologyToProto(b).SerializeAsString();
+}
+
+// A plan that fails on the idle cluster's placement is a bad spec (mesh
+// rank against a sharding spec, say) when the kind says so; anything else
+// keeps its code, with the phase named.
+absl::Status PlanningError(const absl::Status& status) {
+  if (absl::IsInvalidArgument(status)) return status;
+  return absl::Status(
+      status.code(),
+      absl::StrCat("planning on the idle cluster failed: ", status.message()));
+}
+
 }  // namespace
 
 struct JobManager::ActiveJob {
   v1::Job job;  // the latest state; guarded by the manager's mu_
-  // Set at Submit, read-only afterwards.
-  ReshardRequest request;
+  // Set at Submit, read-only afterwards: the kind, its meshes, and the plan
+  // made for the idle cluster's placement (reused when the job lands there).
+  v1::JobSpec spec;
+  const JobKind* kind = nullptr;
+  PlacementRequest request;
+  Placement trial_placement;
+  Topology trial_topology;
+  v1::Plan trial_plan;
   // Set by the scheduler before the job thread starts, read-only afterwards.
   Placement placement;
   Topology topology;
@@ -70,14 +115,13 @@ struct JobManager::ActiveJob {
 
 JobManager::JobManager(Options options, JobStore* store,
                        WorkerRegistry* registry, KvStore* kv,
-                       WorkerClient* client, ReshardPlanner* planner,
-                       Clock* clock, ControllerMetrics* metrics)
+                       WorkerClient* client, Clock* clock,
+                       ControllerMetrics* metrics)
     : options_(options),
       store_(store),
       registry_(registry),
       kv_(kv),
       client_(client),
-      planner_(planner),
       clock_(clock),
       metrics_(metrics) {}
 
@@ -136,28 +180,34 @@ void JobManager::Shutdown(absl::string_view reason) {
   hub_.Shutdown();
 }
 
+absl::StatusOr<JobManager::Admission> JobManager::Admit(
+    const v1::JobSpec& spec, const PlanOptions& options) {
+  Admission admission;
+  ASSIGN_OR_RETURN(admission.kind, options_.find_kind ? options_.find_kind(spec)
+                                                      : FindJobKind(spec));
+  RETURN_IF_ERROR(admission.kind->Validate(spec));
+  ASSIGN_OR_RETURN(admission.request, admission.kind->Meshes(spec));
+  // Validate against the whole cluster now, so that a job that can never
+  // run is refused instead of waiting forever.
+  admission.topology = registry_->topology();
+  ASSIGN_OR_RETURN(admission.placement,
+                   DeviceAllocator::PlaceOnIdleCluster(admission.request,
+                                                       admission.topology));
+  absl::StatusOr<PlannedJob> planned = admission.kind->Plan(
+      spec, admission.placement.meshes, admission.topology, options);
+  if (!planned.ok()) return PlanningError(planned.status());
+  admission.planned = *std::move(planned);
+  RETURN_IF_ERROR(CheckBuffersFitWorkers(
+      admission.planned.plan, admission.topology, registry_->Workers()));
+  return admission;
+}
+
 absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
-  if (spec.kind_case() != v1::JobSpec::kReshard) {
-    return absl::InvalidArgumentError(
-        "spec.reshard is required (reshard is the only job kind)");
-  }
   if (spec.name().size() > kMaxJobNameLength) {
     return absl::InvalidArgumentError(absl::StrCat(
         "spec.name is longer than ", kMaxJobNameLength, " characters"));
   }
-  ASSIGN_OR_RETURN(ReshardRequest request,
-                   ReshardRequestFromProto(spec.reshard()));
-  // Validate against the whole cluster now, so that a job that can never
-  // run is refused instead of waiting forever.
-  const Topology topology = registry_->topology();
-  ASSIGN_OR_RETURN(const Placement trial, DeviceAllocator::PlaceOnIdleCluster(
-                                              request.placement, topology));
-  absl::StatusOr<ReshardProblem> problem =
-      MakeProblem(request, trial, topology);
-  if (!problem.ok()) {
-    return absl::InvalidArgumentError(problem.status().message());
-  }
-  RETURN_IF_ERROR(CheckTilesFitWorkers(*problem, topology, registry_->Workers()));
+  ASSIGN_OR_RETURN(Admission admission, Admit(spec, PlanOptions{}));
 
   absl::MutexLock lock(&mu_);
   if (shutdown_ || !started_) {
@@ -169,27 +219,24 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
                      options_.max_unfinished_jobs));
   }
   auto job = std::make_unique<ActiveJob>();
-  job->request = std::move(request);
+  job->spec = spec;
+  job->kind = admission.kind;
+  job->request = std::move(admission.request);
+  job->trial_placement = std::move(admission.placement);
+  job->trial_topology = admission.topology;
+  job->trial_plan = std::move(admission.planned.plan);
   job->job.set_id(store_->AllocateJobId());
   *job->job.mutable_spec() = spec;
-  // Record the strategy by its canonical name ("auto" when unset).
-  job->job.mutable_spec()->mutable_reshard()->set_strategy(
-      StrategyName(job->request.strategy));
   job->queued_at = clock_->Now();
   job->job.set_created_unix(UnixSecondsOf(job->queued_at));
   const std::string id = job->job.id();
   ActiveJob* raw = job.get();
   active_[id] = std::move(job);
   queue_.push_back(id);
-  const ReshardRequest& r = raw->request;
-  TransitionLocked(
-      raw, v1::JOB_STATE_QUEUED,
-      absl::StrCat("queued: reshard ", absl::StrJoin(r.tensor.shape, "x"), " ",
-                   DTypeName(r.tensor.dtype), " ", r.placement.src.ToString(),
-                   " ", r.src_spec.ToString(), " -> ",
-                   r.placement.dst.ToString(), " ", r.dst_spec.ToString(),
-                   ", strategy ", StrategyName(r.strategy)),
-      0);
+  TransitionLocked(raw, v1::JOB_STATE_QUEUED,
+                   absl::StrCat("queued: ", raw->kind->name(), " job, ",
+                                DescribeRequest(raw->request)),
+                   0);
   kick_ = true;
   return raw->job;
 }
@@ -271,30 +318,16 @@ absl::StatusOr<JobManager::Watch> JobManager::WatchJob(absl::string_view id) {
   return watch;
 }
 
-absl::StatusOr<DryRunResult> JobManager::DryRun(const v1::ReshardSpec& spec) {
-  ASSIGN_OR_RETURN(ReshardRequest request, ReshardRequestFromProto(spec));
+absl::StatusOr<DryRunResult> JobManager::DryRun(const v1::JobSpec& spec) {
+  PlanOptions options;
+  options.compare_all = true;
+  ASSIGN_OR_RETURN(Admission admission, Admit(spec, options));
   DryRunResult result;
-  result.topology = registry_->topology();
-  ASSIGN_OR_RETURN(
-      const Placement placement,
-      DeviceAllocator::PlaceOnIdleCluster(request.placement, result.topology));
-  result.placed_src_mesh = placement.src;
-  result.placed_dst_mesh = placement.dst;
-  absl::StatusOr<ReshardProblem> problem =
-      MakeProblem(request, placement, result.topology);
-  if (!problem.ok()) {
-    return absl::InvalidArgumentError(problem.status().message());
-  }
-  // The dry run refuses what Submit would refuse.
-  RETURN_IF_ERROR(
-      CheckTilesFitWorkers(*problem, result.topology, registry_->Workers()));
-  ASSIGN_OR_RETURN(PlanningResult planning,
-                   planner_->Plan({*problem}, result.topology, request.strategy,
-                                  /*compare_all=*/true));
-  ASSIGN_OR_RETURN(result.plan,
-                   BuildPlanProto(planning.plan, planning.predicted_seconds,
-                                  planning.lower_bound_seconds));
-  result.rows = std::move(planning.rows);
+  result.kind = admission.kind->name();
+  result.plan = std::move(admission.planned.plan);
+  result.alternatives = std::move(admission.planned.alternatives);
+  result.topology = admission.topology;
+  result.placed_meshes = std::move(admission.placement.meshes);
   return result;
 }
 
@@ -381,9 +414,7 @@ bool JobManager::ReservesItsTurnLocked(
   if (now - job.queued_at < options_.reserve_after) return false;
   // Only a job that busy devices alone keep waiting: one that needs a lost
   // worker's host could hold the queue back for as long as it stays lost.
-  return DeviceAllocator()
-      .Place(job.request.placement, topology, unavailable)
-      .ok();
+  return DeviceAllocator().Place(job.request, topology, unavailable).ok();
 }
 
 void JobManager::ScheduleLocked() {
@@ -398,8 +429,8 @@ void JobManager::ScheduleLocked() {
     if (holder != nullptr) {
       const std::string message = absl::StrCat(
           "queued behind job ", holder->job.id(), ", which has waited ",
-          absl::FormatDuration(absl::Trunc(now - holder->queued_at,
-                                           absl::Seconds(1))),
+          absl::FormatDuration(
+              absl::Trunc(now - holder->queued_at, absl::Seconds(1))),
           " for devices and starts first");
       if (job->job.message() != message) {
         TransitionLocked(job, v1::JOB_STATE_QUEUED, message, 0);
@@ -408,7 +439,7 @@ void JobManager::ScheduleLocked() {
       continue;
     }
     absl::StatusOr<Placement> placement =
-        allocator_.Acquire(job->request.placement, topology, unavailable);
+        allocator_.Acquire(job->request, topology, unavailable);
     if (absl::IsUnavailable(placement.status())) {
       std::string message(placement.status().message());
       if (ReservesItsTurnLocked(*job, topology, unavailable, now)) {
@@ -434,8 +465,16 @@ void JobManager::ScheduleLocked() {
     job->topology = topology;
     // Published with the PLANNING transition below (and kept in the store),
     // so clients see where an auto-placed mesh went.
-    *job->job.mutable_placed_src_mesh() = MeshToProto(job->placement.src);
-    *job->job.mutable_placed_dst_mesh() = MeshToProto(job->placement.dst);
+    for (const DeviceMesh& mesh : job->placement.meshes) {
+      *job->job.add_placed_meshes() = MeshToProto(mesh);
+    }
+    // The fields older clients read for a reshard job (source, destination).
+    if (job->kind->name() == "reshard" && job->placement.meshes.size() == 2) {
+      *job->job.mutable_placed_src_mesh() =
+          MeshToProto(job->placement.meshes[0]);
+      *job->job.mutable_placed_dst_mesh() =
+          MeshToProto(job->placement.meshes[1]);
+    }
     std::string missing;
     for (int host : job->placement.hosts) {
       absl::StatusOr<WorkerRecord> worker = registry_->WorkerOnHost(host);
@@ -459,12 +498,15 @@ void JobManager::ScheduleLocked() {
     }
     std::vector<std::string> names;
     for (const WorkerSlot& slot : job->slots) names.push_back(slot.name);
-    TransitionLocked(
-        job, v1::JOB_STATE_PLANNING,
-        absl::StrCat("planning: src_mesh ", DescribeMesh(job->placement.src),
-                     ", dst_mesh ", DescribeMesh(job->placement.dst),
-                     ", workers ", absl::StrJoin(names, ",")),
-        kProgressPlanning);
+    std::vector<std::string> meshes;
+    for (int i = 0; i < static_cast<int>(job->placement.meshes.size()); ++i) {
+      meshes.push_back(absl::StrCat(job->request.NameOf(i), " ",
+                                    DescribeMesh(job->placement.meshes[i])));
+    }
+    TransitionLocked(job, v1::JOB_STATE_PLANNING,
+                     absl::StrCat("planning: ", absl::StrJoin(meshes, ", "),
+                                  ", workers ", absl::StrJoin(names, ",")),
+                     kProgressPlanning);
     job->thread = std::thread([this, job] { RunJob(job); });
   }
 }
@@ -473,23 +515,29 @@ void JobManager::RunJob(ActiveJob* job) {
   const std::string id = job->job.id();  // immutable after Submit
   // Plan and project without the lock: the inputs are read-only now.
   const absl::Time planning_start = absl::Now();
-  absl::StatusOr<PlanningResult> planning =
-      [&]() -> absl::StatusOr<PlanningResult> {
-    ASSIGN_OR_RETURN(ReshardProblem problem,
-                     MakeProblem(job->request, job->placement, job->topology));
-    return planner_->Plan({problem}, job->topology, job->request.strategy,
-                          /*compare_all=*/false);
+  const v1::JobSpec& spec = job->spec;
+  absl::StatusOr<v1::Plan> plan = [&]() -> absl::StatusOr<v1::Plan> {
+    if (SamePlacement(job->trial_placement, job->placement) &&
+        SameTopology(job->trial_topology, job->topology)) {
+      // Landed where Submit planned it: that plan holds (kinds are pure).
+      return std::move(job->trial_plan);
+    }
+    ASSIGN_OR_RETURN(PlannedJob planned,
+                     job->kind->Plan(spec, job->placement.meshes, job->topology,
+                                     PlanOptions{}));
+    return std::move(planned.plan);
   }();
-  absl::StatusOr<v1::Plan> plan =
-      planning.ok()
-          ? BuildPlanProto(planning->plan, planning->predicted_seconds,
-                           planning->lower_bound_seconds)
-          : absl::StatusOr<v1::Plan>(planning.status());
+  job->trial_plan.Clear();
   absl::StatusOr<std::vector<v1::WorkerProgram>> programs =
       plan.ok() ? ProjectPlan(*plan, id, job->slots)
                 : absl::StatusOr<std::vector<v1::WorkerProgram>>(plan.status());
+  if (programs.ok()) {
+    for (v1::WorkerProgram& program : *programs) {
+      program.set_verify(spec.verify());
+    }
+  }
   if (metrics_ != nullptr) {
-    metrics_->JobPlanned(ControllerMetrics::kReshard,
+    metrics_->JobPlanned(job->kind->name(),
                          absl::ToDoubleSeconds(absl::Now() - planning_start));
   }
   // Endpoints in program order (programs follow host order, a subset of the
@@ -523,15 +571,18 @@ void JobManager::RunJob(ActiveJob* job) {
     *job->job.mutable_plan() = *plan;
     job->job.set_started_unix(UnixSecondsOf(clock_->Now()));
     v1::JobResult* result = job->job.mutable_result();
-    result->set_predicted_seconds(planning->predicted_seconds);
-    result->set_lower_bound_seconds(planning->lower_bound_seconds);
+    result->set_predicted_seconds(plan->predicted_seconds());
+    result->set_lower_bound_seconds(plan->lower_bound_seconds());
+    int64_t plan_bytes = 0;
+    for (const v1::Step& step : plan->steps()) plan_bytes += step.bytes();
     TransitionLocked(
         job, v1::JOB_STATE_RUNNING,
-        absl::StrFormat("running %s plan: %d transfers, %d bytes on %d "
-                        "workers (predicted %.6f s)",
-                        plan->strategy(), plan->steps_size(),
-                        planning->plan.total_bytes(), programs->size(),
-                        planning->predicted_seconds),
+        absl::StrFormat(
+            "running %s plan: %d steps, %d bytes on %d workers "
+            "(predicted %.6f s)",
+            plan->strategy().empty() ? job->kind->name() : plan->strategy(),
+            plan->steps_size(), plan_bytes, programs->size(),
+            plan->predicted_seconds()),
         kProgressRunning);
   }
 
@@ -551,49 +602,72 @@ void JobManager::RunJob(ActiveJob* job) {
       message = job->failure;
     } else {
       v1::JobResult* result = job->job.mutable_result();
-      double seconds = 0;
+      double seconds = 0, max_abs_error = 0;
       int64_t verified = 0, mismatches = 0;
       for (size_t i = 0; i < responses.size(); ++i) {
         const v1::JobResult& r = responses[i]->result();
         seconds = std::max(seconds, r.seconds());
+        max_abs_error = std::max(max_abs_error, r.max_abs_error());
         verified += r.elements_verified();
         mismatches += r.mismatches();
         for (const v1::StepResult& step : r.steps()) {
           v1::StepResult* s = result->add_steps();
-          *s = step;
+          *s = step;  // start, end and device as the worker measured them
           if (s->worker().empty()) s->set_worker(endpoints[i].name);
         }
       }
+      const v1::Plan& plan = job->job.plan();
       int64_t bytes = 0;
-      for (const v1::Step& step : job->job.plan().steps()) {
-        bytes += step.bytes();
-      }
+      for (const v1::Step& step : plan.steps()) bytes += step.bytes();
       result->set_seconds(seconds);
       result->set_bytes_moved(bytes);
-      result->set_bytes_delivered(DeliveredBytes(job->job.plan()));
+      result->set_bytes_delivered(DeliveredBytes(plan));
       result->set_elements_verified(verified);
       result->set_mismatches(mismatches);
-      const int64_t expected = DestinationElements(job->job.plan());
+      result->set_max_abs_error(max_abs_error);
+      job->kind->Summarize(spec, plan, *result);
+      const v1::VerifyMode verify = spec.verify();
+      const int64_t expected = DestinationElements(plan);
       if (mismatches > 0) {
         state = v1::JOB_STATE_FAILED;
-        message =
-            absl::StrCat("verification failed: ", mismatches,
-                         " mismatched elements of ", verified, " verified");
-      } else if (verified != expected) {
+        message = absl::StrCat(
+            "verification failed: ", mismatches, " mismatched elements of ",
+            verified, " verified",
+            max_abs_error > 0
+                ? absl::StrFormat(" (largest error %g)", max_abs_error)
+                : std::string());
+      } else if (verify == v1::VERIFY_MODE_FULL && verified != expected) {
         state = v1::JOB_STATE_FAILED;
         message =
             absl::StrCat("verification incomplete: workers verified ", verified,
                          " of ", expected, " destination elements");
       } else {
         if (metrics_ != nullptr) {
-          metrics_->JobMeasured(ControllerMetrics::kReshard, seconds,
+          metrics_->JobMeasured(job->kind->name(), seconds,
                                 result->predicted_seconds());
         }
+        std::string verification;
+        switch (verify) {
+          case v1::VERIFY_MODE_OFF:
+            verification = "verification off";
+            break;
+          case v1::VERIFY_MODE_SAMPLE:
+            verification = absl::StrCat("verified a sample of ", verified,
+                                        " elements, 0 mismatches");
+            break;
+          default:
+            verification =
+                absl::StrCat("verified ", verified, " elements, 0 mismatches");
+            break;
+        }
+        if (max_abs_error > 0) {
+          absl::StrAppendFormat(&verification, " (largest error %g)",
+                                max_abs_error);
+        }
         message = absl::StrFormat(
-            "moved %d bytes in %.6f s (%.3f Gbps, predicted %.6f s); "
-            "verified %d elements, 0 mismatches",
-            bytes, seconds, seconds > 0 ? bytes * 8 / seconds / 1e9 : 0.0,
-            result->predicted_seconds(), verified);
+            "moved %d bytes in %.6f s (%.3f Gbps, predicted %.6f s); %s", bytes,
+            seconds, seconds > 0 ? bytes * 8 / seconds / 1e9 : 0.0,
+            result->predicted_seconds(), verification);
       }
     }
   }
@@ -721,9 +795,9 @@ void JobManager::PollProgress(ActiveJob* job,
       steps_done += std::min<int64_t>(last[i].steps_done(), steps_total[i]);
       bytes_done += std::min<int64_t>(last[i].bytes_done(), bytes_total[i]);
     }
-    const double fraction =
-        all_bytes > 0 ? static_cast<double>(bytes_done) / all_bytes
-                      : static_cast<double>(steps_done) / all_steps;
+    const double fraction = all_bytes > 0
+                                ? static_cast<double>(bytes_done) / all_bytes
+                                : static_cast<double>(steps_done) / all_steps;
     const double progress =
         kProgressRunning + (1 - kProgressRunning) * fraction;
     absl::MutexLock lock(&mu_);
@@ -766,7 +840,7 @@ void JobManager::FinishLocked(ActiveJob* job, v1::JobState state,
   job->finished = true;
   job->job.set_finished_unix(UnixSecondsOf(clock_->Now()));
   if (metrics_ != nullptr) {
-    metrics_->JobFinished(ControllerMetrics::kReshard, state,
+    metrics_->JobFinished(job->kind->name(), state,
                           job->job.finished_unix() - job->job.created_unix());
   }
   TransitionLocked(

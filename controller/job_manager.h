@@ -1,32 +1,44 @@
-// JobManager: the job queue and state machine of the controller.
+// JobManager: the job queue and state machine of the controller. It knows
+// no job kind: each job's kind (planner/kinds/job_kind.h, found from the
+// spec's oneof) validates it, names its meshes, plans it and summarizes its
+// result.
 //
 //   QUEUED --(devices free, worker hosts live)--> PLANNING --> RUNNING
 //     --> SUCCEEDED | FAILED | CANCELLED
 //
 // A job that leaves the queue records where its meshes went
-// (Job.placed_src_mesh / placed_dst_mesh, persisted with it).
+// (Job.placed_meshes in the kind's order; a reshard job also fills
+// placed_src_mesh / placed_dst_mesh; persisted with it).
 //
-// Submit validates a spec completely before accepting it (unknown spec
-// token, spec rank against the tensor, unknown dtype or strategy, a mesh the
-// cluster can never hold: INVALID_ARGUMENT, nothing queued). A scheduler
+// Submit validates a spec completely before accepting it: the kind's
+// Validate, its meshes against the whole cluster (DeviceAllocator), a plan
+// on the idle cluster's placement and the plan's buffers against the
+// workers' memory (memory_check.h). Any failure is INVALID_ARGUMENT (an
+// empty cluster FAILED_PRECONDITION) and nothing is queued. A scheduler
 // thread starts queued jobs in submission order whenever the allocator can
 // place them; later jobs on other devices may start before an earlier one
 // that still waits, until that one has waited Options::reserve_after for
-// busy devices: then it holds every later job back until it starts. Each started job gets a thread that plans it (through
-// ReshardPlanner), builds the plan IR and per-worker programs
-// (program_builder.h), pushes them to all its workers at once through
-// WorkerClient, and collects their results:
+// busy devices: then it holds every later job back until it starts. Each
+// started job gets a thread that plans it (reusing the plan made at Submit
+// when the job landed on the same devices of the same topology), projects
+// the Plan into per-worker programs (program_builder.h, JobSpec.verify
+// copied into each), pushes them to all its workers at once through
+// WorkerClient, and merges their results:
 //   JobResult.seconds = max over workers; bytes_moved = sum of the plan's
-//   step bytes; elements_verified / mismatches = sums; steps = all workers'.
-//   SUCCEEDED only if every worker answered ok, mismatches == 0 and the
-//   workers verified every element of every destination buffer.
+//   step bytes; bytes_delivered = DeliveredBytes(plan); elements_verified /
+//   mismatches = sums; max_abs_error = max; steps = all workers' (start,
+//   end and device as the workers report them); metrics from the kind's
+//   Summarize.
+//   SUCCEEDED only if every worker answered ok, mismatches == 0 and, with
+//   verify FULL, the workers verified every element of every destination
+//   buffer (DestinationElements(plan)).
 // A worker that fails, a cancelled job, or a lost worker ("worker <name>
 // lost") ends the job; the other workers of the job get AbortTask. When a
 // job ends its devices are released and its rendezvous keys ("job/<id>/")
 // deleted. Every change is persisted (JobStore) and published to watchers
 // (EventHub).
 //
-//   JobManager manager(options, &store, &registry, &kv, &client, &planner,
+//   JobManager manager(options, &store, &registry, &kv, &client,
 //                      Clock::Real());
 //   RETURN_IF_ERROR(manager.Start());   // fails jobs left by a previous run
 //   ASSIGN_OR_RETURN(v1::Job job, manager.Submit(spec));
@@ -40,6 +52,7 @@
 #define MESHCAST_CONTROLLER_JOB_MANAGER_H_
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -52,29 +65,29 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "planner/placement.h"
 #include "controller/clock.h"
 #include "controller/controller_metrics.h"
 #include "controller/event_hub.h"
 #include "controller/job_store.h"
 #include "controller/kv_store.h"
-#include "controller/reshard_planner.h"
-#include "controller/reshard_request.h"
 #include "controller/worker_client.h"
 #include "controller/worker_registry.h"
 #include "meshcast/v1/job.pb.h"
 #include "meshcast/v1/plan.pb.h"
+#include "planner/kinds/job_kind.h"
+#include "planner/placement.h"
 
 namespace meshcast {
 
 // A dry-run plan on the live topology (the Plan RPC).
 struct DryRunResult {
+  std::string kind;  // the job kind's name ("reshard", "collective")
   v1::Plan plan;
-  std::vector<StrategyRowResult> rows;
+  // Every alternative the kind compared (PlanOptions::compare_all).
+  std::vector<PlanAlternative> alternatives;
   Topology topology;
-  // Where the meshes would go on the idle cluster.
-  DeviceMesh placed_src_mesh;
-  DeviceMesh placed_dst_mesh;
+  // Where the meshes would go on the idle cluster, in the kind's order.
+  std::vector<DeviceMesh> placed_meshes;
 };
 
 class JobManager {
@@ -99,12 +112,15 @@ class JobManager {
     // RUNNING event ("running: 40% of the data moved (12/40 worker steps
     // done)"), weighted by the steps' bytes. Zero: never.
     absl::Duration progress_interval = absl::Seconds(1);
+    // The kind of a spec. Empty: FindJobKind (every registered kind). Tests
+    // substitute kinds that fail on demand.
+    std::function<absl::StatusOr<const JobKind*>(const v1::JobSpec&)> find_kind;
   };
 
   // Every pointer must outlive the manager; `metrics` may be null.
   JobManager(Options options, JobStore* store, WorkerRegistry* registry,
-             KvStore* kv, WorkerClient* client, ReshardPlanner* planner,
-             Clock* clock, ControllerMetrics* metrics = nullptr);
+             KvStore* kv, WorkerClient* client, Clock* clock,
+             ControllerMetrics* metrics = nullptr);
   ~JobManager();
   JobManager(const JobManager&) = delete;
   JobManager& operator=(const JobManager&) = delete;
@@ -136,9 +152,10 @@ class JobManager {
   };
   absl::StatusOr<Watch> WatchJob(absl::string_view id) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Plans the spec on the live topology as if the cluster were idle, with
-  // every strategy compared.
-  absl::StatusOr<DryRunResult> DryRun(const v1::ReshardSpec& spec)
+  // Plans the spec (any kind) on the live topology as if the cluster were
+  // idle, with every alternative compared; refuses what Submit would refuse,
+  // with the same errors. Queues nothing.
+  absl::StatusOr<DryRunResult> DryRun(const v1::JobSpec& spec)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Hosts with a device held by a planning or running job.
@@ -153,6 +170,17 @@ class JobManager {
 
  private:
   struct ActiveJob;
+  // What Submit and DryRun check and compute before a job is accepted.
+  struct Admission {
+    const JobKind* kind = nullptr;
+    PlacementRequest request;
+    Placement placement;  // on the idle cluster
+    Topology topology;
+    PlannedJob planned;
+  };
+  absl::StatusOr<Admission> Admit(const v1::JobSpec& spec,
+                                  const PlanOptions& options)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   void SchedulerLoop();
   // Starts every queued job that can be placed now, in submission order,
@@ -170,10 +198,11 @@ class JobManager {
   // Until `done`, polls the workers of `job` every progress_interval and
   // publishes its progress; `finished[i]` (guarded by mu_) says worker i
   // has answered RunTask.
-  void PollProgress(ActiveJob* job, const std::vector<WorkerEndpoint>& endpoints,
+  void PollProgress(ActiveJob* job,
+                    const std::vector<WorkerEndpoint>& endpoints,
                     const std::vector<v1::WorkerProgram>& programs,
-                    const std::vector<char>& finished,
-                    absl::Notification& done) ABSL_LOCKS_EXCLUDED(mu_);
+                    const std::vector<char>& finished, absl::Notification& done)
+      ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<absl::StatusOr<v1::RunTaskResponse>> RunPrograms(
       ActiveJob* job, const std::vector<WorkerEndpoint>& endpoints,
       const std::vector<v1::WorkerProgram>& programs) ABSL_LOCKS_EXCLUDED(mu_);
@@ -195,7 +224,6 @@ class JobManager {
   WorkerRegistry* const registry_;
   KvStore* const kv_;
   WorkerClient* const client_;
-  ReshardPlanner* const planner_;
   Clock* const clock_;
   ControllerMetrics* const metrics_;  // may be null
   EventHub hub_;

@@ -1,11 +1,11 @@
 #include "controller/job_manager.h"
-#include "controller/program_builder.h"
 
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "controller/fake_worker_client.h"
 #include "controller/log.h"
+#include "controller/program_builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -23,19 +23,43 @@ bool IsFinal(v1::JobState s) {
          s == v1::JOB_STATE_CANCELLED;
 }
 
-// The real planner, or a failure on demand.
-class SwitchablePlanner : public ReshardPlanner {
+// The real kind of a spec, whose Plan fails on demand: every call after the
+// first `plans_before_failure` fails (negative: never). Counts its calls.
+class SwitchableKind : public JobKind {
  public:
-  absl::StatusOr<PlanningResult> Plan(
-      const std::vector<ReshardProblem>& problems, const Topology& topology,
-      Strategy strategy, bool compare_all) override {
-    if (fail_) return absl::InternalError("planner exploded");
-    return real_.Plan(problems, topology, strategy, compare_all);
+  explicit SwitchableKind(const JobKind* real) : real_(real) {}
+  std::string name() const override { return real_->name(); }
+  absl::Status Validate(const v1::JobSpec& spec) const override {
+    return real_->Validate(spec);
   }
-  std::atomic<bool> fail_{false};
+  absl::StatusOr<PlacementRequest> Meshes(
+      const v1::JobSpec& spec) const override {
+    return real_->Meshes(spec);
+  }
+  absl::StatusOr<PlannedJob> Plan(const v1::JobSpec& spec,
+                                  const std::vector<DeviceMesh>& meshes,
+                                  const Topology& topology,
+                                  const PlanOptions& options) const override {
+    const int call = plans_.fetch_add(1);
+    const int budget = plans_before_failure_.load();
+    if (budget >= 0 && call >= budget) {
+      return absl::InternalError("planner exploded");
+    }
+    return real_->Plan(spec, meshes, topology, options);
+  }
+  void Summarize(const v1::JobSpec& spec, const v1::Plan& plan,
+                 v1::JobResult& result) const override {
+    real_->Summarize(spec, plan, result);
+  }
+  // Fails every Plan call from the next `n`-th on.
+  void FailAfter(int n) { plans_before_failure_ = plans_.load() + n; }
+  void NeverFail() { plans_before_failure_ = -1; }
+  int plans() const { return plans_.load(); }
 
  private:
-  LibraryPlanner real_;
+  const JobKind* real_;
+  mutable std::atomic<int> plans_{0};
+  std::atomic<int> plans_before_failure_{-1};
 };
 
 v1::JobSpec ReshardJob(std::vector<int> src_shape, const std::string& src_spec,
@@ -90,9 +114,14 @@ class JobManagerTest : public ::testing::Test {
     options.abort_timeout = absl::Seconds(1);
     options.task_timeout = absl::Seconds(20);
     options.progress_interval = absl::Milliseconds(10);
-    manager_ =
-        std::make_unique<JobManager>(options, store_.get(), registry_.get(),
-                                     &kv_, &client_, &planner_, &clock_);
+    options.find_kind =
+        [this](const v1::JobSpec& spec) -> absl::StatusOr<const JobKind*> {
+      absl::StatusOr<const JobKind*> kind = FindJobKind(spec);
+      if (kind.ok() && (*kind)->name() == "reshard") return &reshard_;
+      return kind;
+    };
+    manager_ = std::make_unique<JobManager>(
+        options, store_.get(), registry_.get(), &kv_, &client_, &clock_);
     ASSERT_TRUE(manager_->Start().ok());
   }
   v1::Job WaitForFinal(const std::string& id) {
@@ -129,7 +158,7 @@ class JobManagerTest : public ::testing::Test {
   std::unique_ptr<WorkerRegistry> registry_;
   KvStore kv_;
   FakeWorkerClient client_;
-  SwitchablePlanner planner_;
+  SwitchableKind reshard_{*FindJobKindByName("reshard")};
   std::unique_ptr<JobManager> manager_;
 };
 
@@ -139,12 +168,22 @@ TEST_F(JobManagerTest, RunsAJobToSuccess) {
   ASSERT_TRUE(submitted.ok()) << submitted.status();
   EXPECT_EQ(submitted->id(), "job-000001");
   EXPECT_EQ(submitted->state(), v1::JOB_STATE_QUEUED);
-  EXPECT_EQ(submitted->spec().reshard().strategy(), "auto");
+  // The spec is kept as submitted; the plan names the strategy auto chose.
+  EXPECT_EQ(submitted->spec().reshard().strategy(), "");
   v1::Job job = WaitForFinal(submitted->id());
   ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.message();
   EXPECT_THAT(job.message(), HasSubstr("verified 64 elements"));
   EXPECT_DOUBLE_EQ(job.progress(), 1.0);
   EXPECT_GT(job.plan().steps_size(), 0);
+  EXPECT_EQ(job.plan().kind(), "reshard");
+  EXPECT_FALSE(job.plan().strategy().empty());
+  // Planned once, at Submit: the job landed where Submit placed it.
+  EXPECT_EQ(reshard_.plans(), 1);
+  ASSERT_EQ(job.placed_meshes_size(), 2);
+  EXPECT_THAT(job.placed_meshes(0).devices(), ElementsAre(0, 1));
+  EXPECT_THAT(job.placed_meshes(1).devices(), ElementsAre(2, 3));
+  EXPECT_THAT(job.placed_src_mesh().devices(), ElementsAre(0, 1));
+  EXPECT_THAT(job.placed_dst_mesh().devices(), ElementsAre(2, 3));
   int64_t plan_bytes = 0;
   for (const v1::Step& s : job.plan().steps()) plan_bytes += s.bytes();
   EXPECT_GT(plan_bytes, 0);
@@ -163,6 +202,7 @@ TEST_F(JobManagerTest, RunsAJobToSuccess) {
   ASSERT_EQ(programs.size(), 2u);
   for (const v1::WorkerProgram& p : programs) {
     EXPECT_EQ(p.job_id(), job.id());
+    EXPECT_EQ(p.verify(), v1::VERIFY_MODE_FULL);
     EXPECT_EQ(p.world_size(), 2);
     EXPECT_EQ(p.rank(), p.worker() == "w0" ? 0 : 1);
   }
@@ -215,7 +255,8 @@ TEST_F(JobManagerTest, RejectsBadSpecsAtSubmit) {
       {ReshardJob({2, 2}, "S1R", {2, 2}, "RS1"),
        "on disjoint hosts need 4 hosts"},
       {bad_dtype, "unknown value 42"},
-      {v1::JobSpec(), "spec.reshard is required"},
+      // No kind set: the error names the known kinds.
+      {v1::JobSpec(), "reshard"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<v1::Job> job = manager_->Submit(c.spec);
@@ -273,14 +314,54 @@ TEST_F(JobManagerTest, UnverifiedElementsFailTheJob) {
 }
 
 TEST_F(JobManagerTest, PlanningFailureFailsTheJob) {
-  Start(2, 2);
-  planner_.fail_ = true;
+  Start(4, 2);
+  client_.SetDefaultMode(FakeWorkerClient::Mode::kBlock);
+  // a holds hosts 0 and 1, where Submit places (and plans) the next job on
+  // the idle cluster; it lands on hosts 2 and 3 and is planned again there.
+  const std::string a = Submit(SmallJob());
+  ASSERT_TRUE(client_.WaitForBlocked(2, absl::Seconds(10)));
+  client_.SetDefaultMode(FakeWorkerClient::Mode::kSucceed);
+  reshard_.FailAfter(1);  // Submit's plan succeeds, the job thread's fails
   v1::Job job = WaitForFinal(Submit(SmallJob()));
   EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
   EXPECT_THAT(job.message(), HasSubstr("planning failed: planner exploded"));
-  // Its devices were released: the next job runs.
-  planner_.fail_ = false;
-  EXPECT_EQ(WaitForFinal(Submit(SmallJob())).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_THAT(job.placed_src_mesh().devices(), ElementsAre(4, 5));
+  // Its devices were released: the next job runs there.
+  reshard_.NeverFail();
+  job = WaitForFinal(Submit(SmallJob()));
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.message();
+  EXPECT_THAT(job.placed_src_mesh().devices(), ElementsAre(4, 5));
+  // A plan that fails at Submit refuses the job; the kind's own code kept.
+  reshard_.FailAfter(0);
+  absl::StatusOr<v1::Job> refused = manager_->Submit(SmallJob());
+  EXPECT_TRUE(absl::IsInternal(refused.status())) << refused.status();
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("planning on the idle cluster failed: planner "
+                        "exploded"));
+  reshard_.NeverFail();
+  ASSERT_EQ(manager_->Cancel(a)->state(), v1::JOB_STATE_CANCELLED);
+}
+
+TEST_F(JobManagerTest, VerifyModeReachesEveryWorkerAndDecidesCompleteness) {
+  Start(2, 2);
+  // Sampled verification checks fewer elements than the destination holds:
+  // not a failure.
+  client_.SetMode("w1", FakeWorkerClient::Mode::kUnverified);
+  v1::JobSpec sampled = SmallJob();
+  sampled.set_verify(v1::VERIFY_MODE_SAMPLE);
+  v1::Job job = WaitForFinal(Submit(sampled));
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.message();
+  EXPECT_THAT(job.message(), HasSubstr("verified a sample of"));
+  for (const v1::WorkerProgram& p : client_.programs()) {
+    EXPECT_EQ(p.verify(), v1::VERIFY_MODE_SAMPLE) << p.worker();
+  }
+  v1::JobSpec off = SmallJob();
+  off.set_verify(v1::VERIFY_MODE_OFF);
+  job = WaitForFinal(Submit(off));
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.message();
+  EXPECT_THAT(job.message(), HasSubstr("verification off"));
+  // The kind's figures are filled from the merged result.
+  EXPECT_TRUE(job.result().metrics().contains("movbw_bytes_per_second"));
 }
 
 TEST_F(JobManagerTest, CancelRunningJobAbortsWorkersAndCleansUp) {
@@ -445,8 +526,7 @@ TEST_F(JobManagerTest, AJobWaitingForALostHostHoldsNothingBack) {
   const std::string small = Submit(SmallJob());
   EXPECT_TRUE(WaitForState(*manager_, small, v1::JOB_STATE_RUNNING));
   EXPECT_EQ(manager_->Get(big)->state(), v1::JOB_STATE_QUEUED);
-  EXPECT_THAT(manager_->Get(big)->message(),
-              Not(HasSubstr("later jobs wait")));
+  EXPECT_THAT(manager_->Get(big)->message(), Not(HasSubstr("later jobs wait")));
 }
 
 TEST_F(JobManagerTest, LostWorkerFailsItsJobAndRejoins) {
@@ -529,26 +609,28 @@ TEST_F(JobManagerTest, UnfinishedJobsOfAPreviousRunAreFailed) {
 
 TEST_F(JobManagerTest, DryRunComparesEveryStrategy) {
   Start(2, 2);
-  absl::StatusOr<DryRunResult> result = manager_->DryRun(SmallJob().reshard());
+  absl::StatusOr<DryRunResult> result = manager_->DryRun(SmallJob());
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->rows.size(), 5u);
+  EXPECT_EQ(result->kind, "reshard");
+  EXPECT_EQ(result->alternatives.size(), 5u);
   int chosen = 0;
-  for (const StrategyRowResult& row : result->rows) chosen += row.chosen;
+  for (const PlanAlternative& row : result->alternatives) chosen += row.chosen;
   EXPECT_EQ(chosen, 1);
   EXPECT_GT(result->plan.steps_size(), 0);
   EXPECT_EQ(result->topology.num_hosts, 2);
-  EXPECT_THAT(result->placed_src_mesh.devices, ElementsAre(0, 1));
-  EXPECT_THAT(result->placed_dst_mesh.devices, ElementsAre(2, 3));
-  v1::ReshardSpec pinned = SmallJob().reshard();
-  pinned.set_strategy("send_recv");
+  ASSERT_EQ(result->placed_meshes.size(), 2u);
+  EXPECT_THAT(result->placed_meshes[0].devices, ElementsAre(0, 1));
+  EXPECT_THAT(result->placed_meshes[1].devices, ElementsAre(2, 3));
+  v1::JobSpec pinned = SmallJob();
+  pinned.mutable_reshard()->set_strategy("send_recv");
   result = manager_->DryRun(pinned);
   ASSERT_TRUE(result.ok());
   EXPECT_EQ(result->plan.strategy(), "send_recv");
-  for (const StrategyRowResult& row : result->rows) {
-    EXPECT_EQ(row.chosen, row.strategy == "send_recv");
+  for (const PlanAlternative& row : result->alternatives) {
+    EXPECT_EQ(row.chosen, row.name == "send_recv");
   }
-  v1::ReshardSpec bad = SmallJob().reshard();
-  bad.mutable_src_spec()->set_text("Z");
+  v1::JobSpec bad = SmallJob();
+  bad.mutable_reshard()->mutable_src_spec()->set_text("Z");
   EXPECT_TRUE(absl::IsInvalidArgument(manager_->DryRun(bad).status()));
   // Nothing was queued.
   EXPECT_TRUE(manager_->List(0)->empty());

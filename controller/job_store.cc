@@ -43,7 +43,8 @@ CREATE INDEX IF NOT EXISTS events_by_job ON events(job_id, seq);
 )sql";
 
 // Version 2 added jobs.placement: a serialized v1::Job that holds only the
-// fields with no column of their own (placed_src_mesh, placed_dst_mesh).
+// fields with no column of their own (placed_src_mesh, placed_dst_mesh and,
+// since issue 10, placed_meshes: no schema change, the blob is a v1::Job).
 constexpr int kSchemaVersion = 2;
 
 absl::Status SqliteError(sqlite3* db, absl::string_view what) {
@@ -129,6 +130,7 @@ v1::Job PlacementOf(const v1::Job& job) {
   if (job.has_placed_dst_mesh()) {
     *placement.mutable_placed_dst_mesh() = job.placed_dst_mesh();
   }
+  *placement.mutable_placed_meshes() = job.placed_meshes();
   return placement;
 }
 

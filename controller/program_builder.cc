@@ -1,92 +1,95 @@
 #include "controller/program_builder.h"
 
 #include <algorithm>
-#include <map>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "controller/proto_convert.h"
-#include "planner/sharding.h"
+#include "proto/dtype_convert.h"
 
 namespace meshcast {
 namespace {
 
-void AddBuffers(const ReshardProblem& problem, int tensor_index,
-                v1::Plan* plan) {
-  const auto add = [&](const DeviceMesh& mesh, const ShardingSpec& spec,
-                       v1::Buffer::Role role) {
-    for (int i = 0; i < mesh.num_devices(); ++i) {
-      Box box = DeviceBox(problem.tensor, mesh, spec, i);
-      if (IsEmpty(box)) continue;
-      v1::Buffer* buffer = plan->add_buffers();
-      buffer->set_id(plan->buffers_size() - 1);
-      buffer->set_tensor(tensor_index);
-      buffer->set_device(mesh.devices[i]);
-      BoxToProto(box, buffer->mutable_box());
-      buffer->set_role(role);
+// Ops whose devices are given by a CommGroup. OP_COMPUTE runs on `device`
+// and OP_LOCAL_COPY on its operands' device; their `group` (0 when unset) is
+// ignored, since group 0 may well exist.
+bool UsesGroup(v1::Step::Op op) {
+  return op != v1::Step::OP_COMPUTE && op != v1::Step::OP_LOCAL_COPY;
+}
+
+std::string OpName(v1::Step::Op op) { return v1::Step::Op_Name(op); }
+
+// The plan's groups and buffers by id, checked once for the lookups below.
+struct PlanIndex {
+  absl::flat_hash_map<int, const v1::CommGroup*> groups;
+  absl::flat_hash_map<int, const v1::Buffer*> buffers;
+};
+
+// Devices `step` touches (group, compute device, operand buffers), in a
+// stable order, without duplicates.
+absl::StatusOr<std::vector<int>> StepDevices(const v1::Step& step,
+                                             const PlanIndex& index) {
+  std::vector<int> devices;
+  const auto add = [&](int d) {
+    if (std::find(devices.begin(), devices.end(), d) == devices.end()) {
+      devices.push_back(d);
     }
   };
-  add(problem.src_mesh, problem.src_spec, v1::Buffer::ROLE_SOURCE);
-  add(problem.dst_mesh, problem.dst_spec, v1::Buffer::ROLE_DESTINATION);
+  auto group = index.groups.find(step.group());
+  if (UsesGroup(step.op())) {
+    if (group == index.groups.end()) {
+      return absl::InternalError(
+          absl::StrCat("step ", step.id(), " (", OpName(step.op()),
+                       ") uses unknown group ", step.group()));
+    }
+  }
+  if (step.op() == v1::Step::OP_COMPUTE) {
+    add(step.device());
+  } else if (UsesGroup(step.op())) {
+    for (int d : group->second->devices()) add(d);
+  }
+  for (const auto* operands : {&step.inputs(), &step.outputs()}) {
+    for (const v1::Operand& operand : *operands) {
+      auto buffer = index.buffers.find(operand.buffer());
+      if (buffer == index.buffers.end()) {
+        return absl::InternalError(
+            absl::StrCat("step ", step.id(), " (", OpName(step.op()),
+                         ") names unknown buffer ", operand.buffer()));
+      }
+      add(buffer->second->device());
+    }
+  }
+  if (devices.empty()) {
+    return absl::InternalError(absl::StrCat(
+        "step ", step.id(), " (", OpName(step.op()), ") touches no device"));
+  }
+  return devices;
+}
+
+int64_t ElementsOf(
+    const google::protobuf::RepeatedPtrField<v1::Interval>& box) {
+  int64_t n = 1;
+  for (const v1::Interval& i : box) {
+    n *= std::max<int64_t>(0, i.end() - i.begin());
+  }
+  return n;
+}
+
+// Element size of tensor `t` of the plan; 1 when unknown (a malformed plan
+// still gets a figure rather than a crash).
+int64_t ElementSize(const v1::Plan& plan, int t) {
+  if (t < 0 || t >= plan.tensors_size()) return 1;
+  absl::StatusOr<DType> dtype =
+      DTypeFromProto(plan.tensors(t).dtype(), "tensor.dtype");
+  return dtype.ok() ? DTypeSize(*dtype) : 1;
 }
 
 }  // namespace
 
-absl::StatusOr<v1::Plan> BuildPlanProto(const ReshardPlan& plan,
-                                        double predicted_seconds,
-                                        double lower_bound_seconds) {
-  v1::Plan proto;
-  proto.set_strategy(plan.strategy);
-  proto.set_predicted_seconds(predicted_seconds);
-  proto.set_lower_bound_seconds(lower_bound_seconds);
-  for (size_t t = 0; t < plan.problems.size(); ++t) {
-    *proto.add_tensors() = TensorToProto(plan.problems[t].tensor);
-    AddBuffers(plan.problems[t], static_cast<int>(t), &proto);
-  }
-  // Ordered device list -> group id; std::map keeps vectors as keys simple.
-  std::map<std::vector<int>, int> group_ids;
-  for (size_t s = 0; s < plan.transfers.size(); ++s) {
-    const Transfer& transfer = plan.transfers[s];
-    if (transfer.tensor < 0 ||
-        transfer.tensor >= static_cast<int>(plan.problems.size())) {
-      return absl::InternalError(absl::StrCat("transfer ", s, " names tensor ",
-                                              transfer.tensor, " of ",
-                                              plan.problems.size()));
-    }
-    if (transfer.dst_devices.empty()) {
-      return absl::InternalError(
-          absl::StrCat("transfer ", s, " has no receiver"));
-    }
-    std::vector<int> chain;
-    chain.push_back(transfer.src_device);
-    chain.insert(chain.end(), transfer.dst_devices.begin(),
-                 transfer.dst_devices.end());
-    auto [it, inserted] =
-        group_ids.emplace(chain, static_cast<int>(group_ids.size()));
-    if (inserted) {
-      v1::CommGroup* group = proto.add_groups();
-      group->set_id(it->second);
-      for (int d : chain) group->add_devices(d);
-    }
-    v1::Step* step = proto.add_steps();
-    step->set_id(static_cast<int>(s));
-    step->set_op(transfer.dst_devices.size() == 1 ? v1::Step::OP_SEND_RECV
-                                                  : v1::Step::OP_BROADCAST);
-    step->set_group(it->second);
-    step->set_tensor(transfer.tensor);
-    BoxToProto(transfer.slice, step->mutable_slice());
-    step->set_bytes(transfer.bytes);
-    step->set_stage(transfer.stage);
-    for (int dep : transfer.deps) {
-      if (dep < 0 || dep >= static_cast<int>(s)) {
-        return absl::InternalError(absl::StrCat(
-            "transfer ", s, " depends on ", dep, ", not an earlier transfer"));
-      }
-      step->add_deps(dep);
-    }
-  }
-  return proto;
+bool DefinesValues(v1::Step::Op op) {
+  return op == v1::Step::OP_ALL_REDUCE || op == v1::Step::OP_REDUCE_SCATTER ||
+         op == v1::Step::OP_ALL_TO_ALL || op == v1::Step::OP_COMPUTE;
 }
 
 absl::StatusOr<std::vector<v1::WorkerProgram>> ProjectPlan(
@@ -102,28 +105,32 @@ absl::StatusOr<std::vector<v1::WorkerProgram>> ProjectPlan(
       }
     }
   }
-  absl::flat_hash_map<int, const v1::CommGroup*> groups;
+  PlanIndex index;
   for (const v1::CommGroup& group : plan.groups()) {
-    groups[group.id()] = &group;
+    index.groups[group.id()] = &group;
   }
-  // Every device the job touches, and the workers owning them.
+  for (const v1::Buffer& buffer : plan.buffers()) {
+    index.buffers[buffer.id()] = &buffer;
+  }
+  // Every device the job touches, and the devices of each step.
   absl::flat_hash_set<int> job_devices;
   for (const v1::Buffer& buffer : plan.buffers()) {
     job_devices.insert(buffer.device());
   }
+  std::vector<std::vector<int>> step_devices;
+  step_devices.reserve(plan.steps_size());
   for (const v1::Step& step : plan.steps()) {
-    auto it = groups.find(step.group());
-    if (it == groups.end()) {
-      return absl::InternalError(absl::StrCat(
-          "step ", step.id(), " uses unknown group ", step.group()));
-    }
-    job_devices.insert(it->second->devices().begin(),
-                       it->second->devices().end());
+    absl::StatusOr<std::vector<int>> devices = StepDevices(step, index);
+    if (!devices.ok()) return devices.status();
+    job_devices.insert(devices->begin(), devices->end());
+    step_devices.push_back(*std::move(devices));
   }
   std::vector<int> job_workers;  // indices into `workers`
   {
+    std::vector<int> sorted_devices(job_devices.begin(), job_devices.end());
+    std::sort(sorted_devices.begin(), sorted_devices.end());
     absl::flat_hash_set<int> seen;
-    for (int d : job_devices) {
+    for (int d : sorted_devices) {
       auto it = owner.find(d);
       if (it == owner.end()) {
         return absl::FailedPreconditionError(
@@ -142,8 +149,23 @@ absl::StatusOr<std::vector<v1::WorkerProgram>> ProjectPlan(
   for (size_t r = 0; r < job_workers.size(); ++r) {
     worker_rank[job_workers[r]] = static_cast<int>(r);
   }
+  std::vector<int> sorted_job_devices(job_devices.begin(), job_devices.end());
+  std::sort(sorted_job_devices.begin(), sorted_job_devices.end());
+
+  // The reference closure, the same for every program.
+  absl::flat_hash_set<int> reference_buffers;
+  for (const v1::Step& step : plan.steps()) {
+    if (!DefinesValues(step.op())) continue;
+    for (const v1::Operand& operand : step.inputs()) {
+      reference_buffers.insert(operand.buffer());
+    }
+    for (const v1::Operand& operand : step.outputs()) {
+      reference_buffers.insert(operand.buffer());
+    }
+  }
 
   std::vector<v1::WorkerProgram> programs;
+  programs.reserve(job_workers.size());
   for (size_t r = 0; r < job_workers.size(); ++r) {
     const int w = job_workers[r];
     v1::WorkerProgram program;
@@ -158,30 +180,33 @@ absl::StatusOr<std::vector<v1::WorkerProgram>> ProjectPlan(
     }
     std::sort(local.begin(), local.end());
     for (int d : local) program.add_local_devices(d);
-    std::vector<int> sorted_devices(job_devices.begin(), job_devices.end());
-    std::sort(sorted_devices.begin(), sorted_devices.end());
-    for (int d : sorted_devices) {
+    for (int d : sorted_job_devices) {
       (*program.mutable_device_rank())[d] = worker_rank[owner[d]];
     }
 
     v1::Plan* mine = program.mutable_plan();
     mine->set_strategy(plan.strategy());
+    mine->set_kind(plan.kind());
     mine->set_predicted_seconds(plan.predicted_seconds());
     mine->set_lower_bound_seconds(plan.lower_bound_seconds());
     *mine->mutable_tensors() = plan.tensors();
+    *mine->mutable_tensor_inits() = plan.tensor_inits();
     const absl::flat_hash_set<int> local_set(local.begin(), local.end());
     for (const v1::Buffer& buffer : plan.buffers()) {
-      if (local_set.contains(buffer.device())) *mine->add_buffers() = buffer;
+      if (local_set.contains(buffer.device()) ||
+          reference_buffers.contains(buffer.id())) {
+        *mine->add_buffers() = buffer;
+      }
     }
     absl::flat_hash_set<int> used_groups;
-    for (const v1::Step& step : plan.steps()) {
-      const v1::CommGroup& group = *groups[step.group()];
+    for (int s = 0; s < plan.steps_size(); ++s) {
+      const v1::Step& step = plan.steps(s);
       const bool touches =
-          std::any_of(group.devices().begin(), group.devices().end(),
+          std::any_of(step_devices[s].begin(), step_devices[s].end(),
                       [&](int d) { return local_set.contains(d); });
-      if (!touches) continue;
+      if (!touches && !DefinesValues(step.op())) continue;
       *mine->add_steps() = step;
-      used_groups.insert(step.group());
+      if (UsesGroup(step.op())) used_groups.insert(step.group());
     }
     for (const v1::CommGroup& group : plan.groups()) {
       if (used_groups.contains(group.id())) *mine->add_groups() = group;
@@ -195,11 +220,7 @@ int64_t DestinationElements(const v1::Plan& plan) {
   int64_t total = 0;
   for (const v1::Buffer& buffer : plan.buffers()) {
     if (buffer.role() != v1::Buffer::ROLE_DESTINATION) continue;
-    int64_t n = 1;
-    for (const v1::Interval& i : buffer.box()) {
-      n *= std::max<int64_t>(0, i.end() - i.begin());
-    }
-    total += n;
+    total += ElementsOf(buffer.box());
   }
   return total;
 }
@@ -209,14 +230,50 @@ int64_t DeliveredBytes(const v1::Plan& plan) {
   for (const v1::CommGroup& group : plan.groups()) {
     group_sizes[group.id()] = group.devices_size();
   }
+  absl::flat_hash_map<int32_t, int> buffer_tensor;
+  for (const v1::Buffer& buffer : plan.buffers()) {
+    buffer_tensor[buffer.id()] = buffer.tensor();
+  }
   int64_t total = 0;
   for (const v1::Step& step : plan.steps()) {
-    int receivers = 1;
-    if (step.op() == v1::Step::OP_BROADCAST) {
-      auto it = group_sizes.find(step.group());
-      receivers = it == group_sizes.end() ? 1 : std::max(1, it->second - 1);
+    auto it = group_sizes.find(step.group());
+    const int64_t n = it == group_sizes.end() ? 1 : it->second;
+    switch (step.op()) {
+      case v1::Step::OP_BROADCAST:
+        total += step.bytes() * std::max<int64_t>(1, n - 1);
+        break;
+      case v1::Step::OP_ALL_GATHER:
+      case v1::Step::OP_REDUCE_SCATTER:
+        total += step.bytes() * std::max<int64_t>(0, n - 1);
+        break;
+      case v1::Step::OP_ALL_REDUCE:
+        total += 2 * step.bytes() * std::max<int64_t>(0, n - 1);
+        break;
+      case v1::Step::OP_ALL_TO_ALL: {
+        if (step.counts_size() == n * n && n > 0) {
+          int tensor = step.tensor();
+          if (step.inputs_size() > 0) {
+            auto bt = buffer_tensor.find(step.inputs(0).buffer());
+            if (bt != buffer_tensor.end()) tensor = bt->second;
+          }
+          int64_t elements = 0;
+          for (int64_t r = 0; r < n; ++r) {
+            for (int64_t s = 0; s < n; ++s) {
+              if (r != s) elements += step.counts(r * n + s);
+            }
+          }
+          total += elements * ElementSize(plan, tensor);
+        } else {
+          total += n > 0 ? step.bytes() * (n - 1) / n : 0;
+        }
+        break;
+      }
+      case v1::Step::OP_COMPUTE:
+        break;
+      default:  // OP_SEND_RECV, OP_LOCAL_COPY, and anything newer: once
+        total += step.bytes();
+        break;
     }
-    total += step.bytes() * receivers;
   }
   return total;
 }

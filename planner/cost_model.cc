@@ -32,55 +32,6 @@ constexpr double kRelativeEpsilon = 1e-9;
 constexpr size_t kExactFlows = 1024;
 constexpr double kWindow = 1e-3;
 
-// Resource numbering: host NIC egress, host NIC ingress, device port egress,
-// device port ingress, host copy capacity, each block indexed by host or
-// device id. The copy block exists (and is used) only when the topology
-// limits host copies.
-class ResourceLayout {
- public:
-  explicit ResourceLayout(const Topology& topology)
-      : hosts_(topology.num_hosts),
-        devices_(topology.num_devices()),
-        has_copy_(topology.host_copy_bandwidth > 0) {}
-  int HostEgress(int host) const { return host; }
-  int HostIngress(int host) const { return hosts_ + host; }
-  int DeviceEgress(int device) const { return 2 * hosts_ + device; }
-  int DeviceIngress(int device) const { return 2 * hosts_ + devices_ + device; }
-  int HostCopy(int host) const { return 2 * (hosts_ + devices_) + host; }
-  bool has_copy() const { return has_copy_; }
-  int size() const {
-    return 2 * (hosts_ + devices_) + (has_copy_ ? hosts_ : 0);
-  }
-
-  std::vector<double> Capacities(const Topology& topology) const {
-    std::vector<double> capacity(size());
-    for (int host = 0; host < hosts_; ++host) {
-      capacity[HostEgress(host)] = topology.inter_host_bandwidth;
-      capacity[HostIngress(host)] = topology.inter_host_bandwidth;
-      if (has_copy_) capacity[HostCopy(host)] = topology.host_copy_bandwidth;
-    }
-    for (int device = 0; device < devices_; ++device) {
-      capacity[DeviceEgress(device)] = topology.intra_host_bandwidth;
-      capacity[DeviceIngress(device)] = topology.intra_host_bandwidth;
-    }
-    return capacity;
-  }
-
- private:
-  int hosts_;
-  int devices_;
-  bool has_copy_;
-};
-
-// The resources each transfer's flow uses (with multiplicity, as a relay
-// chain may leave or enter one host more than once), in compressed rows.
-struct FlowPaths {
-  std::vector<int> begin;  // per transfer, plus one sentinel
-  std::vector<int> resource;
-  std::vector<int> weight;
-  std::vector<double> tail_seconds;  // latency + pipeline fill per transfer
-};
-
 absl::Status CheckPlan(const ReshardPlan& plan, const Topology& topology) {
   const int num_devices = topology.num_devices();
   const auto bad_device = [&](size_t t, absl::string_view field, int device) {
@@ -126,68 +77,21 @@ absl::Status CheckPlan(const ReshardPlan& plan, const Topology& topology) {
   return absl::OkStatus();
 }
 
-FlowPaths BuildFlowPaths(const ReshardPlan& plan, const Topology& topology,
-                         const ResourceLayout& layout) {
-  FlowPaths paths;
-  const size_t n = plan.transfers.size();
-  paths.begin.reserve(n + 1);
-  paths.tail_seconds.reserve(n);
-  paths.begin.push_back(0);
-  std::vector<int> uses;  // resource ids of one flow, with repeats
-  for (const Transfer& transfer : plan.transfers) {
-    uses.clear();
-    double tail = 0;
-    const double chunk = std::min(static_cast<double>(transfer.bytes),
-                                  topology.pipeline_chunk_bytes);
-    int from = transfer.src_device;
-    for (size_t hop = 0; hop < transfer.dst_devices.size(); ++hop) {
-      const int to = transfer.dst_devices[hop];
-      uses.push_back(layout.DeviceEgress(from));
-      uses.push_back(layout.DeviceIngress(to));
-      const int from_host = topology.HostOf(from);
-      const int to_host = topology.HostOf(to);
-      double bandwidth = topology.intra_host_bandwidth;
-      double latency = topology.intra_host_latency;
-      if (from_host != to_host) {
-        uses.push_back(layout.HostEgress(from_host));
-        uses.push_back(layout.HostIngress(to_host));
-        bandwidth = topology.inter_host_bandwidth;
-        latency = topology.inter_host_latency;
-      }
-      if (layout.has_copy()) {
-        // A local hop is one memcpy on its host; a hop between hosts packs
-        // on the sender's host and unpacks on the receiver's.
-        uses.push_back(layout.HostCopy(from_host));
-        if (from_host != to_host) uses.push_back(layout.HostCopy(to_host));
-      }
-      tail += latency;
-      // Every hop after the first waits for one chunk to arrive before it
-      // can forward it: the pipeline fill of a relay chain.
-      if (hop > 0) tail += chunk / bandwidth;
-      from = to;
-    }
-    std::sort(uses.begin(), uses.end());
-    for (size_t i = 0; i < uses.size();) {
-      size_t j = i;
-      while (j < uses.size() && uses[j] == uses[i]) ++j;
-      paths.resource.push_back(uses[i]);
-      paths.weight.push_back(static_cast<int>(j - i));
-      i = j;
-    }
-    paths.begin.push_back(static_cast<int>(paths.resource.size()));
-    paths.tail_seconds.push_back(tail);
-  }
-  return paths;
-}
+// The flows' resources (with multiplicity) in compressed rows.
+struct FlowPathsView {
+  const std::vector<int>& begin;  // per flow, plus one sentinel
+  const std::vector<int>& resource;
+  const std::vector<int>& weight;
+};
 
 // Max-min fair rates by progressive filling. Scratch arrays are sized once
 // per simulation and only the resources of active flows are touched, so one
 // recomputation costs O(active flows x path length x log).
 class RateSolver {
  public:
-  RateSolver(const FlowPaths& paths, std::vector<double> capacity)
+  RateSolver(FlowPathsView paths, const std::vector<double>& capacity)
       : paths_(paths),
-        capacity_(std::move(capacity)),
+        capacity_(capacity),
         capacity_left_(capacity_.size(), 0),
         weight_left_(capacity_.size(), 0),
         touched_(capacity_.size(), 0),
@@ -282,8 +186,8 @@ class RateSolver {
       return resource > other.resource;
     }
   };
-  const FlowPaths& paths_;
-  std::vector<double> capacity_;
+  FlowPathsView paths_;
+  const std::vector<double>& capacity_;
   std::vector<double> capacity_left_;
   std::vector<int> weight_left_;
   std::vector<char> touched_;
@@ -300,54 +204,150 @@ class RateSolver {
 
 }  // namespace
 
-absl::StatusOr<SimulationResult> Simulate(const ReshardPlan& plan,
-                                          const Topology& topology) {
-  RETURN_IF_ERROR(topology.Validate());
-  RETURN_IF_ERROR(CheckPlan(plan, topology));
-  const int n = static_cast<int>(plan.transfers.size());
-  const ResourceLayout layout(topology);
-  const FlowPaths paths = BuildFlowPaths(plan, topology, layout);
+std::vector<double> NetworkResources::Capacities(
+    const Topology& topology) const {
+  std::vector<double> capacity(size());
+  for (int host = 0; host < hosts_; ++host) {
+    capacity[HostEgress(host)] = topology.inter_host_bandwidth;
+    capacity[HostIngress(host)] = topology.inter_host_bandwidth;
+    if (has_copy_) capacity[HostCopy(host)] = topology.host_copy_bandwidth;
+  }
+  for (int device = 0; device < devices_; ++device) {
+    capacity[DeviceEgress(device)] = topology.intra_host_bandwidth;
+    capacity[DeviceIngress(device)] = topology.intra_host_bandwidth;
+    capacity[DeviceCompute(device)] = 1;
+  }
+  return capacity;
+}
 
-  RateSolver solver(paths, layout.Capacities(topology));
+HopLink AppendHop(const Topology& topology, const NetworkResources& resources,
+                  int from, int to, std::vector<int>& uses) {
+  uses.push_back(resources.DeviceEgress(from));
+  uses.push_back(resources.DeviceIngress(to));
+  const int from_host = topology.HostOf(from);
+  const int to_host = topology.HostOf(to);
+  HopLink link{topology.intra_host_bandwidth, topology.intra_host_latency};
+  if (from_host != to_host) {
+    uses.push_back(resources.HostEgress(from_host));
+    uses.push_back(resources.HostIngress(to_host));
+    link = {topology.inter_host_bandwidth, topology.inter_host_latency};
+  }
+  if (resources.has_copy()) {
+    // A local hop is one memcpy on its host; a hop between hosts packs on
+    // the sender's host and unpacks on the receiver's.
+    uses.push_back(resources.HostCopy(from_host));
+    if (from_host != to_host) uses.push_back(resources.HostCopy(to_host));
+  }
+  return link;
+}
+
+double AppendRelayChain(const Topology& topology,
+                        const NetworkResources& resources, int src,
+                        absl::Span<const int> dsts, int64_t bytes,
+                        std::vector<int>& uses) {
+  double tail = 0;
+  const double chunk =
+      std::min(static_cast<double>(bytes), topology.pipeline_chunk_bytes);
+  int from = src;
+  for (size_t hop = 0; hop < dsts.size(); ++hop) {
+    const int to = dsts[hop];
+    const HopLink link = AppendHop(topology, resources, from, to, uses);
+    tail += link.latency;
+    // Every hop after the first waits for one chunk to arrive before it can
+    // forward it: the pipeline fill of a relay chain.
+    if (hop > 0) tail += chunk / link.bandwidth;
+    from = to;
+  }
+  return tail;
+}
+
+int FlowProblem::AddTask(double setup_seconds, absl::Span<const int> deps) {
+  setup_.push_back(setup_seconds);
+  tail_.push_back(0);
+  deps_.insert(deps_.end(), deps.begin(), deps.end());
+  task_dep_begin_.push_back(static_cast<int>(deps_.size()));
+  task_flow_begin_.push_back(static_cast<int>(amount_.size()));
+  return num_tasks() - 1;
+}
+
+void FlowProblem::AddFlow(double amount, std::vector<int>& uses) {
+  amount_.push_back(amount);
+  task_of_flow_.push_back(num_tasks() - 1);
+  ++task_flow_begin_.back();
+  std::sort(uses.begin(), uses.end());
+  for (size_t i = 0; i < uses.size();) {
+    size_t j = i;
+    while (j < uses.size() && uses[j] == uses[i]) ++j;
+    resource_.push_back(uses[i]);
+    weight_.push_back(static_cast<int>(j - i));
+    i = j;
+  }
+  flow_path_begin_.push_back(static_cast<int>(resource_.size()));
+}
+
+absl::StatusOr<FlowSchedule> RunFlows(const FlowProblem& problem) {
+  const int n = problem.num_tasks();
+  const std::vector<int>& task_flow_begin = problem.task_flow_begin_;
+  const std::vector<int>& task_dep_begin = problem.task_dep_begin_;
+  const std::vector<int>& deps = problem.deps_;
+  for (int t = 0; t < n; ++t) {
+    for (int k = task_dep_begin[t]; k < task_dep_begin[t + 1]; ++k) {
+      if (deps[k] < 0 || deps[k] >= n) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("flow task ", t, ": dep ", deps[k],
+                         " is not a task (allowed 0..", n - 1, ")"));
+      }
+    }
+  }
+  RateSolver solver(FlowPathsView{problem.flow_path_begin_, problem.resource_,
+                                  problem.weight_},
+                    problem.capacity_);
 
   // Dependents in compressed rows, and the number of unfinished deps.
   std::vector<int> pending(n, 0);
   std::vector<int> dependents_begin(n + 1, 0);
   for (int t = 0; t < n; ++t) {
-    for (int dep : plan.transfers[t].deps) ++dependents_begin[dep + 1];
-    pending[t] = static_cast<int>(plan.transfers[t].deps.size());
+    for (int k = task_dep_begin[t]; k < task_dep_begin[t + 1]; ++k) {
+      ++dependents_begin[deps[k] + 1];
+    }
+    pending[t] = task_dep_begin[t + 1] - task_dep_begin[t];
   }
   for (int t = 0; t < n; ++t) dependents_begin[t + 1] += dependents_begin[t];
   std::vector<int> dependents(dependents_begin[n]);
   {
     std::vector<int> fill(dependents_begin.begin(), dependents_begin.end() - 1);
     for (int t = 0; t < n; ++t) {
-      for (int dep : plan.transfers[t].deps) dependents[fill[dep]++] = t;
+      for (int k = task_dep_begin[t]; k < task_dep_begin[t + 1]; ++k) {
+        dependents[fill[deps[k]]++] = t;
+      }
     }
   }
 
-  SimulationResult result;
-  result.transfer_start.assign(n, 0);
-  result.transfer_finish.assign(n, 0);
-  std::vector<double> remaining(n, 0);
-  std::vector<double> rate(n, 0);
-  std::vector<int> active;
-  // Transfers with dependents whose last byte left the network, waiting out
-  // their latency and pipeline fill: (finish time, transfer), earliest
-  // first. Transfers without dependents finish on the spot: their tail
-  // changes nothing else, so it need not be an event.
-  using Tail = std::pair<double, int>;
-  std::priority_queue<Tail, std::vector<Tail>, std::greater<>> tails;
-  // Transfers in their set-up time: (time their flow begins, transfer),
-  // earliest first. Empty unless transfer_setup_seconds > 0.
-  std::priority_queue<Tail, std::vector<Tail>, std::greater<>> setups;
-  const double setup_seconds = topology.transfer_setup_seconds;
+  FlowSchedule result;
+  result.start.assign(n, 0);
+  result.finish.assign(n, 0);
+  const int num_flows = problem.num_flows();
+  std::vector<double> remaining(num_flows, 0);
+  std::vector<double> rate(num_flows, 0);
+  // Per task: flows still moving, and the time the last finished one did.
+  std::vector<int> outstanding(n, 0);
+  std::vector<double> data_end(n, 0);
+  std::vector<int> active;  // flows
+  // Tasks with dependents whose last unit left the network, waiting out
+  // their tail: (finish time, task), earliest first. Tasks without
+  // dependents finish on the spot: their tail changes nothing else, so it
+  // need not be an event.
+  using Timed = std::pair<double, int>;
+  std::priority_queue<Timed, std::vector<Timed>, std::greater<>> tails;
+  // Tasks in their set-up time: (time their flows begin, task), earliest
+  // first.
+  std::priority_queue<Timed, std::vector<Timed>, std::greater<>> setups;
   double now = 0;
   int finished = 0;
   const auto data_done = [&](int t, double time) {
-    const double finish = time + paths.tail_seconds[t];
+    const double finish = time + problem.tail_[t];
     if (dependents_begin[t] == dependents_begin[t + 1]) {
-      result.transfer_finish[t] = finish;
+      result.finish[t] = finish;
       result.seconds = std::max(result.seconds, finish);
       ++finished;
     } else {
@@ -356,22 +356,27 @@ absl::StatusOr<SimulationResult> Simulate(const ReshardPlan& plan,
   };
   bool active_changed = false;
 
-  // Puts transfer t's flow on the network at `time` (after its setup).
-  const auto begin_flow = [&](int t, double time) {
-    if (plan.transfers[t].bytes == 0) {
+  // Puts task t's flows on the network at `time` (after its setup).
+  const auto begin_flows = [&](int t, double time) {
+    const int first = task_flow_begin[t];
+    const int last = task_flow_begin[t + 1];
+    if (first == last) {
       data_done(t, time);
       return;
     }
-    remaining[t] = static_cast<double>(plan.transfers[t].bytes);
-    active.push_back(t);
+    for (int f = first; f < last; ++f) {
+      remaining[f] = problem.amount_[f];
+      active.push_back(f);
+    }
+    outstanding[t] = last - first;
     active_changed = true;
   };
   const auto start = [&](int t) {
-    result.transfer_start[t] = now;
-    if (setup_seconds > 0) {
-      setups.push({now + setup_seconds, t});
+    result.start[t] = now;
+    if (problem.setup_[t] > 0) {
+      setups.push({now + problem.setup_[t], t});
     } else {
-      begin_flow(t, now);
+      begin_flows(t, now);
     }
   };
   for (int t = 0; t < n; ++t) {
@@ -385,14 +390,14 @@ absl::StatusOr<SimulationResult> Simulate(const ReshardPlan& plan,
     }
     double next_done = std::numeric_limits<double>::infinity();
     int first_done = -1;
-    for (int t : active) {
-      const double done = now + remaining[t] / rate[t];
+    for (int f : active) {
+      const double done = now + remaining[f] / rate[f];
       if (done < next_done) {
         next_done = done;
-        first_done = t;
+        first_done = f;
       }
     }
-    // The next event other than a flow's last byte: a tail elapsing or a
+    // The next event other than a flow's last unit: a tail elapsing or a
     // setup ending.
     double next_event = std::numeric_limits<double>::infinity();
     if (!tails.empty()) next_event = tails.top().first;
@@ -405,49 +410,81 @@ absl::StatusOr<SimulationResult> Simulate(const ReshardPlan& plan,
       horizon = std::min(next_done * (1 + kWindow), next_event);
     }
     if (!std::isfinite(horizon)) {
-      return absl::InternalError(
-          "simulation stalled: transfers wait on deps that never finish");
+      return absl::InvalidArgumentError(absl::StrCat(
+          "simulation stalled: ", n - finished,
+          " tasks wait on deps that never finish (a dependency cycle)"));
     }
     const double dt = std::max(0.0, horizon - now);
     const double tolerance = kRelativeEpsilon * horizon;
-    // Advance every active flow; retire those whose last byte leaves by the
-    // horizon (up to the tolerance), each at its own time.
+    // Advance every active flow; retire those whose last unit leaves by the
+    // horizon (up to the tolerance), each at its own time; a task's data is
+    // done when its last flow retires.
     for (size_t i = 0; i < active.size();) {
-      const int t = active[i];
-      const double done = now + remaining[t] / rate[t];
-      if (t == first_done || done <= horizon + tolerance) {
-        remaining[t] = 0;
-        data_done(t, std::min(done, horizon));
+      const int f = active[i];
+      const double done = now + remaining[f] / rate[f];
+      if (f == first_done || done <= horizon + tolerance) {
+        remaining[f] = 0;
+        const int t = problem.task_of_flow_[f];
+        data_end[t] = std::max(data_end[t], std::min(done, horizon));
+        if (--outstanding[t] == 0) data_done(t, data_end[t]);
         active[i] = active.back();
         active.pop_back();
         active_changed = true;
       } else {
-        remaining[t] -= rate[t] * dt;
+        remaining[f] -= rate[f] * dt;
         ++i;
       }
     }
     now = std::max(now, horizon);
-    // Flows whose setup has elapsed join the network (a zero-byte one may
-    // finish on the spot and queue a tail, handled just below).
+    // Tasks whose setup has elapsed put their flows on the network (one
+    // without flows may finish on the spot and queue a tail, handled just
+    // below).
     while (!setups.empty() && setups.top().first <= now + tolerance) {
       const auto [time, t] = setups.top();
       setups.pop();
-      begin_flow(t, time);
+      begin_flows(t, time);
     }
-    // Finish transfers whose tail has elapsed and start their dependents;
-    // zero-byte dependents may finish right away, hence the loop.
+    // Finish tasks whose tail has elapsed and start their dependents;
+    // dependents without flows may finish right away, hence the loop.
     while (!tails.empty() && tails.top().first <= now + tolerance) {
       const auto [time, t] = tails.top();
       tails.pop();
-      result.transfer_finish[t] = time;
+      result.finish[t] = time;
       result.seconds = std::max(result.seconds, time);
       ++finished;
       for (int k = dependents_begin[t]; k < dependents_begin[t + 1]; ++k) {
-        const int next_transfer = dependents[k];
-        if (--pending[next_transfer] == 0) start(next_transfer);
+        const int next_task = dependents[k];
+        if (--pending[next_task] == 0) start(next_task);
       }
     }
   }
+  return result;
+}
+
+absl::StatusOr<SimulationResult> Simulate(const ReshardPlan& plan,
+                                          const Topology& topology) {
+  RETURN_IF_ERROR(topology.Validate());
+  RETURN_IF_ERROR(CheckPlan(plan, topology));
+  const NetworkResources resources(topology);
+  FlowProblem problem(resources.Capacities(topology));
+  std::vector<int> uses;  // resource ids of one flow, with repeats
+  for (const Transfer& transfer : plan.transfers) {
+    problem.AddTask(topology.transfer_setup_seconds, transfer.deps);
+    uses.clear();
+    const double tail =
+        AppendRelayChain(topology, resources, transfer.src_device,
+                         transfer.dst_devices, transfer.bytes, uses);
+    // A transfer of 0 bytes has no flow: it pays its setup and tail only.
+    if (transfer.bytes > 0) {
+      problem.AddFlow(static_cast<double>(transfer.bytes), uses);
+    }
+    problem.SetTail(tail);
+  }
+  ASSIGN_OR_RETURN(FlowSchedule schedule, RunFlows(problem));
+  SimulationResult result;
+  result.seconds = schedule.seconds;
+  result.transfer_start = std::move(schedule.start);
+  result.transfer_finish = std::move(schedule.finish);
   return result;
 }
 

@@ -52,13 +52,25 @@
 // Every simulated plan that delivers `tasks` takes at least this long,
 // whatever its strategy.
 //
-// Thread safety: pure functions.
+// Flow engine. Simulate is one client of a general engine declared below
+// (NetworkResources, FlowProblem, RunFlows): a DAG of tasks, each of which
+// waits for its deps, then its setup time, then moves any number of flows
+// concurrently over shared resources (max-min fair, as above), and finishes a
+// tail after its last flow's last unit. planner/sim/plan_simulator.h times
+// the plan IR with the same engine, adding each device's compute as a
+// resource. A transfer of a ReshardPlan is one task with one relay-chain
+// flow (none when it moves 0 bytes).
+//
+// Thread safety: pure functions; a FlowProblem is a plain value.
 #ifndef MESHCAST_PLANNER_COST_MODEL_H_
 #define MESHCAST_PLANNER_COST_MODEL_H_
 
+#include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "planner/plan.h"
 #include "planner/topology.h"
 #include "planner/unit_task.h"
@@ -80,6 +92,129 @@ absl::StatusOr<SimulationResult> Simulate(const ReshardPlan& plan,
 // moves (so that tiny tensors get a meaningful ratio too).
 double LowerBoundSeconds(const std::vector<UnitTask>& tasks,
                          const Topology& topology);
+
+// ---------------------------------------------------------------------------
+// The flow engine.
+
+// The resources of a topology, numbered: each host's NIC egress and ingress,
+// each device's port egress and ingress, each host's copy capacity (only when
+// topology.host_copy_bandwidth > 0), and each device's compute. Link
+// capacities are in bytes/s; a device's compute has capacity 1 (device
+// seconds per second), so a compute flow's amount is the time it would take
+// alone on its device, and concurrent compute flows share the device max-min
+// fairly.
+class NetworkResources {
+ public:
+  explicit NetworkResources(const Topology& topology)
+      : hosts_(topology.num_hosts),
+        devices_(topology.num_devices()),
+        has_copy_(topology.host_copy_bandwidth > 0) {}
+  int HostEgress(int host) const { return host; }
+  int HostIngress(int host) const { return hosts_ + host; }
+  int DeviceEgress(int device) const { return 2 * hosts_ + device; }
+  int DeviceIngress(int device) const { return 2 * hosts_ + devices_ + device; }
+  int HostCopy(int host) const { return 2 * (hosts_ + devices_) + host; }
+  int DeviceCompute(int device) const {
+    return 2 * (hosts_ + devices_) + (has_copy_ ? hosts_ : 0) + device;
+  }
+  bool has_copy() const { return has_copy_; }
+  int size() const {
+    return 2 * (hosts_ + devices_) + (has_copy_ ? hosts_ : 0) + devices_;
+  }
+  // Capacity of every resource, indexed by resource id.
+  std::vector<double> Capacities(const Topology& topology) const;
+
+ private:
+  int hosts_;
+  int devices_;
+  bool has_copy_;
+};
+
+// The link of one hop: its bandwidth and latency.
+struct HopLink {
+  double bandwidth = 0;
+  double latency = 0;
+};
+
+// Appends to `uses` the resources that a flow's hop from device `from` to
+// device `to` uses, as the simulator above describes them (ports; NICs when
+// it crosses hosts; host copies when limited), and returns the hop's link.
+// Devices must be valid ids of `topology`.
+HopLink AppendHop(const Topology& topology, const NetworkResources& resources,
+                  int from, int to, std::vector<int>& uses);
+
+// Appends the uses of a relay chain src -> dsts[0] -> dsts[1] ... and returns
+// its tail: each hop's latency, plus for every hop after the first one
+// pipeline chunk (min(pipeline_chunk_bytes, bytes)) at the hop's bandwidth.
+double AppendRelayChain(const Topology& topology,
+                        const NetworkResources& resources, int src,
+                        absl::Span<const int> dsts, int64_t bytes,
+                        std::vector<int>& uses);
+
+// The simulated times of a FlowProblem's tasks.
+struct FlowSchedule {
+  double seconds = 0;          // makespan (0 without tasks)
+  std::vector<double> start;   // per task (s)
+  std::vector<double> finish;  // per task (s)
+};
+
+// A DAG of tasks over resources of given capacities. Build it task by task:
+//
+//   FlowProblem problem(resources.Capacities(topology));
+//   const int t = problem.AddTask(setup_seconds, deps);
+//   problem.AddFlow(bytes, uses);   // any number, all concurrent
+//   problem.SetTail(tail_seconds);
+//   ASSIGN_OR_RETURN(FlowSchedule schedule, RunFlows(problem));
+//
+// A task starts when all its deps have finished (at 0 without deps), holds
+// nothing for setup_seconds, then moves all its flows at once; it finishes
+// tail_seconds after the last unit of its last flow (at start + setup + tail
+// without flows).
+class FlowProblem {
+ public:
+  explicit FlowProblem(std::vector<double> capacity)
+      : capacity_(std::move(capacity)) {
+    task_flow_begin_.push_back(0);
+    task_dep_begin_.push_back(0);
+    flow_path_begin_.push_back(0);
+  }
+
+  // Adds a task; deps are indices of tasks (of this problem, added before or
+  // after; RunFlows checks them). Returns the new task's index.
+  int AddTask(double setup_seconds, absl::Span<const int> deps);
+  // Adds a flow of `amount` units (> 0; bytes on links, device seconds on a
+  // compute resource) to the last task added. `uses` lists its resource ids,
+  // a repeat meaning the flow loads that resource once more (it is sorted in
+  // place). Every resource of one flow must share the unit of `amount`.
+  void AddFlow(double amount, std::vector<int>& uses);
+  // Sets the tail of the last task added.
+  void SetTail(double tail_seconds) { tail_.back() = tail_seconds; }
+
+  int num_tasks() const { return static_cast<int>(setup_.size()); }
+  int num_flows() const { return static_cast<int>(amount_.size()); }
+
+ private:
+  friend absl::StatusOr<FlowSchedule> RunFlows(
+      const FlowProblem& problem);
+
+  std::vector<double> capacity_;
+  // Per task (compressed rows for flows and deps).
+  std::vector<double> setup_;
+  std::vector<double> tail_;
+  std::vector<int> task_flow_begin_;
+  std::vector<int> task_dep_begin_;
+  std::vector<int> deps_;
+  // Per flow.
+  std::vector<double> amount_;
+  std::vector<int> task_of_flow_;
+  std::vector<int> flow_path_begin_;
+  std::vector<int> resource_;
+  std::vector<int> weight_;
+};
+
+// Simulates `problem`. InvalidArgument when a dep is out of range or the
+// deps form a cycle (some task never starts).
+absl::StatusOr<FlowSchedule> RunFlows(const FlowProblem& problem);
 
 }  // namespace meshcast
 

@@ -829,5 +829,71 @@ TEST(CostModelSpeedTest, SixteenThousandTransfersWithCpuCostsStayFast) {
               1e-9);
 }
 
+// ---------------------------------------------------------------------------
+// The flow engine on its own.
+
+TEST(FlowEngineTest, TaskWithSeveralFlowsEndsWithItsLastFlow) {
+  // Two resources of 1 and 2 units/s; task 0 moves 2 units over each
+  // (2 s and 1 s), then its 0.5 s tail; task 1 waits for it and its setup.
+  FlowProblem problem({1.0, 2.0});
+  std::vector<int> uses = {0};
+  problem.AddTask(0, {});
+  problem.AddFlow(2, uses);
+  uses = {1};
+  problem.AddFlow(2, uses);
+  problem.SetTail(0.5);
+  problem.AddTask(0.25, {0});
+  const absl::StatusOr<FlowSchedule> schedule = RunFlows(problem);
+  ASSERT_TRUE(schedule.ok()) << schedule.status();
+  EXPECT_NEAR(schedule->finish[0], 2.5, 1e-12);
+  EXPECT_NEAR(schedule->start[1], 2.5, 1e-12);
+  EXPECT_NEAR(schedule->finish[1], 2.75, 1e-12);
+  EXPECT_NEAR(schedule->seconds, 2.75, 1e-12);
+}
+
+TEST(FlowEngineTest, RepeatedUsesLoadAResourceMoreThanOnce) {
+  // A flow that crosses resource 0 twice gets half its capacity.
+  FlowProblem problem({1.0});
+  std::vector<int> uses = {0, 0};
+  problem.AddTask(0, {});
+  problem.AddFlow(1, uses);
+  const absl::StatusOr<FlowSchedule> schedule = RunFlows(problem);
+  ASSERT_TRUE(schedule.ok()) << schedule.status();
+  EXPECT_NEAR(schedule->seconds, 2.0, 1e-12);
+}
+
+TEST(FlowEngineTest, ComputeResourcesAreSeparateFromLinks) {
+  // A device's compute (capacity 1: amounts in device seconds) and its port
+  // run side by side.
+  const Topology topology = PlainTopology(1, 2);
+  const NetworkResources resources(topology);
+  FlowProblem problem(resources.Capacities(topology));
+  std::vector<int> uses = {resources.DeviceCompute(0)};
+  problem.AddTask(0, {});
+  problem.AddFlow(3.0, uses);
+  uses.clear();
+  const HopLink link = AppendHop(topology, resources, 0, 1, uses);
+  EXPECT_EQ(link.bandwidth, 100e9);
+  problem.AddTask(0, {});
+  problem.AddFlow(200e9, uses);
+  const absl::StatusOr<FlowSchedule> schedule = RunFlows(problem);
+  ASSERT_TRUE(schedule.ok()) << schedule.status();
+  EXPECT_NEAR(schedule->finish[0], 3.0, 1e-12);
+  EXPECT_NEAR(schedule->finish[1], 2.0, 1e-12);
+}
+
+TEST(FlowEngineTest, BadDepsAreInvalidArguments) {
+  FlowProblem out_of_range({1.0});
+  out_of_range.AddTask(0, {3});
+  EXPECT_THAT(RunFlows(out_of_range).status().message(),
+              HasSubstr("dep 3 is not a task"));
+  FlowProblem cycle({1.0});
+  cycle.AddTask(0, {1});
+  cycle.AddTask(0, {0});
+  const absl::Status status = RunFlows(cycle).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("cycle"));
+}
+
 }  // namespace
 }  // namespace meshcast

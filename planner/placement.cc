@@ -1,7 +1,9 @@
 #include "planner/placement.h"
 
 #include <algorithm>
-#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -45,12 +47,37 @@ std::pair<int, int> RowsCols(const MeshRequest& mesh) {
   return {mesh.shape[0], mesh.shape[1]};
 }
 
-// A mesh placed so far, for the other mesh of the job to look at.
+// A mesh placed so far, for the job's later meshes to look at.
 struct PlacedMesh {
   DeviceMesh mesh;
   absl::flat_hash_set<int> hosts;
   absl::flat_hash_set<int> devices;
 };
+
+// Everything the job's meshes placed so far occupy, and what they are called
+// (in placement order) for the disjoint-hosts message.
+struct PlacedSoFar {
+  absl::flat_hash_set<int> hosts;
+  absl::flat_hash_set<int> devices;
+  std::vector<std::string> names;         // e.g. "src_mesh"
+  std::vector<std::string> descriptions;  // e.g. "src_mesh 2x4"
+
+  bool empty() const { return names.empty(); }
+  void Add(const PlacedMesh& mesh, const std::string& name,
+           const MeshRequest& request) {
+    hosts.insert(mesh.hosts.begin(), mesh.hosts.end());
+    devices.insert(mesh.devices.begin(), mesh.devices.end());
+    names.push_back(name);
+    descriptions.push_back(absl::StrCat(name, " ", request.ToString()));
+  }
+};
+
+// "a", "a and b", "a, b and c".
+std::string JoinWithAnd(const std::vector<std::string>& parts) {
+  if (parts.size() <= 1) return absl::StrJoin(parts, "");
+  std::vector<std::string> head(parts.begin(), parts.end() - 1);
+  return absl::StrCat(absl::StrJoin(head, ", "), " and ", parts.back());
+}
 
 // Structural checks that need no cluster state beyond its size.
 absl::Status CheckShape(absl::string_view name, const MeshRequest& mesh,
@@ -124,18 +151,17 @@ absl::Status CheckShape(absl::string_view name, const MeshRequest& mesh,
   return absl::OkStatus();
 }
 
-// Picks `cols` devices of `host` for one mesh row: free devices the other
-// mesh does not use first, then (overlap permitted) the other mesh's devices.
+// Picks `cols` devices of `host` for one mesh row: free devices the job's
+// other meshes do not use first, then (sharing permitted) their devices.
 // Returns false when the host has too few.
 bool PickRow(int host, int cols, const Topology& topology,
-             const Availability& avail, const PlacedMesh* other,
+             const Availability& avail, const PlacedSoFar& placed,
              bool may_share_devices, std::vector<int>* row) {
   std::vector<int> fresh, shared;
   for (int local = 0; local < topology.devices_per_host; ++local) {
     const int device = host * topology.devices_per_host + local;
-    const bool others = other != nullptr && other->devices.contains(device);
-    if (others) {
-      // The job's own other mesh does not make a device busy.
+    if (placed.devices.contains(device)) {
+      // The job's own other meshes do not make a device busy.
       if (may_share_devices) shared.push_back(device);
     } else if (!avail.DeviceBusy(device)) {
       fresh.push_back(device);
@@ -155,13 +181,14 @@ bool PickRow(int host, int cols, const Topology& topology,
   return true;
 }
 
-// Places one mesh given the other (if already placed). Errors describe what
-// is missing; the caller decides whether that is "never" or "not now".
-absl::StatusOr<PlacedMesh> PlaceOne(
-    absl::string_view name, const MeshRequest& mesh, const Topology& topology,
-    const Availability& avail, const PlacedMesh* other,
-    absl::string_view other_name, const MeshRequest* other_request,
-    bool allow_overlap) {
+// Places one mesh given the job's meshes placed so far. Errors describe
+// what is missing; the caller decides whether that is "never" or "not now".
+absl::StatusOr<PlacedMesh> PlaceOne(absl::string_view name,
+                                    const MeshRequest& mesh,
+                                    const Topology& topology,
+                                    const Availability& avail,
+                                    const PlacedSoFar& placed_so_far,
+                                    bool allow_overlap) {
   PlacedMesh placed;
   placed.mesh.shape = mesh.shape;
   if (!mesh.devices.empty()) {
@@ -171,7 +198,7 @@ absl::StatusOr<PlacedMesh> PlaceOne(
         return absl::UnavailableError(absl::StrCat(
             name, " device ", d, ": host ", host, " has no live worker"));
       }
-      const bool own = other != nullptr && other->devices.contains(d);
+      const bool own = placed_so_far.devices.contains(d);
       if (!own && avail.DeviceBusy(d)) {
         return absl::UnavailableError(
             absl::StrCat(name, " device ", d, " is held by another job"));
@@ -180,9 +207,9 @@ absl::StatusOr<PlacedMesh> PlaceOne(
     placed.mesh.devices = mesh.devices;
   } else {
     const auto [rows, cols] = RowsCols(mesh);
-    // A mesh the user fixed may share hosts and devices with the other one;
-    // a mesh the controller places stays off the other's hosts unless the
-    // job allows overlap.
+    // A mesh the user fixed may share hosts and devices with the others; a
+    // mesh the controller places stays off their hosts unless the job allows
+    // overlap.
     const bool fixed = mesh.first_host >= 0;
     const bool avoid_other_hosts = !allow_overlap && !fixed;
     if (fixed) {
@@ -194,8 +221,8 @@ absl::StatusOr<PlacedMesh> PlaceOne(
                                                      " has no live worker"));
         }
         std::vector<int> row;
-        if (!PickRow(host, cols, topology, avail, other, /*share=*/true,
-                     &row)) {
+        if (!PickRow(host, cols, topology, avail, placed_so_far,
+                     /*may_share_devices=*/true, &row)) {
           return absl::UnavailableError(
               absl::StrCat(name, " ", mesh.ToString(), ": host ", host,
                            " has fewer than ", cols, " free devices"));
@@ -207,12 +234,10 @@ absl::StatusOr<PlacedMesh> PlaceOne(
       int found = 0;
       for (int host = 0; host < topology.num_hosts && found < rows; ++host) {
         if (avail.HostDown(host)) continue;
-        if (avoid_other_hosts && other != nullptr &&
-            other->hosts.contains(host)) {
-          continue;
-        }
+        if (avoid_other_hosts && placed_so_far.hosts.contains(host)) continue;
         std::vector<int> row;
-        if (!PickRow(host, cols, topology, avail, other, allow_overlap, &row)) {
+        if (!PickRow(host, cols, topology, avail, placed_so_far, allow_overlap,
+                     &row)) {
           continue;
         }
         placed.mesh.devices.insert(placed.mesh.devices.end(), row.begin(),
@@ -220,22 +245,32 @@ absl::StatusOr<PlacedMesh> PlaceOne(
         ++found;
       }
       if (found < rows) {
-        if (avoid_other_hosts && other != nullptr &&
-            rows + static_cast<int>(other->hosts.size()) > topology.num_hosts) {
+        const bool others = avoid_other_hosts && !placed_so_far.empty();
+        if (others && rows + static_cast<int64_t>(placed_so_far.hosts.size()) >
+                          topology.num_hosts) {
           // Would fit alone; the disjoint-hosts rule is what fails.
+          std::vector<std::string> involved = {
+              absl::StrCat(name, " ", mesh.ToString())};
+          involved.insert(involved.end(), placed_so_far.descriptions.begin(),
+                          placed_so_far.descriptions.end());
           return absl::InvalidArgumentError(absl::StrCat(
-              name, " ", mesh.ToString(), " and ", other_name, " ",
-              other_request->ToString(), " on disjoint hosts need ",
-              rows + other->hosts.size(), " hosts; cluster has ",
+              JoinWithAnd(involved), " on disjoint hosts need ",
+              rows + placed_so_far.hosts.size(), " hosts; cluster has ",
               ClusterText(topology),
-              " (to share hosts: allow_overlap in the job, --allow-overlap for meshctl)"));
+              " (to share hosts: allow_overlap in the job, --allow-overlap "
+              "for meshctl)"));
+        }
+        std::string apart;
+        if (others) {
+          std::vector<std::string> owners;
+          for (const std::string& owner : placed_so_far.names) {
+            owners.push_back(absl::StrCat(owner, "'s"));
+          }
+          apart = absl::StrCat(" apart from ", JoinWithAnd(owners));
         }
         return absl::UnavailableError(
             absl::StrCat(name, " ", mesh.ToString(), " needs ", rows,
-                         " live hosts with ", cols, " free devices",
-                         avoid_other_hosts && other != nullptr
-                             ? absl::StrCat(" apart from ", other_name, "'s")
-                             : std::string()));
+                         " live hosts with ", cols, " free devices", apart));
       }
     }
   }
@@ -249,30 +284,27 @@ absl::StatusOr<PlacedMesh> PlaceOne(
 absl::StatusOr<Placement> PlaceImpl(const PlacementRequest& request,
                                     const Topology& topology,
                                     const Availability& avail) {
-  // Fixed meshes first, so that a placed mesh can steer around them.
-  const bool dst_first = IsFixed(request.dst) && !IsFixed(request.src);
-  const std::array<const MeshRequest*, 2> meshes = {&request.src, &request.dst};
-  const std::array<const char*, 2> names = {"src_mesh", "dst_mesh"};
-  const std::array<int, 2> order =
-      dst_first ? std::array<int, 2>{1, 0} : std::array<int, 2>{0, 1};
-  std::array<PlacedMesh, 2> placed;
-  for (int step = 0; step < 2; ++step) {
-    const int i = order[step];
-    const int o = 1 - i;
-    const PlacedMesh* other = step == 0 ? nullptr : &placed[o];
-    absl::StatusOr<PlacedMesh> mesh =
-        PlaceOne(names[i], *meshes[i], topology, avail, other, names[o],
-                 meshes[o], request.allow_overlap);
-    if (!mesh.ok()) return mesh.status();
-    placed[i] = *std::move(mesh);
+  const int n = static_cast<int>(request.meshes.size());
+  // Fixed meshes first, so that placed meshes can steer around them.
+  std::vector<int> order;
+  for (int i = 0; i < n; ++i) {
+    if (IsFixed(request.meshes[i])) order.push_back(i);
   }
+  for (int i = 0; i < n; ++i) {
+    if (!IsFixed(request.meshes[i])) order.push_back(i);
+  }
+  PlacedSoFar so_far;
   Placement result;
-  result.src = std::move(placed[0].mesh);
-  result.dst = std::move(placed[1].mesh);
-  absl::flat_hash_set<int> devices(result.src.devices.begin(),
-                                   result.src.devices.end());
-  devices.insert(result.dst.devices.begin(), result.dst.devices.end());
-  result.devices.assign(devices.begin(), devices.end());
+  result.meshes.resize(n);
+  for (int i : order) {
+    const std::string name = request.NameOf(i);
+    ASSIGN_OR_RETURN(PlacedMesh mesh,
+                     PlaceOne(name, request.meshes[i], topology, avail, so_far,
+                              request.allow_overlap));
+    so_far.Add(mesh, name, request.meshes[i]);
+    result.meshes[i] = std::move(mesh.mesh);
+  }
+  result.devices.assign(so_far.devices.begin(), so_far.devices.end());
   std::sort(result.devices.begin(), result.devices.end());
   for (int d : result.devices) {
     const int host = topology.HostOf(d);
@@ -295,6 +327,13 @@ std::string MeshRequest::ToString() const {
   return text;
 }
 
+std::string PlacementRequest::NameOf(int i) const {
+  if (i >= 0 && i < static_cast<int>(names.size()) && !names[i].empty()) {
+    return names[i];
+  }
+  return absl::StrCat("meshes[", i, "]");
+}
+
 absl::Status DeviceAllocator::CheckFits(const PlacementRequest& request,
                                         const Topology& topology) {
   return PlaceOnIdleCluster(request, topology).status();
@@ -307,8 +346,13 @@ absl::StatusOr<Placement> DeviceAllocator::PlaceOnIdleCluster(
         "the cluster has no workers; start meshcast-worker on each host "
         "first");
   }
-  RETURN_IF_ERROR(CheckShape("src_mesh", request.src, topology));
-  RETURN_IF_ERROR(CheckShape("dst_mesh", request.dst, topology));
+  if (request.meshes.empty()) {
+    return absl::InvalidArgumentError(
+        "the job asks for no meshes; a job places at least one");
+  }
+  for (int i = 0; i < static_cast<int>(request.meshes.size()); ++i) {
+    RETURN_IF_ERROR(CheckShape(request.NameOf(i), request.meshes[i], topology));
+  }
   absl::StatusOr<Placement> placement =
       PlaceImpl(request, topology, Availability{});
   if (!placement.ok()) {

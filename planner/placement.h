@@ -3,18 +3,24 @@
 // `meshctl plan` (offline, on an idle cluster) share these rules, so an
 // unpinned mesh lands on the same devices in both.
 //
-// Placement rules (DESIGN.md, issue 3):
+// Placement rules (DESIGN.md, issue 3; any number of meshes since issue 10):
 //  - A mesh the controller places is 1-D (n = 1 x n) or 2-D (rows x cols):
 //    one mesh row per host, `cols` free devices of that host (lowest ids
 //    first), hosts in ascending order.
 //  - `first_host` >= 0 pins row 0 to that host (rows take consecutive hosts);
 //    < 0 (the API's unset first_host) means anywhere.
 //  - An explicit device list is used as given (any shape).
-//  - Source and destination take disjoint hosts unless `allow_overlap`; with
-//    it, the destination may reuse the source's hosts and devices. Meshes the
-//    user fixed (explicit devices or a pinned host) are honoured even when
-//    they share hosts; the other mesh avoids them.
+//  - Fixed meshes (explicit devices or a pinned host) are placed first, in
+//    request order, then the others in request order. Fixed meshes are
+//    honoured even when they share hosts and devices with the job's other
+//    meshes. Each mesh the controller places stays off the hosts of every
+//    mesh of the job placed before it, unless `allow_overlap`; with it, it
+//    may reuse their hosts and (preferring unused devices) their devices.
+//    A device of the job's own meshes never counts as busy for the job.
 //
+//   PlacementRequest request;
+//   request.meshes = {src, dst};
+//   request.names = {"src_mesh", "dst_mesh"};  // for error messages
 //   DeviceAllocator allocator;
 //   RETURN_IF_ERROR(DeviceAllocator::CheckFits(request, topology)); // submit
 //   absl::StatusOr<Placement> p = allocator.Acquire(request, topology, lost);
@@ -47,17 +53,21 @@ struct MeshRequest {
   std::string ToString() const;
 };
 
+// The meshes one job needs. Errors name mesh i by names[i] (e.g.
+// "src_mesh"); a missing name reads "meshes[i]".
 struct PlacementRequest {
-  MeshRequest src;
-  MeshRequest dst;
+  std::vector<MeshRequest> meshes;
+  std::vector<std::string> names;  // parallel to meshes
   bool allow_overlap = false;
+
+  // names[i], or "meshes[i]" when the request names fewer meshes.
+  std::string NameOf(int i) const;
 };
 
 struct Placement {
-  DeviceMesh src;
-  DeviceMesh dst;
-  std::vector<int> devices;  // union of both meshes, ascending
-  std::vector<int> hosts;    // hosts of those devices, ascending
+  std::vector<DeviceMesh> meshes;  // parallel to PlacementRequest::meshes
+  std::vector<int> devices;        // union of all meshes, ascending
+  std::vector<int> hosts;          // hosts of those devices, ascending
 };
 
 class DeviceAllocator {
@@ -65,7 +75,9 @@ class DeviceAllocator {
   // OK when `request` can be placed on `topology` with every device free and
   // every host alive; INVALID_ARGUMENT naming the mesh and the cluster size
   // otherwise (e.g. "dst_mesh 3x4 needs 3 hosts with 4 free devices; cluster
-  // has 2 hosts x 4 devices"). FAILED_PRECONDITION when the cluster is empty.
+  // has 2 hosts x 4 devices"; "dst_mesh 2x4 and src_mesh 2x4 on disjoint
+  // hosts need 4 hosts; ..."). INVALID_ARGUMENT too when the request has no
+  // mesh. FAILED_PRECONDITION when the cluster is empty.
   static absl::Status CheckFits(const PlacementRequest& request,
                                 const Topology& topology);
   // The placement CheckFits finds on the idle cluster (used to validate a

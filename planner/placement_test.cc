@@ -23,16 +23,25 @@ MeshRequest Mesh(std::vector<int> shape, int first_host = -1,
   return {std::move(shape), std::move(devices), first_host};
 }
 
+// A reshard-shaped job: a source and a destination mesh.
+PlacementRequest Job(MeshRequest src, MeshRequest dst, bool allow_overlap) {
+  PlacementRequest request;
+  request.meshes = {std::move(src), std::move(dst)};
+  request.names = {"src_mesh", "dst_mesh"};
+  request.allow_overlap = allow_overlap;
+  return request;
+}
+
 const absl::flat_hash_set<int> kNoneDown;
 
 TEST(AllocatorTest, OneMeshRowPerHostOnDisjointHosts) {
   DeviceAllocator allocator;
   absl::StatusOr<Placement> p = allocator.Place(
-      {Mesh({2, 4}), Mesh({2, 4}), false}, Cluster(4, 4), kNoneDown);
+      Job(Mesh({2, 4}), Mesh({2, 4}), false), Cluster(4, 4), kNoneDown);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_THAT(p->src.shape, ElementsAre(2, 4));
-  EXPECT_THAT(p->src.devices, ElementsAre(0, 1, 2, 3, 4, 5, 6, 7));
-  EXPECT_THAT(p->dst.devices, ElementsAre(8, 9, 10, 11, 12, 13, 14, 15));
+  EXPECT_THAT(p->meshes[0].shape, ElementsAre(2, 4));
+  EXPECT_THAT(p->meshes[0].devices, ElementsAre(0, 1, 2, 3, 4, 5, 6, 7));
+  EXPECT_THAT(p->meshes[1].devices, ElementsAre(8, 9, 10, 11, 12, 13, 14, 15));
   EXPECT_THAT(p->hosts, ElementsAre(0, 1, 2, 3));
   EXPECT_EQ(p->devices.size(), 16u);
 }
@@ -40,93 +49,95 @@ TEST(AllocatorTest, OneMeshRowPerHostOnDisjointHosts) {
 TEST(AllocatorTest, PartialRowsTakeTheLowestDevices) {
   DeviceAllocator allocator;
   absl::StatusOr<Placement> p = allocator.Place(
-      {Mesh({1, 2}), Mesh({2}), false}, Cluster(2, 4), kNoneDown);
+      Job(Mesh({1, 2}), Mesh({2}), false), Cluster(2, 4), kNoneDown);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_THAT(p->src.devices, ElementsAre(0, 1));
+  EXPECT_THAT(p->meshes[0].devices, ElementsAre(0, 1));
   // A 1-D mesh is one row; it goes to the next host.
-  EXPECT_THAT(p->dst.shape, ElementsAre(2));
-  EXPECT_THAT(p->dst.devices, ElementsAre(4, 5));
+  EXPECT_THAT(p->meshes[1].shape, ElementsAre(2));
+  EXPECT_THAT(p->meshes[1].devices, ElementsAre(4, 5));
 }
 
 TEST(AllocatorTest, OverlapSharesHostsPreferringUnusedDevices) {
   DeviceAllocator allocator;
   absl::StatusOr<Placement> p = allocator.Place(
-      {Mesh({1, 2}), Mesh({1, 2}), true}, Cluster(1, 4), kNoneDown);
+      Job(Mesh({1, 2}), Mesh({1, 2}), true), Cluster(1, 4), kNoneDown);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_THAT(p->src.devices, ElementsAre(0, 1));
-  EXPECT_THAT(p->dst.devices, ElementsAre(2, 3));
+  EXPECT_THAT(p->meshes[0].devices, ElementsAre(0, 1));
+  EXPECT_THAT(p->meshes[1].devices, ElementsAre(2, 3));
   // When the host is full, overlap reuses the source's devices.
-  p = allocator.Place({Mesh({2, 4}), Mesh({2, 4}), true}, Cluster(2, 4),
+  p = allocator.Place(Job(Mesh({2, 4}), Mesh({2, 4}), true), Cluster(2, 4),
                       kNoneDown);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ(p->src.devices, p->dst.devices);
+  EXPECT_EQ(p->meshes[0].devices, p->meshes[1].devices);
   EXPECT_EQ(p->devices.size(), 8u);
 }
 
 TEST(AllocatorTest, ExplicitDevicesAndPinnedHostsAreHonoured) {
   DeviceAllocator allocator;
-  absl::StatusOr<Placement> p =
-      allocator.Place({Mesh({2, 2}, -1, {1, 3, 5, 7}), Mesh({1, 4}, 2), false},
-                      Cluster(3, 4), kNoneDown);
+  absl::StatusOr<Placement> p = allocator.Place(
+      Job(Mesh({2, 2}, -1, {1, 3, 5, 7}), Mesh({1, 4}, 2), false),
+      Cluster(3, 4), kNoneDown);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_THAT(p->src.devices, ElementsAre(1, 3, 5, 7));
-  EXPECT_THAT(p->dst.devices, ElementsAre(8, 9, 10, 11));
+  EXPECT_THAT(p->meshes[0].devices, ElementsAre(1, 3, 5, 7));
+  EXPECT_THAT(p->meshes[1].devices, ElementsAre(8, 9, 10, 11));
   // A placed source steers around a pinned destination.
-  p = allocator.Place({Mesh({1, 4}), Mesh({1, 4}, 1), false}, Cluster(3, 4),
+  p = allocator.Place(Job(Mesh({1, 4}), Mesh({1, 4}, 1), false), Cluster(3, 4),
                       kNoneDown);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_THAT(p->dst.devices, ElementsAre(4, 5, 6, 7));
-  EXPECT_THAT(p->src.devices, ElementsAre(0, 1, 2, 3));
-  p = allocator.Place({Mesh({1, 4}, -1, {0, 1, 2, 3}), Mesh({1, 4}), false},
+  EXPECT_THAT(p->meshes[1].devices, ElementsAre(4, 5, 6, 7));
+  EXPECT_THAT(p->meshes[0].devices, ElementsAre(0, 1, 2, 3));
+  p = allocator.Place(Job(Mesh({1, 4}, -1, {0, 1, 2, 3}), Mesh({1, 4}), false),
                       Cluster(3, 4), kNoneDown);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_THAT(p->dst.devices, ElementsAre(4, 5, 6, 7));
+  EXPECT_THAT(p->meshes[1].devices, ElementsAre(4, 5, 6, 7));
   // Host 0 can be pinned too: the placed mesh moves out of its way.
-  p = allocator.Place({Mesh({1, 4}), Mesh({1, 4}, 0), false}, Cluster(3, 4),
+  p = allocator.Place(Job(Mesh({1, 4}), Mesh({1, 4}, 0), false), Cluster(3, 4),
                       kNoneDown);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_THAT(p->dst.devices, ElementsAre(0, 1, 2, 3));
-  EXPECT_THAT(p->src.devices, ElementsAre(4, 5, 6, 7));
+  EXPECT_THAT(p->meshes[1].devices, ElementsAre(0, 1, 2, 3));
+  EXPECT_THAT(p->meshes[0].devices, ElementsAre(4, 5, 6, 7));
 }
 
 TEST(AllocatorTest, RefusesWhatTheClusterCannotHold) {
   absl::Status s = DeviceAllocator::CheckFits(
-      {Mesh({2, 4}), Mesh({3, 4}), true}, Cluster(2, 4));
+      Job(Mesh({2, 4}), Mesh({3, 4}), true), Cluster(2, 4));
   EXPECT_TRUE(absl::IsInvalidArgument(s));
   EXPECT_EQ(s.message(),
             "dst_mesh 3x4 needs 3 hosts with 4 free devices; cluster has 2 "
             "hosts x 4 devices");
-  s = DeviceAllocator::CheckFits({Mesh({1, 8}), Mesh({1, 4}), true},
+  s = DeviceAllocator::CheckFits(Job(Mesh({1, 8}), Mesh({1, 4}), true),
                                  Cluster(2, 4));
   EXPECT_TRUE(absl::IsInvalidArgument(s));
   EXPECT_THAT(s.message(), HasSubstr("needs 8 devices per host"));
-  s = DeviceAllocator::CheckFits({Mesh({2, 4}), Mesh({2, 4}), false},
+  s = DeviceAllocator::CheckFits(Job(Mesh({2, 4}), Mesh({2, 4}), false),
                                  Cluster(3, 4));
   EXPECT_TRUE(absl::IsInvalidArgument(s));
-  EXPECT_THAT(s.message(), HasSubstr("on disjoint hosts need 4 hosts"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("dst_mesh 2x4 and src_mesh 2x4 on disjoint hosts need "
+                        "4 hosts; cluster has 3 hosts x 4 devices"));
   EXPECT_THAT(s.message(),
               HasSubstr("to share hosts: allow_overlap in the job, "
                         "--allow-overlap for meshctl"));
-  s = DeviceAllocator::CheckFits({Mesh({2, 4}, 1), Mesh({1, 4}), true},
+  s = DeviceAllocator::CheckFits(Job(Mesh({2, 4}, 1), Mesh({1, 4}), true),
                                  Cluster(2, 4));
   EXPECT_THAT(s.message(), HasSubstr("needs hosts 1..2"));
   s = DeviceAllocator::CheckFits(
-      {Mesh({2, 4}, std::numeric_limits<int>::max()), Mesh({1, 4}), true},
+      Job(Mesh({2, 4}, std::numeric_limits<int>::max()), Mesh({1, 4}), true),
       Cluster(2, 4));
   EXPECT_TRUE(absl::IsInvalidArgument(s));
-  s = DeviceAllocator::CheckFits({Mesh({2}, -1, {0, 9}), Mesh({1, 4}), true},
+  s = DeviceAllocator::CheckFits(Job(Mesh({2}, -1, {0, 9}), Mesh({1, 4}), true),
                                  Cluster(2, 4));
   EXPECT_THAT(s.message(), HasSubstr("device 9 is outside the cluster"));
-  s = DeviceAllocator::CheckFits({Mesh({2}, -1, {1, 1}), Mesh({1, 4}), true},
+  s = DeviceAllocator::CheckFits(Job(Mesh({2}, -1, {1, 1}), Mesh({1, 4}), true),
                                  Cluster(2, 4));
   EXPECT_THAT(s.message(), HasSubstr("device 1 twice"));
-  s = DeviceAllocator::CheckFits({Mesh({2}, -1, {1}), Mesh({1, 4}), true},
+  s = DeviceAllocator::CheckFits(Job(Mesh({2}, -1, {1}), Mesh({1, 4}), true),
                                  Cluster(2, 4));
   EXPECT_THAT(s.message(), HasSubstr("has 1 ids but shape 2 needs 2"));
-  s = DeviceAllocator::CheckFits({Mesh({2, 2, 2}), Mesh({1, 4}), true},
+  s = DeviceAllocator::CheckFits(Job(Mesh({2, 2, 2}), Mesh({1, 4}), true),
                                  Cluster(2, 4));
   EXPECT_THAT(s.message(), HasSubstr("list the devices"));
-  s = DeviceAllocator::CheckFits({Mesh({1, 1}), Mesh({1, 1}), true},
+  s = DeviceAllocator::CheckFits(Job(Mesh({1, 1}), Mesh({1, 1}), true),
                                  Cluster(0, 0));
   EXPECT_TRUE(absl::IsFailedPrecondition(s));
 }
@@ -134,7 +145,7 @@ TEST(AllocatorTest, RefusesWhatTheClusterCannotHold) {
 TEST(AllocatorTest, BusyDevicesMakeJobsWaitAndDisjointJobsRunTogether) {
   DeviceAllocator allocator;
   const Topology cluster = Cluster(4, 2);
-  const PlacementRequest job = {Mesh({1, 2}), Mesh({1, 2}), false};
+  const PlacementRequest job = Job(Mesh({1, 2}), Mesh({1, 2}), false);
   absl::StatusOr<Placement> first = allocator.Acquire(job, cluster, kNoneDown);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_THAT(first->hosts, ElementsAre(0, 1));
@@ -156,35 +167,122 @@ TEST(AllocatorTest, PinnedOrExplicitOnBusyDevicesWaits) {
   const Topology cluster = Cluster(2, 2);
   ASSERT_TRUE(
       allocator
-          .Acquire({Mesh({1, 1}, -1, {0}), Mesh({1, 1}, -1, {2}), false},
+          .Acquire(Job(Mesh({1, 1}, -1, {0}), Mesh({1, 1}, -1, {2}), false),
                    cluster, kNoneDown)
           .ok());
   EXPECT_TRUE(allocator.IsBusy(0));
   EXPECT_FALSE(allocator.IsBusy(1));
   absl::StatusOr<Placement> p =
-      allocator.Place({Mesh({1, 1}, -1, {0}), Mesh({1, 1}, -1, {3}), false},
+      allocator.Place(Job(Mesh({1, 1}, -1, {0}), Mesh({1, 1}, -1, {3}), false),
                       cluster, kNoneDown);
   EXPECT_TRUE(absl::IsUnavailable(p.status()));
   EXPECT_THAT(p.status().message(), HasSubstr("device 0 is held"));
   // Free devices on a pinned host are used around busy ones.
-  p = allocator.Place({Mesh({1, 1}, 1), Mesh({1, 1}, -1, {1}), false}, cluster,
-                      kNoneDown);
+  p = allocator.Place(Job(Mesh({1, 1}, 1), Mesh({1, 1}, -1, {1}), false),
+                      cluster, kNoneDown);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_THAT(p->src.devices, ElementsAre(3));
+  EXPECT_THAT(p->meshes[0].devices, ElementsAre(3));
 }
 
 TEST(AllocatorTest, LostHostsAreSkippedOrWaitedFor) {
   DeviceAllocator allocator;
   const Topology cluster = Cluster(3, 2);
   const absl::flat_hash_set<int> host0_down = {0};
-  absl::StatusOr<Placement> p =
-      allocator.Place({Mesh({1, 2}), Mesh({1, 2}), false}, cluster, host0_down);
+  absl::StatusOr<Placement> p = allocator.Place(
+      Job(Mesh({1, 2}), Mesh({1, 2}), false), cluster, host0_down);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_THAT(p->hosts, ElementsAre(1, 2));
-  p = allocator.Place({Mesh({1, 2}, -1, {0, 1}), Mesh({1, 2}), false}, cluster,
-                      host0_down);
+  p = allocator.Place(Job(Mesh({1, 2}, -1, {0, 1}), Mesh({1, 2}), false),
+                      cluster, host0_down);
   EXPECT_TRUE(absl::IsUnavailable(p.status()));
   EXPECT_THAT(p.status().message(), HasSubstr("no live worker"));
+}
+
+PlacementRequest ThreeMeshes(MeshRequest a, MeshRequest b, MeshRequest c,
+                             bool allow_overlap) {
+  PlacementRequest request;
+  request.meshes = {std::move(a), std::move(b), std::move(c)};
+  request.names = {"a_mesh", "b_mesh", "c_mesh"};
+  request.allow_overlap = allow_overlap;
+  return request;
+}
+
+TEST(AllocatorTest, ThreeMeshesTakeDisjointHostsInOrder) {
+  DeviceAllocator allocator;
+  absl::StatusOr<Placement> p =
+      allocator.Place(ThreeMeshes(Mesh({1, 2}), Mesh({2}), Mesh({2, 1}), false),
+                      Cluster(5, 2), kNoneDown);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->meshes.size(), 3u);
+  EXPECT_THAT(p->meshes[0].devices, ElementsAre(0, 1));
+  EXPECT_THAT(p->meshes[1].shape, ElementsAre(2));
+  EXPECT_THAT(p->meshes[1].devices, ElementsAre(2, 3));
+  EXPECT_THAT(p->meshes[2].shape, ElementsAre(2, 1));
+  EXPECT_THAT(p->meshes[2].devices, ElementsAre(4, 6));
+  EXPECT_THAT(p->devices, ElementsAre(0, 1, 2, 3, 4, 6));
+  EXPECT_THAT(p->hosts, ElementsAre(0, 1, 2, 3));
+}
+
+TEST(AllocatorTest, ThreeMeshesPlaceFixedOnesFirst) {
+  DeviceAllocator allocator;
+  // b is pinned to host 0 and c lists host 2's devices: a (placed last)
+  // steers around both and lands on host 1.
+  absl::StatusOr<Placement> p = allocator.Place(
+      ThreeMeshes(Mesh({1, 2}), Mesh({1, 2}, 0), Mesh({2}, -1, {4, 5}), false),
+      Cluster(3, 2), kNoneDown);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_THAT(p->meshes[0].devices, ElementsAre(2, 3));
+  EXPECT_THAT(p->meshes[1].devices, ElementsAre(0, 1));
+  EXPECT_THAT(p->meshes[2].devices, ElementsAre(4, 5));
+  EXPECT_THAT(p->hosts, ElementsAre(0, 1, 2));
+}
+
+TEST(AllocatorTest, ThreeMeshesOverlapReusesEarlierMeshesDevicesLast) {
+  DeviceAllocator allocator;
+  absl::StatusOr<Placement> p = allocator.Place(
+      ThreeMeshes(Mesh({1, 2}), Mesh({1, 2}), Mesh({1, 3}), true),
+      Cluster(1, 4), kNoneDown);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_THAT(p->meshes[0].devices, ElementsAre(0, 1));
+  EXPECT_THAT(p->meshes[1].devices, ElementsAre(2, 3));
+  // No device is fresh for c: it reuses a's and b's, lowest first.
+  EXPECT_THAT(p->meshes[2].devices, ElementsAre(0, 1, 2));
+  EXPECT_THAT(p->devices, ElementsAre(0, 1, 2, 3));
+}
+
+TEST(AllocatorTest, ThreeMeshesDisjointErrorNamesEveryMesh) {
+  absl::Status s = DeviceAllocator::CheckFits(
+      ThreeMeshes(Mesh({1, 2}), Mesh({1, 2}), Mesh({1, 2}), false),
+      Cluster(2, 2));
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_THAT(s.message(),
+              HasSubstr("c_mesh 1x2, a_mesh 1x2 and b_mesh 1x2 on disjoint "
+                        "hosts need 3 hosts; cluster has 2 hosts x 2 devices"));
+  // A busy host makes the third mesh wait, naming the meshes it avoids.
+  DeviceAllocator allocator;
+  ASSERT_TRUE(allocator
+                  .Acquire(Job(Mesh({1, 1}, 2), Mesh({1, 1}, 2), true),
+                           Cluster(3, 1), kNoneDown)
+                  .ok());
+  absl::StatusOr<Placement> p = allocator.Place(
+      ThreeMeshes(Mesh({1, 1}), Mesh({1, 1}), Mesh({1, 1}), false),
+      Cluster(3, 1), kNoneDown);
+  EXPECT_TRUE(absl::IsUnavailable(p.status())) << p.status();
+  EXPECT_THAT(p.status().message(),
+              HasSubstr("c_mesh 1x1 needs 1 live hosts with 1 free devices "
+                        "apart from a_mesh's and b_mesh's"));
+}
+
+TEST(AllocatorTest, UnnamedMeshesAndEmptyRequests) {
+  PlacementRequest request;
+  request.meshes = {Mesh({1, 2}), Mesh({3, 2})};
+  request.names = {"src_mesh"};
+  absl::Status s = DeviceAllocator::CheckFits(request, Cluster(2, 2));
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_THAT(s.message(), HasSubstr("meshes[1] 3x2 needs 3 hosts"));
+  s = DeviceAllocator::CheckFits(PlacementRequest{}, Cluster(2, 2));
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_THAT(s.message(), HasSubstr("no meshes"));
 }
 
 TEST(AllocatorTest, MeshRequestToString) {

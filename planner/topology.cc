@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -17,6 +18,16 @@ namespace {
 bool PositiveFinite(double value) { return std::isfinite(value) && value > 0; }
 
 }  // namespace
+
+absl::StatusOr<DeviceRates> DeviceRatesFor(absl::string_view kind) {
+  // Figures and their sources: see topology.h.
+  const std::string name = absl::AsciiStrToLower(kind);
+  if (name == "cpu") return DeviceRates{};
+  if (name == "h100") return DeviceRates{989e12, 3.35e12};
+  if (name == "h200") return DeviceRates{989e12, 4.8e12};
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown device kind \"", kind, "\"; allowed: cpu, h100, h200"));
+}
 
 absl::Status Topology::Validate() const {
   if (num_hosts < 1) {
@@ -36,6 +47,8 @@ absl::Status Topology::Validate() const {
       {"inter_host_bandwidth", inter_host_bandwidth},
       {"intra_host_bandwidth", intra_host_bandwidth},
       {"pipeline_chunk_bytes", pipeline_chunk_bytes},
+      {"device_flops", device_flops},
+      {"device_memory_bandwidth", device_memory_bandwidth},
   };
   for (const auto& [name, value] : rates) {
     if (!PositiveFinite(value)) {
@@ -81,6 +94,14 @@ std::string Topology::ToString() const {
   if (transfer_setup_seconds > 0) {
     absl::StrAppendFormat(&text, ", transfer setup %g us",
                           transfer_setup_seconds * 1e6);
+  }
+  // Compute rates appear only when they differ from the CPU default, so
+  // existing descriptions read as before.
+  const DeviceRates cpu;
+  if (device_flops != cpu.flops ||
+      device_memory_bandwidth != cpu.memory_bandwidth) {
+    absl::StrAppendFormat(&text, ", device %g TFLOP/s, memory %g GB/s",
+                          device_flops / 1e12, device_memory_bandwidth / 1e9);
   }
   return text;
 }

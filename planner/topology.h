@@ -15,6 +15,14 @@
 // transfer (thread start, tag matching, a round trip). How the simulator uses
 // them is spelled out in planner/cost_model.h.
 //
+// Compute: every device runs compute steps at device_flops (FLOP/s) and reads
+// and writes its memory at device_memory_bandwidth (bytes/s), the same for
+// every device of the topology. The defaults describe one CPU core; named
+// presets for other kinds come from DeviceRatesFor:
+//
+//   ASSIGN_OR_RETURN(const DeviceRates rates, DeviceRatesFor("h100"));
+//   topology.SetDeviceRates(rates);
+//
 // Thread safety: a plain value type; const methods are safe to call
 // concurrently.
 #ifndef MESHCAST_PLANNER_TOPOLOGY_H_
@@ -27,6 +35,25 @@
 #include "absl/strings/string_view.h"
 
 namespace meshcast {
+
+// What one device computes per second: its peak FLOP rate and its memory
+// bandwidth. The defaults are the "cpu" preset.
+struct DeviceRates {
+  double flops = 50e9;             // FLOP/s
+  double memory_bandwidth = 10e9;  // bytes/s
+};
+
+// Published peak figures of a device kind: "cpu", "h100" or "h200" (case
+// insensitive). InvalidArgument for any other name, listing the allowed ones.
+//  - h100: NVIDIA H100 SXM5 datasheet: 989 TFLOP/s dense BF16 tensor core
+//    (1979 with sparsity), 3.35 TB/s HBM3.
+//  - h200: NVIDIA H200 SXM datasheet: the same 989 TFLOP/s dense BF16,
+//    4.8 TB/s HBM3e.
+//  - cpu: one core, deliberately conservative: a core with two AVX-512 FMA
+//    units at ~3 GHz peaks near 100 GFLOP/s in fp32 (2 x 16 x 2 x 3e9), and
+//    a sustained GEMM reaches about half of that; a single core streams
+//    about 10 GB/s from DRAM (STREAM copy on a current server core).
+absl::StatusOr<DeviceRates> DeviceRatesFor(absl::string_view kind);
 
 struct Topology {
   int num_hosts = 1;
@@ -47,13 +74,26 @@ struct Topology {
   double host_copy_bandwidth = 0;
   // Fixed start-up time of every transfer (s), before its first byte moves.
   double transfer_setup_seconds = 0;
+  // Per-device compute peak (FLOP/s) and memory bandwidth (bytes/s); the
+  // defaults are DeviceRates{} (one CPU core).
+  double device_flops = DeviceRates{}.flops;
+  double device_memory_bandwidth = DeviceRates{}.memory_bandwidth;
 
   int num_devices() const { return num_hosts * devices_per_host; }
   int HostOf(int device) const { return device / devices_per_host; }
   bool SameHost(int a, int b) const { return HostOf(a) == HostOf(b); }
 
-  // Checks counts and rates are positive and finite, latencies, the setup
-  // time and host_copy_bandwidth >= 0 and finite.
+  DeviceRates device_rates() const {
+    return DeviceRates{device_flops, device_memory_bandwidth};
+  }
+  void SetDeviceRates(const DeviceRates& rates) {
+    device_flops = rates.flops;
+    device_memory_bandwidth = rates.memory_bandwidth;
+  }
+
+  // Checks counts and rates (device_flops and device_memory_bandwidth
+  // included) are positive and finite, latencies, the setup time and
+  // host_copy_bandwidth >= 0 and finite.
   absl::Status Validate() const;
   std::string ToString() const;
 

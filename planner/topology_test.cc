@@ -97,6 +97,58 @@ TEST(TopologyTest, ToStringUsesHumanUnits) {
   EXPECT_THAT(text, HasSubstr("1200 Gbps"));
 }
 
+TEST(TopologyTest, DeviceRatesDefaultToTheCpuPreset) {
+  const Topology topology;
+  const absl::StatusOr<DeviceRates> cpu = DeviceRatesFor("cpu");
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ(topology.device_flops, cpu->flops);
+  EXPECT_EQ(topology.device_memory_bandwidth, cpu->memory_bandwidth);
+  EXPECT_EQ(cpu->flops, 50e9);
+  EXPECT_EQ(cpu->memory_bandwidth, 10e9);
+  // The default description stays as it was.
+  EXPECT_THAT(topology.ToString(), Not(HasSubstr("FLOP")));
+}
+
+TEST(TopologyTest, DeviceRatesForGpuPresetsUsePublishedPeaks) {
+  const absl::StatusOr<DeviceRates> h100 = DeviceRatesFor("h100");
+  ASSERT_TRUE(h100.ok()) << h100.status();
+  EXPECT_EQ(h100->flops, 989e12);
+  EXPECT_EQ(h100->memory_bandwidth, 3.35e12);
+  const absl::StatusOr<DeviceRates> h200 = DeviceRatesFor("H200");
+  ASSERT_TRUE(h200.ok()) << h200.status();
+  EXPECT_EQ(h200->flops, 989e12);
+  EXPECT_EQ(h200->memory_bandwidth, 4.8e12);
+  Topology topology = Topology::FromGbps(2, 8, 400, 7200);
+  topology.SetDeviceRates(*h100);
+  EXPECT_TRUE(topology.Validate().ok()) << topology.Validate();
+  EXPECT_EQ(topology.device_rates().flops, 989e12);
+  EXPECT_THAT(topology.ToString(),
+              HasSubstr("device 989 TFLOP/s, memory 3350 GB/s"));
+}
+
+TEST(TopologyTest, DeviceRatesForRejectsUnknownKinds) {
+  const absl::StatusOr<DeviceRates> rates = DeviceRatesFor("tpu");
+  ASSERT_FALSE(rates.ok());
+  EXPECT_EQ(rates.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(rates.status().message(), HasSubstr("\"tpu\""));
+  EXPECT_THAT(rates.status().message(), HasSubstr("cpu, h100, h200"));
+}
+
+TEST(TopologyTest, ValidateRejectsBadDeviceRatesAndNamesTheField) {
+  for (double bad : {0.0, -1.0, std::numeric_limits<double>::infinity(),
+                     std::numeric_limits<double>::quiet_NaN()}) {
+    Topology topology;
+    topology.device_flops = bad;
+    EXPECT_THAT(topology.Validate().message(), HasSubstr("device_flops"))
+        << bad;
+    topology = Topology();
+    topology.device_memory_bandwidth = bad;
+    EXPECT_THAT(topology.Validate().message(),
+                HasSubstr("device_memory_bandwidth"))
+        << bad;
+  }
+}
+
 TEST(TopologyTest, ParseClusterShape) {
   auto shape = ParseClusterShape("5x4");
   ASSERT_TRUE(shape.ok()) << shape.status();

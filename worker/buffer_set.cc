@@ -12,6 +12,8 @@
 #include "util/status_macros.h"
 #include "worker/box_runs.h"
 #include "worker/host_memory.h"
+#include "worker/kernels/initializer.h"
+#include "worker/kernels/reference.h"
 #include "worker/pattern.h"
 
 namespace meshcast::worker {
@@ -40,6 +42,79 @@ absl::Status ParallelFor(int count, int threads,
   work();
   for (std::thread& thread : pool) thread.join();
   return first_error;
+}
+
+bool IsPattern(const v1::Initializer& init) {
+  return init.kind() == v1::Initializer::KIND_PATTERN ||
+         init.kind() == v1::Initializer::KIND_UNSPECIFIED;
+}
+
+uint64_t ElementBits(const uint8_t* element, int size) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, element, size);  // little endian: the low bytes
+  return bits;
+}
+
+// The global row-major index of element `offset` of `box` (row-major).
+int64_t GlobalIndexOf(int64_t offset, const Box& box,
+                      const std::vector<int64_t>& shape) {
+  std::vector<int64_t> coord(box.size());
+  for (size_t d = box.size(); d-- > 0;) {
+    const int64_t extent = box[d].size();
+    coord[d] = box[d].begin + offset % extent;
+    offset /= extent;
+  }
+  int64_t index = 0;
+  for (size_t d = 0; d < shape.size(); ++d) index = index * shape[d] + coord[d];
+  return index;
+}
+
+// Moved data, bit for bit against the initializer: every element of `box`
+// (FULL) or a fixed pseudo-random sample of at most kSampledElements
+// (SAMPLE: one element in each of kSampledElements equal strides, at an
+// offset hashed from the stride, so that every worker and every run checks
+// the same elements).
+absl::StatusOr<VerifyResult> VerifyMoved(absl::Span<const uint8_t> bytes,
+                                         const Box& box, const TensorSpec& spec,
+                                         int tensor,
+                                         const v1::Initializer& init,
+                                         v1::VerifyMode mode) {
+  const int64_t n = NumElements(box);
+  if (mode == v1::VERIFY_MODE_FULL && IsPattern(init)) {
+    return VerifyBox(bytes, box, spec, tensor);
+  }
+  const int size = DTypeSize(spec.dtype);
+  VerifyResult result;
+  auto check = [&](int64_t offset, int64_t global) {
+    ++result.elements;
+    const uint64_t expected = InitialBits(spec.dtype, tensor, init, global);
+    const uint64_t found = ElementBits(bytes.data() + offset * size, size);
+    const uint64_t mask =
+        size == 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * size)) - 1;
+    if ((expected & mask) == found) return;
+    if (result.mismatches++ == 0) {
+      result.first_mismatch_index = global;
+      result.first_mismatch = MismatchBitsText(expected & mask, found);
+    }
+  };
+  if (mode == v1::VERIFY_MODE_FULL || n <= kSampledElements) {
+    ForEachRun(box, box, spec.full_box(), 0, n,
+               [&](int64_t in_tile, int64_t global, int64_t length) {
+                 for (int64_t k = 0; k < length; ++k) {
+                   check(in_tile + k, global + k);
+                 }
+               });
+    return result;
+  }
+  for (int64_t k = 0; k < kSampledElements; ++k) {
+    const int64_t begin = n * k / kSampledElements;
+    const int64_t end = n * (k + 1) / kSampledElements;
+    const uint64_t h =
+        PatternHash(static_cast<uint64_t>(k), static_cast<uint32_t>(tensor));
+    const int64_t offset = begin + static_cast<int64_t>(h % (end - begin));
+    check(offset, GlobalIndexOf(offset, box, spec.shape));
+  }
+  return result;
 }
 
 }  // namespace
@@ -77,11 +152,16 @@ absl::StatusOr<BufferSet> BufferSet::Create(const ParsedProgram& program,
     }
     allocated += owned->size_bytes();
     order.emplace_back(&buffer, owned.get());
-    set.tiles_[{buffer.device, buffer.tensor, buffer.role}] = std::move(owned);
+    if (buffer.role != BufferRole::kScratch) {
+      set.tiles_[{buffer.device, buffer.tensor, buffer.role}] = owned.get();
+    }
+    set.by_id_[buffer.id] = owned.get();
+    set.owned_.push_back(std::move(owned));
   }
 
-  // 1. The pattern into sources, poison into destinations, slice by slice
-  // (the slices of all tiles share the threads).
+  // 1. The initializer into sources, poison into the destinations of moved
+  // tensors, zeros into the rest, slice by slice (the slices of all tiles
+  // share the threads).
   struct FillSlice {
     const BufferDesc* buffer;
     TileBuffer* tile;
@@ -100,11 +180,18 @@ absl::StatusOr<BufferSet> BufferSet::Create(const ParsedProgram& program,
     const int size = fill.tile->element_size();
     const absl::Span<uint8_t> bytes = fill.tile->bytes().subspan(
         fill.piece.offset * size, NumElements(fill.piece.box) * size);
+    const int tensor = fill.buffer->tensor;
     if (fill.buffer->role == BufferRole::kSource) {
-      return FillBox(bytes, fill.piece.box,
-                     program.tensors[fill.buffer->tensor], fill.buffer->tensor);
+      const v1::Initializer& init = program.InitOf(tensor);
+      if (IsPattern(init)) {
+        return FillBox(bytes, fill.piece.box, program.tensors[tensor], tensor);
+      }
+      return FillInitializer(bytes, fill.piece.box, program.tensors[tensor],
+                             tensor, init);
     }
-    std::memset(bytes.data(), kPoisonByte, bytes.size());
+    const bool poison = fill.buffer->role == BufferRole::kDestination &&
+                        !program.IsComputed(tensor);
+    std::memset(bytes.data(), poison ? kPoisonByte : 0, bytes.size());
     return absl::OkStatus();
   }));
 
@@ -136,7 +223,12 @@ absl::StatusOr<BufferSet> BufferSet::Create(const ParsedProgram& program,
 
 TileBuffer* BufferSet::Find(int device, int tensor, BufferRole role) const {
   auto it = tiles_.find(Key{device, tensor, role});
-  return it == tiles_.end() ? nullptr : it->second.get();
+  return it == tiles_.end() ? nullptr : it->second;
+}
+
+TileBuffer* BufferSet::ById(int id) const {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second;
 }
 
 absl::StatusOr<const TileBuffer*> BufferSet::SenderTile(
@@ -181,40 +273,74 @@ absl::StatusOr<VerificationSummary> BufferSet::VerifyDestinations(
 
 absl::StatusOr<VerificationSummary> BufferSet::Verify(
     const Cancellation& cancellation, const BufferSetOptions& options) const {
+  VerificationSummary summary;
+  const v1::VerifyMode mode = program_->verify;
+  if (mode == v1::VERIFY_MODE_OFF) return summary;
   std::vector<const BufferDesc*> destinations;
+  bool any_computed = false;
   for (const BufferDesc& buffer : program_->buffers) {
     if (buffer.role == BufferRole::kDestination) {
       destinations.push_back(&buffer);
+      any_computed |= program_->IsComputed(buffer.tensor);
     }
   }
+  // The reference of computed tensors, from the whole plan (it may read
+  // inputs that live on other workers: it recomputes them).
+  std::unique_ptr<Reference> reference;
+  if (any_computed) {
+    if (program_->plan == nullptr) {
+      return absl::FailedPreconditionError(
+          "computed destinations but no plan to build their reference from");
+    }
+    ASSIGN_OR_RETURN(reference, Reference::Create(*program_->plan));
+  }
   // Slices of every destination in order: a tile's slices are consecutive,
-  // in its row-major order.
+  // in its row-major order. A sampled or computed tile is one slice: its
+  // checker samples (or walks) the whole tile itself.
   struct VerifySlice {
     int destination;
     BoxPiece piece;
   };
   std::vector<VerifySlice> slices;
   for (size_t d = 0; d < destinations.size(); ++d) {
-    const DType dtype = program_->tensors[destinations[d]->tensor].dtype;
+    const BufferDesc& buffer = *destinations[d];
+    const DType dtype = program_->tensors[buffer.tensor].dtype;
+    if (mode == v1::VERIFY_MODE_SAMPLE ||
+        program_->IsComputed(buffer.tensor)) {
+      if (!IsEmpty(buffer.box)) {
+        slices.push_back({static_cast<int>(d), BoxPiece{buffer.box, 0}});
+      }
+      continue;
+    }
     for (BoxPiece& piece :
-         SplitBox(destinations[d]->box,
-                  options.slicing.elements(DTypeSize(dtype)))) {
+         SplitBox(buffer.box, options.slicing.elements(DTypeSize(dtype)))) {
       slices.push_back({static_cast<int>(d), std::move(piece)});
     }
   }
   std::vector<VerifyResult> results(slices.size());
+  std::vector<double> errors(slices.size(), 0);
   RETURN_IF_ERROR(ParallelFor(slices.size(), options.threads, [&](int i) {
     RETURN_IF_ERROR(options.slicing.Next(cancellation));
     const BufferDesc& buffer = *destinations[slices[i].destination];
     const BoxPiece& piece = slices[i].piece;
-    const TileBuffer* tile =
-        Find(buffer.device, buffer.tensor, BufferRole::kDestination);
+    const TileBuffer* tile = ById(buffer.id);
+    const TensorSpec& spec = program_->tensors[buffer.tensor];
     const int size = tile->element_size();
-    ASSIGN_OR_RETURN(
-        results[i],
-        VerifyBox(tile->bytes().subspan(piece.offset * size,
-                                        NumElements(piece.box) * size),
-                  piece.box, program_->tensors[buffer.tensor], buffer.tensor));
+    const absl::Span<const uint8_t> bytes = tile->bytes().subspan(
+        piece.offset * size, NumElements(piece.box) * size);
+    if (program_->IsComputed(buffer.tensor)) {
+      ASSIGN_OR_RETURN(ComputedCheck computed,
+                       VerifyComputed(bytes, piece.box, spec, buffer.tensor,
+                                      *reference, mode, cancellation));
+      results[i].elements = computed.elements;
+      results[i].mismatches = computed.mismatches;
+      results[i].first_mismatch = computed.first_mismatch;
+      errors[i] = computed.max_abs_error;
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(results[i],
+                     VerifyMoved(bytes, piece.box, spec, buffer.tensor,
+                                 program_->InitOf(buffer.tensor), mode));
     return absl::OkStatus();
   }));
   // Per tile: the sums of its slices, the first mismatch of its first
@@ -228,16 +354,20 @@ absl::StatusOr<VerificationSummary> BufferSet::Verify(
       tile.first_mismatch = results[i].first_mismatch;
     }
     tile.mismatches += results[i].mismatches;
+    summary.max_abs_error = std::max(summary.max_abs_error, errors[i]);
   }
-  VerificationSummary summary;
   for (size_t i = 0; i < tiles.size(); ++i) {
     summary.elements += tiles[i].elements;
     summary.mismatches += tiles[i].mismatches;
     if (tiles[i].mismatches > 0 && summary.first_mismatch.empty()) {
+      // Computed checks name the element themselves.
+      const std::string where =
+          tiles[i].first_mismatch_index >= 0
+              ? absl::StrCat(" global index ", tiles[i].first_mismatch_index)
+              : std::string();
       summary.first_mismatch = absl::StrCat(
           "device ", destinations[i]->device, " tensor ",
-          destinations[i]->tensor, " global index ",
-          tiles[i].first_mismatch_index, ": ", tiles[i].first_mismatch, " (",
+          destinations[i]->tensor, where, ": ", tiles[i].first_mismatch, " (",
           tiles[i].mismatches, " mismatches in tile ",
           BoxToString(destinations[i]->box), ")");
     }
@@ -247,7 +377,7 @@ absl::StatusOr<VerificationSummary> BufferSet::Verify(
 
 int64_t BufferSet::total_bytes() const {
   int64_t total = 0;
-  for (const auto& [key, tile] : tiles_) total += tile->size_bytes();
+  for (const auto& tile : owned_) total += tile->size_bytes();
   return total;
 }
 

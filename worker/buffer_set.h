@@ -1,13 +1,18 @@
 // BufferSet: the tiles of one job on this worker's (virtual CPU) devices.
 //
-// Create() allocates a TileBuffer per buffer of the program, fills SOURCE
-// tiles with the pattern, poisons DESTINATION tiles, and pre-copies into
-// each destination the part that the same device's source tile of the same
-// tensor already holds (docs/dataplane.md). Steps then look tiles up:
-// a sender reads from its source tile when that holds the slice, else from
-// its destination tile (received in an earlier step); receivers write into
-// their destination tile. VerifyDestinations checks every destination
-// element against the pattern at the end.
+// Create() allocates a TileBuffer per local buffer of the program, fills
+// SOURCE tiles with their tensor's initializer (pattern, random, zeros),
+// poisons the DESTINATION tiles of tensors that are only moved, zeroes the
+// DESTINATION tiles of computed tensors and every SCRATCH tile, and
+// pre-copies into each destination the part that the same device's source
+// tile of the same tensor already holds (docs/dataplane.md). Relays look
+// tiles up by (device, tensor, role): a sender reads from its source tile
+// when that holds the slice, else from its destination tile (received in an
+// earlier step); receivers write into their destination tile. Other ops
+// name their operands' buffers by id (ById). VerifyDestinations checks the
+// destinations at the end, as the program's verify mode says: moved tensors
+// bit for bit against the initializer, computed ones against the reference
+// (worker/kernels/reference.h) within the dtype's tolerance.
 //
 //   ASSIGN_OR_RETURN(BufferSet buffers, BufferSet::Create(program, cancel));
 //   ASSIGN_OR_RETURN(const TileBuffer* from, buffers.SenderTile(d, t, slice));
@@ -41,6 +46,9 @@ namespace meshcast::worker {
 // type (never a pattern value) and an unlikely integer pattern value.
 inline constexpr uint8_t kPoisonByte = 0xFF;
 
+// Elements VERIFY_MODE_SAMPLE checks per destination tile, at most.
+inline constexpr int64_t kSampledElements = 4096;
+
 struct BufferSetOptions {
   // Threads that fill, pre-copy and verify.
   int threads = 4;
@@ -50,6 +58,8 @@ struct BufferSetOptions {
 struct VerificationSummary {
   int64_t elements = 0;
   int64_t mismatches = 0;
+  // Largest |actual - reference| over computed elements (0 for moves).
+  double max_abs_error = 0;
   // "device 3 tensor 0 index 1234: expected ..., found ..." for the first
   // mismatching buffer, empty if none.
   std::string first_mismatch;
@@ -69,8 +79,11 @@ class BufferSet {
   BufferSet(BufferSet&&) = default;
   BufferSet& operator=(BufferSet&&) = default;
 
-  // Null if the device has no tile of that tensor and role.
+  // Null if the device has no tile of that tensor and role (scratch tiles
+  // are found by id only).
   TileBuffer* Find(int device, int tensor, BufferRole role) const;
+  // The tile of local buffer `id`; null if there is none.
+  TileBuffer* ById(int id) const;
 
   // The tile a sender reads `slice` from; FailedPrecondition naming the
   // device and slice if neither its source nor destination tile holds it.
@@ -80,8 +93,10 @@ class BufferSet {
   absl::StatusOr<TileBuffer*> ReceiverTile(int device, int tensor,
                                            const Box& slice) const;
 
-  // Checks every destination element, slice by slice with the options
-  // given to Create; CANCELLED once `cancellation` is set.
+  // Checks the destinations (every element, a fixed sample of at most
+  // kSampledElements per tile, or nothing: ParsedProgram::verify), slice by
+  // slice with the options given to Create; CANCELLED once `cancellation`
+  // is set.
   absl::StatusOr<VerificationSummary> VerifyDestinations(
       const Cancellation& cancellation) const;
   // The same, never cancelled, on `threads` threads.
@@ -100,7 +115,9 @@ class BufferSet {
   const ParsedProgram* program_ = nullptr;
   BufferSetOptions options_;
   // unique_ptr keeps tile addresses stable for concurrent steps.
-  absl::flat_hash_map<Key, std::unique_ptr<TileBuffer>> tiles_;
+  std::vector<std::unique_ptr<TileBuffer>> owned_;
+  absl::flat_hash_map<Key, TileBuffer*> tiles_;
+  absl::flat_hash_map<int, TileBuffer*> by_id_;
 };
 
 }  // namespace meshcast::worker

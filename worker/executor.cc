@@ -1,5 +1,6 @@
 #include "worker/executor.h"
 
+#include <deque>
 #include <exception>
 #include <memory>
 #include <new>
@@ -14,8 +15,42 @@
 #include "absl/time/clock.h"
 #include "util/status_macros.h"
 #include "worker/buffer_set.h"
+#include "worker/engine/kernel_registry.h"
 
 namespace meshcast::worker {
+namespace {
+
+// Bytes this worker's devices receive in `step` (JobResult.bytes_moved):
+// the slice for every local receiver of a relay chain; for collectives what
+// each local rank's output gets (Step.bytes); a local copy's slice.
+int64_t DeliveredBytes(const ParsedProgram& program, const StepDesc& step) {
+  int64_t bytes = 0;
+  switch (step.op) {
+    case v1::Step::OP_BROADCAST:
+    case v1::Step::OP_SEND_RECV:
+      for (size_t p = 1; p < step.chain.size(); ++p) {
+        if (program.IsLocal(step.chain[p])) bytes += step.bytes;
+      }
+      return bytes;
+    case v1::Step::OP_ALL_GATHER:
+    case v1::Step::OP_ALL_REDUCE:
+    case v1::Step::OP_REDUCE_SCATTER:
+    case v1::Step::OP_ALL_TO_ALL:
+      for (int device : step.chain) {
+        if (program.IsLocal(device)) bytes += step.bytes;
+      }
+      return bytes;
+    case v1::Step::OP_LOCAL_COPY:
+      return step.outputs.empty() || !step.outputs[0].known()
+                 ? 0
+                 : NumElements(step.outputs[0].box) *
+                       DTypeSize(program.tensors[step.outputs[0].tensor].dtype);
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
 
 void Executor::Abort(absl::string_view reason) {
   cancellation_.Cancel(reason);
@@ -116,7 +151,7 @@ absl::StatusOr<v1::JobResult> Executor::Run(const ParsedProgram& program,
   v1::JobResult result;
   result.set_predicted_seconds(program.predicted_seconds);
   result.set_lower_bound_seconds(program.lower_bound_seconds);
-  absl::Status steps = RunSteps(program, env, result);
+  absl::Status steps = RunSteps(program, env, steps_start, result);
   const absl::Time steps_end = absl::Now();
   {
     absl::MutexLock lock(&mu_);
@@ -129,6 +164,7 @@ absl::StatusOr<v1::JobResult> Executor::Run(const ParsedProgram& program,
                    buffers.VerifyDestinations(cancellation_));
   result.set_elements_verified(verification.elements);
   result.set_mismatches(verification.mismatches);
+  result.set_max_abs_error(verification.max_abs_error);
   {
     absl::MutexLock lock(&mu_);
     timings_.setup_seconds = absl::ToDoubleSeconds(setup_end - setup_start);
@@ -160,8 +196,21 @@ absl::Status Executor::Barrier(Communicator& comm) {
 
 absl::Status Executor::RunSteps(const ParsedProgram& program,
                                 const RelayEnvironment& env,
-                                v1::JobResult& result) {
+                                absl::Time steps_start, v1::JobResult& result) {
   const int n = static_cast<int>(program.steps.size());
+  // Every step's kernel before any runs: an op the backend lacks fails the
+  // job before its peers wait on this worker.
+  std::vector<const StepKernel*> kernels(n);
+  for (int i = 0; i < n; ++i) {
+    absl::StatusOr<const StepKernel*> kernel =
+        CpuKernels().Find(program.steps[i].op, kCpuBackend);
+    if (!kernel.ok()) {
+      return absl::Status(kernel.status().code(),
+                          absl::StrCat("step ", program.steps[i].id, ": ",
+                                       kernel.status().message()));
+    }
+    kernels[i] = *kernel;
+  }
   absl::flat_hash_map<int, int> index_of;
   for (int i = 0; i < n; ++i) index_of[program.steps[i].id] = i;
   std::vector<int> missing_deps(n);
@@ -177,12 +226,15 @@ absl::Status Executor::RunSteps(const ParsedProgram& program,
   }
 
   absl::Mutex mu;
-  absl::CondVar changed;
-  int running = 0;
+  absl::CondVar changed;  // a step finished (for the dispatcher)
+  absl::CondVar queued;   // a step was queued (for idle pool threads)
+  int running = 0;        // dispatched and not finished
   int finished = 0;
+  bool shutdown = false;
+  std::deque<int> queue;  // dispatched, not yet picked up by a thread
   absl::Status first_error;
-  std::vector<double> seconds(n, 0);
-  std::vector<std::thread> threads;
+  std::vector<double> starts(n, 0), ends(n, 0);
+  std::vector<std::thread> pool;
 
   WorkerMetrics* const metrics = options_.metrics;
   auto run_step = [&](int i) {
@@ -191,20 +243,21 @@ absl::Status Executor::RunSteps(const ParsedProgram& program,
     absl::Status status;
     // An exception escaping a std::thread ends the process; the
     // communicator turns Gloo's into Statuses, this catches the rest and
-    // fails the job: std::bad_alloc (the staging slots) as
-    // RESOURCE_EXHAUSTED, anything else as INTERNAL.
+    // fails the job: std::bad_alloc (staging) as RESOURCE_EXHAUSTED,
+    // anything else as INTERNAL.
     try {
-      status = ExecuteRelayStep(program.steps[i], env);
+      status = (*kernels[i])(program.steps[i], env);
     } catch (const std::bad_alloc&) {
       status = OutOfHostMemoryError(
           program, NeedOf(program), AvailableMemory(),
           absl::StrCat("std::bad_alloc in step ", program.steps[i].id,
-                       ", allocating its staging slots"));
+                       ", allocating its staging"));
     } catch (const std::exception& e) {
       status = absl::InternalError(
           absl::StrCat("step ", program.steps[i].id, ": ", e.what()));
     }
-    const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
+    const absl::Time end = absl::Now();
+    const double elapsed = absl::ToDoubleSeconds(end - start);
     if (metrics != nullptr) {
       metrics->StepEnded();
       if (status.ok()) {
@@ -220,7 +273,8 @@ absl::Status Executor::RunSteps(const ParsedProgram& program,
     absl::MutexLock lock(&mu);
     --running;
     ++finished;
-    seconds[i] = elapsed;
+    starts[i] = absl::ToDoubleSeconds(start - steps_start);
+    ends[i] = absl::ToDoubleSeconds(end - steps_start);
     if (!status.ok()) {
       if (first_error.ok()) first_error = status;
     } else {
@@ -232,6 +286,19 @@ absl::Status Executor::RunSteps(const ParsedProgram& program,
     }
     changed.SignalAll();
   };
+  // A pool thread: runs queued steps until shut down.
+  auto serve = [&] {
+    absl::MutexLock lock(&mu);
+    while (true) {
+      while (queue.empty() && !shutdown) queued.Wait(&mu);
+      if (queue.empty()) return;
+      const int i = queue.front();
+      queue.pop_front();
+      mu.Unlock();
+      run_step(i);
+      mu.Lock();
+    }
+  };
 
   {
     absl::MutexLock lock(&mu);
@@ -242,8 +309,15 @@ absl::Status Executor::RunSteps(const ParsedProgram& program,
              running < options_.max_concurrent_steps) {
         const int i = ready.begin()->second;
         ready.erase(ready.begin());
+        // Every dispatched step gets a thread at once: an idle one, or a
+        // new one when all are busy (see the header: why never wait).
         ++running;
-        threads.emplace_back(run_step, i);
+        queue.push_back(i);
+        if (running > static_cast<int>(pool.size())) {
+          pool.emplace_back(serve);
+        } else {
+          queued.Signal();
+        }
       }
       if (running == 0 && ready.empty()) {
         // Unreachable for an acyclic program (ParseProgram checks it).
@@ -253,8 +327,11 @@ absl::Status Executor::RunSteps(const ParsedProgram& program,
       // Wakes on step completion; the timeout re-checks cancellation.
       changed.WaitWithTimeout(&mu, absl::Milliseconds(100));
     }
+    shutdown = true;
+    queued.SignalAll();
   }
-  for (std::thread& thread : threads) thread.join();
+  for (std::thread& thread : pool) thread.join();
+  peak_threads_ = static_cast<int>(pool.size());
 
   if (!first_error.ok()) return first_error;
   RETURN_IF_ERROR(cancellation_.status());
@@ -266,10 +343,11 @@ absl::Status Executor::RunSteps(const ParsedProgram& program,
     step_result->set_step(step.id);
     step_result->set_worker(program.worker);
     step_result->set_bytes(step.bytes);
-    step_result->set_seconds(seconds[i]);
-    for (size_t p = 1; p < step.chain.size(); ++p) {
-      if (program.IsLocal(step.chain[p])) received_bytes += step.bytes;
-    }
+    step_result->set_seconds(ends[i] - starts[i]);
+    step_result->set_start_seconds(starts[i]);
+    step_result->set_end_seconds(ends[i]);
+    step_result->set_device(program.FirstLocalDevice(step));
+    received_bytes += DeliveredBytes(program, step);
   }
   result.set_bytes_moved(received_bytes);
   return absl::OkStatus();

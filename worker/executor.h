@@ -1,12 +1,16 @@
 // Executor: runs one job's WorkerProgram on this worker's CPU devices.
 //
-// Run() builds and fills the tiles (BufferSet), waits until every worker
-// of the job has done so (a barrier, so that step timings measure data
-// movement rather than a peer's set-up), runs the step DAG — every step on its
-// own thread as soon as its deps in the program have finished, lowest (stage,
-// id) first — with ExecuteRelayStep, verifies every destination element, and
-// returns this worker's JobResult: per-step bytes and seconds, elements
-// verified, mismatches. The first failing step aborts the others and the
+// This is the engine's scheduler: Run() builds and fills the tiles
+// (BufferSet), waits until every worker of the job has done so (a barrier,
+// so that step timings measure data movement rather than a peer's set-up),
+// runs the step DAG — each step as soon as its deps in the program have
+// finished, lowest (stage, id) first — with the kernel that the op-kernel
+// registry (engine/kernel_registry.h) has for (op, "cpu"), verifies the
+// destinations (ParsedProgram::verify), and returns this worker's JobResult:
+// per-step bytes, seconds and start/end relative to the start barrier (the
+// timeline), elements verified, mismatches, largest error of computed
+// values. An op without a CPU kernel fails the job UNIMPLEMENTED before any
+// step starts. The first failing step aborts the others and the
 // communicator, so peers fail fast too.
 //
 //   Executor executor(options);
@@ -21,9 +25,19 @@
 // waits on peers return when the communicator is aborted, and the tiles
 // are freed as Run returns.
 //
-// Steps get a thread each (up to max_concurrent_steps) rather than a small
-// pool: a step blocked on a peer must never keep another step that the peer
-// waits for from starting, or two workers could wait on each other.
+// Steps run on a pool of threads that grows on demand and is reused: a
+// dispatched step takes an idle thread, or a new one when every thread is
+// busy, so the pool holds as many threads as steps ever ran at once on this
+// worker — never more than the program's DAG width (steps running together
+// are ready together, so none depends on another: an antichain of the DAG)
+// nor than max_concurrent_steps — and a chain of 10,000 steps runs on one
+// thread. Why a ready step never waits for a thread: a step blocked on a
+// peer must never keep another step that the peer waits for from starting,
+// or two workers could wait on each other; a fixed pool smaller than the
+// width could be filled with such blocked steps. Bounded by the width, the
+// pool never is, so no cycle of waits can form through it (only through the
+// cap, as before: max_concurrent_steps must exceed the steps that can be
+// ready at once on any worker).
 // Thread safety: Run once; Abort from any thread, any time.
 #ifndef MESHCAST_WORKER_EXECUTOR_H_
 #define MESHCAST_WORKER_EXECUTOR_H_
@@ -35,6 +49,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "meshcast/v1/job.pb.h"
 #include "worker/cancellation.h"
 #include "worker/communicator.h"
@@ -97,6 +112,8 @@ class Executor {
   absl::Status CheckMemory(const ParsedProgram& program) const;
 
   ExecutorTimings timings() const;
+  // Threads the step pool held at its peak (after Run; for tests).
+  int peak_threads() const { return peak_threads_; }
   // Steps that succeeded so far; any thread, any time (for status polls).
   StepProgress progress() const;
 
@@ -104,7 +121,8 @@ class Executor {
   // Exchanges a token with every other rank.
   absl::Status Barrier(Communicator& comm);
   absl::Status RunSteps(const ParsedProgram& program,
-                        const RelayEnvironment& env, v1::JobResult& result);
+                        const RelayEnvironment& env, absl::Time steps_start,
+                        v1::JobResult& result);
   void Fail(const absl::Status& status);
   AvailableMemoryFn AvailableMemory() const;
   HostMemoryNeed NeedOf(const ParsedProgram& program) const;
@@ -116,6 +134,7 @@ class Executor {
   ExecutorTimings timings_ ABSL_GUARDED_BY(mu_);
   std::atomic<int> steps_done_{0};
   std::atomic<int64_t> bytes_done_{0};
+  int peak_threads_ = 0;
 };
 
 }  // namespace meshcast::worker

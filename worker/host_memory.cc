@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "worker/engine/collectives.h"
 
 namespace meshcast::worker {
 namespace {
@@ -86,7 +87,10 @@ HostMemoryNeed HostMemoryNeedOf(const ParsedProgram& program,
   // are independent), each with its staging slots.
   std::vector<int64_t> staging;
   for (const StepDesc& step : program.steps) {
-    const int64_t bytes = RelayStagingBytes(step, program, relay);
+    const bool relay_op =
+        step.op == v1::Step::OP_BROADCAST || step.op == v1::Step::OP_SEND_RECV;
+    const int64_t bytes = relay_op ? RelayStagingBytes(step, program, relay)
+                                   : CollectiveStagingBytes(step, program);
     if (bytes > 0) staging.push_back(bytes);
   }
   const size_t concurrent = std::min(

@@ -44,8 +44,9 @@ absl::StatusOr<int64_t> ReadMemTotal();
 struct HostMemoryNeed {
   int tiles = 0;
   int64_t tile_bytes = 0;
-  // Relay staging slots (RelayStagingBytes) of the steps that may run at
-  // once: the largest max_concurrent_steps of them.
+  // Staging of the steps that may run at once (relay slots,
+  // RelayStagingBytes; collective accumulators, CollectiveStagingBytes):
+  // the largest max_concurrent_steps of them.
   int64_t staging_bytes = 0;
 
   int64_t total() const { return tile_bytes + staging_bytes; }

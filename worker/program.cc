@@ -9,6 +9,7 @@
 #include "proto/dtype_convert.h"
 #include "util/status_macros.h"
 #include "worker/box_runs.h"
+#include "worker/kernels/initializer.h"
 
 namespace meshcast::worker {
 namespace {
@@ -66,7 +67,102 @@ absl::Status CheckAcyclic(const std::vector<StepDesc>& steps) {
   return absl::OkStatus();
 }
 
+// Operand and attribute counts by op (plan.proto).
+absl::Status CheckOperandCounts(const v1::Step& step, const StepDesc& desc,
+                                const std::string& what) {
+  const int n = static_cast<int>(desc.chain.size());
+  const std::string op = v1::Step::Op_Name(step.op());
+  switch (step.op()) {
+    case v1::Step::OP_ALL_GATHER:
+    case v1::Step::OP_ALL_REDUCE:
+    case v1::Step::OP_REDUCE_SCATTER:
+    case v1::Step::OP_ALL_TO_ALL:
+      if (step.inputs_size() != n || step.outputs_size() != n) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": ", op, " over a group of ", n, " needs ", n,
+                         " inputs and ", n, " outputs (one per rank), has ",
+                         step.inputs_size(), " and ", step.outputs_size()));
+      }
+      if (step.op() == v1::Step::OP_ALL_TO_ALL) {
+        if (step.counts_size() != n * n) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              what, ": OP_ALL_TO_ALL counts has ", step.counts_size(),
+              " entries; a group of ", n, " needs ", n * n, " (n x n)"));
+        }
+        for (int i = 0; i < step.counts_size(); ++i) {
+          if (step.counts(i) < 0) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                what, ": counts[", i, "] = ", step.counts(i), " is negative"));
+          }
+        }
+      }
+      if (step.reduction() != v1::REDUCTION_SUM &&
+          step.reduction() != v1::REDUCTION_MAX) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": reduction ", static_cast<int>(step.reduction()),
+            " is not REDUCTION_SUM or REDUCTION_MAX"));
+      }
+      return absl::OkStatus();
+    case v1::Step::OP_LOCAL_COPY:
+      return absl::OkStatus();  // checked by the caller
+    case v1::Step::OP_COMPUTE: {
+      int inputs = 0;
+      switch (step.compute().op_case()) {
+        case v1::ComputeAttrs::kGemm:
+          inputs = 2;
+          break;
+        case v1::ComputeAttrs::kElementwise:
+          if (step.compute().elementwise().kind() ==
+              v1::ElementwiseAttrs::KIND_ADD) {
+            inputs = 2;
+          } else if (step.compute().elementwise().kind() ==
+                     v1::ElementwiseAttrs::KIND_SCALE) {
+            inputs = 1;
+          } else {
+            return absl::InvalidArgumentError(
+                absl::StrCat(what,
+                             ": compute.elementwise.kind must be KIND_ADD or "
+                             "KIND_SCALE"));
+          }
+          break;
+        default:
+          return absl::InvalidArgumentError(absl::StrCat(
+              what, ": OP_COMPUTE needs compute.gemm or compute.elementwise"));
+      }
+      if (step.inputs_size() != inputs || step.outputs_size() != 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": OP_COMPUTE (",
+                         step.compute().has_gemm() ? "gemm" : "elementwise",
+                         ") needs ", inputs, " inputs and 1 output, has ",
+                         step.inputs_size(), " and ", step.outputs_size()));
+      }
+      return absl::OkStatus();
+    }
+    default:
+      return absl::OkStatus();
+  }
+}
+
 }  // namespace
+
+bool DefinesValues(v1::Step::Op op) {
+  return op == v1::Step::OP_ALL_REDUCE || op == v1::Step::OP_REDUCE_SCATTER ||
+         op == v1::Step::OP_ALL_TO_ALL || op == v1::Step::OP_COMPUTE;
+}
+
+const v1::Initializer& ParsedProgram::InitOf(int tensor) const {
+  if (tensor >= 0 && tensor < static_cast<int>(tensor_inits.size())) {
+    return tensor_inits[tensor];
+  }
+  return v1::Initializer::default_instance();
+}
+
+int ParsedProgram::FirstLocalDevice(const StepDesc& step) const {
+  for (int device : step.chain) {
+    if (IsLocal(device)) return device;
+  }
+  return step.device >= 0 && IsLocal(step.device) ? step.device : -1;
+}
 
 absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& proto) {
   ParsedProgram program;
@@ -146,15 +242,40 @@ absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& proto) {
     program.tensors.push_back(std::move(spec));
   }
 
+  program.tensor_inits.resize(program.tensors.size());
+  for (int t = 0; t < plan.tensor_inits_size() &&
+                  t < static_cast<int>(program.tensors.size());
+       ++t) {
+    absl::Status valid = CheckInitializer(plan.tensor_inits(t), t);
+    if (!valid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan.", valid.message()));
+    }
+    program.tensor_inits[t] = plan.tensor_inits(t);
+  }
+  if (plan.tensor_inits_size() > static_cast<int>(program.tensors.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan.tensor_inits has ", plan.tensor_inits_size(),
+                     " entries but plan.tensors has ", program.tensors.size()));
+  }
+  program.tensor_computed.assign(program.tensors.size(), false);
+  program.verify = proto.verify();
+  program.plan = std::make_shared<const v1::Plan>(plan);
+
   absl::flat_hash_set<std::tuple<int, int, int>> seen_buffers;
+  absl::flat_hash_map<int, const v1::Buffer*> buffer_by_id;
   for (const v1::Buffer& buffer : plan.buffers()) {
     const std::string what = absl::StrCat("plan.buffers id ", buffer.id());
-    if (!local.contains(buffer.device())) continue;  // another worker's
-    if (buffer.role() == v1::Buffer::ROLE_SCRATCH) continue;  // unused yet
+    if (!buffer_by_id.emplace(buffer.id(), &buffer).second) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " appears twice"));
+    }
     if (buffer.role() != v1::Buffer::ROLE_SOURCE &&
-        buffer.role() != v1::Buffer::ROLE_DESTINATION) {
+        buffer.role() != v1::Buffer::ROLE_DESTINATION &&
+        buffer.role() != v1::Buffer::ROLE_SCRATCH) {
       return absl::InvalidArgumentError(
-          absl::StrCat(what, ": role must be ROLE_SOURCE or ROLE_DESTINATION"));
+          absl::StrCat(what,
+                       ": role must be ROLE_SOURCE, ROLE_DESTINATION or "
+                       "ROLE_SCRATCH"));
     }
     if (buffer.tensor() < 0 ||
         buffer.tensor() >= static_cast<int>(program.tensors.size())) {
@@ -167,12 +288,20 @@ absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& proto) {
     desc.tensor = buffer.tensor();
     desc.device = buffer.device();
     desc.box = BoxFromProto(buffer.box());
-    desc.role = buffer.role() == v1::Buffer::ROLE_SOURCE
-                    ? BufferRole::kSource
-                    : BufferRole::kDestination;
+    desc.role = buffer.role() == v1::Buffer::ROLE_SOURCE ? BufferRole::kSource
+                : buffer.role() == v1::Buffer::ROLE_DESTINATION
+                    ? BufferRole::kDestination
+                    : BufferRole::kScratch;
     RETURN_IF_ERROR(CheckBoxInTensor(desc.box, program.tensors[desc.tensor],
                                      what + " box"));
-    if (!seen_buffers.insert({desc.device, desc.tensor, buffer.role()})
+    if (!local.contains(buffer.device())) {
+      program.other_buffers.push_back(std::move(desc));
+      continue;
+    }
+    // Relays find tiles by (device, tensor, role); scratch buffers are
+    // found by id only, so a device may have several.
+    if (desc.role != BufferRole::kScratch &&
+        !seen_buffers.insert({desc.device, desc.tensor, buffer.role()})
              .second) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": device ", desc.device, " already has a ",
@@ -190,6 +319,46 @@ absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& proto) {
     }
   }
 
+  // Resolves one operand; `device` is the device it must belong to (-1:
+  // any).
+  auto resolve = [&](const v1::Operand& operand, const std::string& what,
+                     int device) -> absl::StatusOr<OperandDesc> {
+    OperandDesc desc;
+    desc.buffer = operand.buffer();
+    desc.box = BoxFromProto(operand.slice());
+    desc.whole_buffer = operand.slice().empty();
+    auto it = buffer_by_id.find(operand.buffer());
+    if (it == buffer_by_id.end()) {
+      if (device >= 0 && !program.IsLocal(device)) {
+        desc.device = device;  // another worker's buffer the program omits
+        return desc;
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": buffer ", operand.buffer(), " is not in plan.buffers"));
+    }
+    const v1::Buffer& buffer = *it->second;
+    desc.tensor = buffer.tensor();
+    desc.device = buffer.device();
+    desc.local = local.contains(buffer.device());
+    if (device >= 0 && desc.device != device) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": buffer ", desc.buffer, " is on device ", desc.device,
+          " but the operand belongs to device ", device));
+    }
+    const Box buffer_box = BoxFromProto(buffer.box());
+    if (desc.box.empty()) {
+      desc.box = buffer_box;
+    } else {
+      absl::Status inside =
+          CheckRegionInBox(desc.box, buffer_box, (what + " slice").c_str());
+      if (!inside.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(inside.message(), " (buffer ", desc.buffer, ")"));
+      }
+    }
+    return desc;
+  };
+
   absl::flat_hash_set<int> step_ids;
   for (const v1::Step& step : plan.steps()) {
     const std::string what = absl::StrCat("plan.steps id ", step.id());
@@ -200,61 +369,141 @@ absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& proto) {
     if (!step_ids.insert(step.id()).second) {
       return absl::InvalidArgumentError(absl::StrCat(what, " appears twice"));
     }
-    if (step.op() != v1::Step::OP_BROADCAST &&
-        step.op() != v1::Step::OP_SEND_RECV) {
-      return absl::UnimplementedError(absl::StrCat(
-          what, ": op ", v1::Step::Op_Name(step.op()),
-          " is not supported by the worker (supported: OP_BROADCAST, "
-          "OP_SEND_RECV)"));
+    if (step.op() == v1::Step::OP_UNSPECIFIED ||
+        !v1::Step::Op_IsValid(step.op())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": op ", static_cast<int>(step.op()),
+                       " is not an op of the IR (OP_BROADCAST .. OP_COMPUTE)"));
     }
-    auto group = groups.find(step.group());
-    if (group == groups.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": group ", step.group(), " is not in plan.groups"));
-    }
+    const bool relay = step.op() == v1::Step::OP_BROADCAST ||
+                       step.op() == v1::Step::OP_SEND_RECV;
+    const bool grouped = step.op() != v1::Step::OP_LOCAL_COPY &&
+                         step.op() != v1::Step::OP_COMPUTE;
     StepDesc desc;
     desc.id = step.id();
     desc.tensor = step.tensor();
     desc.stage = step.stage();
     desc.op = step.op();
-    desc.chain.assign(group->second->devices().begin(),
-                      group->second->devices().end());
-    if (desc.chain.size() < 2 ||
-        desc.chain.size() > static_cast<size_t>(kMaxChainLength)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": group ", step.group(), " has ", desc.chain.size(),
-          " devices; need 2 to ", kMaxChainLength));
-    }
-    absl::flat_hash_set<int> in_chain;
+    desc.reduction = step.reduction();
+    desc.counts.assign(step.counts().begin(), step.counts().end());
+    desc.compute = step.compute();
+    desc.device = step.device();
     bool touches_this_worker = false;
-    for (int device : desc.chain) {
-      if (!in_chain.insert(device).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, ": group ", step.group(), " lists device ",
-                         device, " twice"));
+    if (grouped) {
+      auto group = groups.find(step.group());
+      if (group == groups.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": group ", step.group(), " is not in plan.groups"));
       }
-      if (!program.device_rank.contains(device)) {
+      desc.chain.assign(group->second->devices().begin(),
+                        group->second->devices().end());
+      const size_t min_length = relay ? 2 : 1;
+      if (desc.chain.size() < min_length ||
+          desc.chain.size() > static_cast<size_t>(kMaxChainLength)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": group ", step.group(), " has ", desc.chain.size(),
+            " devices; need ", min_length, " to ", kMaxChainLength));
+      }
+      absl::flat_hash_set<int> in_chain;
+      for (int device : desc.chain) {
+        if (!in_chain.insert(device).second) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(what, ": group ", step.group(), " lists device ",
+                           device, " twice"));
+        }
+        if (!program.device_rank.contains(device)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              what, ": device ", device, " of group ", step.group(),
+              " has no entry in program.device_rank"));
+        }
+        touches_this_worker |= program.IsLocal(device);
+      }
+    } else {
+      if (step.op() == v1::Step::OP_LOCAL_COPY) {
+        // The device is the output's; `device` may be left unset.
+        if (step.inputs_size() != 1 || step.outputs_size() != 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              what, ": OP_LOCAL_COPY needs 1 input and 1 output, has ",
+              step.inputs_size(), " and ", step.outputs_size()));
+        }
+        auto out = buffer_by_id.find(step.outputs(0).buffer());
+        if (out == buffer_by_id.end()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              what, " outputs[0]: buffer ", step.outputs(0).buffer(),
+              " is not in plan.buffers"));
+        }
+        desc.device = out->second->device();
+      }
+      if (!program.device_rank.contains(desc.device)) {
         return absl::InvalidArgumentError(
-            absl::StrCat(what, ": device ", device, " of group ", step.group(),
+            absl::StrCat(what, ": device ", desc.device,
                          " has no entry in program.device_rank"));
       }
-      touches_this_worker |= program.IsLocal(device);
+      touches_this_worker = program.IsLocal(desc.device);
     }
-    // The controller only sends steps that touch this worker; tolerate
-    // others by leaving them out (deps on them are then external).
+    // Value-defining steps mark their outputs' tensors computed, whichever
+    // worker runs them.
+    if (DefinesValues(desc.op)) {
+      for (const v1::Operand& operand : step.outputs()) {
+        auto it = buffer_by_id.find(operand.buffer());
+        if (it != buffer_by_id.end()) {
+          program.tensor_computed[it->second->tensor()] = true;
+        }
+      }
+    }
+    // Steps of other workers (verification context) are left out; deps on
+    // them are then external.
     if (!touches_this_worker) continue;
-    if (desc.tensor < 0 ||
-        desc.tensor >= static_cast<int>(program.tensors.size())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": tensor ", desc.tensor, " is not in [0, ",
-                       program.tensors.size(), ")"));
-    }
-    desc.slice = BoxFromProto(step.slice());
-    RETURN_IF_ERROR(CheckBoxInTensor(desc.slice, program.tensors[desc.tensor],
-                                     what + " slice"));
-    desc.bytes =
-        NumElements(desc.slice) * DTypeSize(program.tensors[desc.tensor].dtype);
     desc.deps.assign(step.deps().begin(), step.deps().end());
+    if (relay) {
+      if (desc.tensor < 0 ||
+          desc.tensor >= static_cast<int>(program.tensors.size())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": tensor ", desc.tensor, " is not in [0, ",
+                         program.tensors.size(), ")"));
+      }
+      desc.slice = BoxFromProto(step.slice());
+      RETURN_IF_ERROR(CheckBoxInTensor(desc.slice, program.tensors[desc.tensor],
+                                       what + " slice"));
+      desc.bytes = NumElements(desc.slice) *
+                   DTypeSize(program.tensors[desc.tensor].dtype);
+      program.steps.push_back(std::move(desc));
+      continue;
+    }
+    desc.bytes = step.bytes();
+    RETURN_IF_ERROR(CheckOperandCounts(step, desc, what));
+    for (int i = 0; i < step.inputs_size(); ++i) {
+      // A local copy may read another device of the same worker.
+      const int device = grouped                              ? desc.chain[i]
+                         : desc.op == v1::Step::OP_LOCAL_COPY ? -1
+                                                              : desc.device;
+      ASSIGN_OR_RETURN(OperandDesc operand,
+                       resolve(step.inputs(i),
+                               absl::StrCat(what, " inputs[", i, "]"), device));
+      desc.inputs.push_back(std::move(operand));
+    }
+    for (int i = 0; i < step.outputs_size(); ++i) {
+      const int device = grouped ? desc.chain[i] : desc.device;
+      ASSIGN_OR_RETURN(
+          OperandDesc operand,
+          resolve(step.outputs(i), absl::StrCat(what, " outputs[", i, "]"),
+                  device));
+      desc.outputs.push_back(std::move(operand));
+    }
+    if (desc.op == v1::Step::OP_LOCAL_COPY &&
+        (desc.inputs[0].tensor != desc.outputs[0].tensor ||
+         desc.inputs[0].box != desc.outputs[0].box)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": OP_LOCAL_COPY input (tensor ", desc.inputs[0].tensor, " ",
+          BoxToString(desc.inputs[0].box), ") and output (tensor ",
+          desc.outputs[0].tensor, " ", BoxToString(desc.outputs[0].box),
+          ") must be the same tensor and slice"));
+    }
+    if (desc.op == v1::Step::OP_LOCAL_COPY && !desc.inputs[0].local) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": OP_LOCAL_COPY input buffer ", desc.inputs[0].buffer,
+          " is not on this worker (a local copy stays on one worker)"));
+    }
     program.steps.push_back(std::move(desc));
   }
 

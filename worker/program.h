@@ -2,9 +2,15 @@
 // types, the input of BufferSet and the executor.
 //
 // ParseProgram enforces docs/dataplane.md: ranks, device → worker rank map,
-// tensors, this worker's buffers, and the steps it takes part in (relay
-// chains: OP_BROADCAST and OP_SEND_RECV). Deps on steps outside the program
-// are dropped (the contract says they are ignored); a dependency cycle is an
+// tensors and their initializers, this worker's buffers, and the steps it
+// takes part in, of every op of the IR (relay chains, collectives, local
+// copies, compute), with their operands resolved to (buffer id, box).
+// Buffers of other workers' devices and steps that touch no local device may
+// be present (the controller includes the steps that define a tensor's
+// values so that the worker can compute verification references): they are
+// checked loosely, kept aside (`other_buffers`; the whole plan stays in
+// `plan`) and never allocated or run. Deps on steps outside the program are
+// dropped (the contract says they are ignored); a dependency cycle is an
 // error. Every error names the offending field and id.
 //
 //   ASSIGN_OR_RETURN(ParsedProgram program, ParseProgram(request.program()));
@@ -13,6 +19,7 @@
 #ifndef MESHCAST_WORKER_PROGRAM_H_
 #define MESHCAST_WORKER_PROGRAM_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,7 +36,10 @@ namespace meshcast::worker {
 inline constexpr int kMaxStepId = (1 << 24) - 2;
 inline constexpr int kMaxChainLength = 1 << 12;
 
-enum class BufferRole { kSource, kDestination };
+// SOURCE: filled with its tensor's initializer before the job. DESTINATION:
+// verified after the job; starts as poison when its tensor is only moved,
+// as zeros when a step computes it. SCRATCH: zeros, never verified.
+enum class BufferRole { kSource, kDestination, kScratch };
 
 struct BufferDesc {
   int id = 0;
@@ -39,19 +49,52 @@ struct BufferDesc {
   BufferRole role = BufferRole::kSource;
 };
 
-// One relay chain: chain[0] sends `slice` of `tensor` to chain[1], which
-// forwards it to chain[2], and so on.
+// A step's operand: a region of one buffer. `box` is the operand's slice in
+// global tensor coordinates (the buffer's whole box when the slice is
+// empty). An operand of another worker's device whose buffer is not in the
+// program has tensor = device = -1 and only the slice it was given (maybe
+// empty): collectives that need its extent say so.
+struct OperandDesc {
+  int buffer = -1;  // v1::Buffer id
+  int tensor = -1;
+  int device = -1;
+  Box box;
+  bool local = false;  // a buffer of this worker (allocated)
+  // The step gave no slice (the whole buffer): the same on every worker, so
+  // a collective can decide alike everywhere whether it must learn the
+  // extents of other workers' operands.
+  bool whole_buffer = false;
+  bool known() const { return tensor >= 0; }
+};
+
+// One step of any op. Relay ops (OP_BROADCAST, OP_SEND_RECV): chain[0]
+// sends `slice` of `tensor` to chain[1], which forwards it to chain[2], and
+// so on. Collectives: `chain` is the group in rank order and inputs[r] /
+// outputs[r] belong to rank r (plan.proto). OP_LOCAL_COPY and OP_COMPUTE
+// have no group; `device` is the device that runs them.
 struct StepDesc {
   int id = 0;
   int tensor = 0;
   Box slice;
   std::vector<int> chain;  // global device ids, rank order of the group
   int stage = 0;
-  v1::Step::Op op = v1::Step::OP_BROADCAST;  // for metrics labels
+  v1::Step::Op op = v1::Step::OP_BROADCAST;
   // Ids of steps of this program that must finish first.
   std::vector<int> deps;
-  int64_t bytes = 0;  // NumElements(slice) * DTypeSize(dtype)
+  // Relays: NumElements(slice) * DTypeSize(dtype); other ops: Step.bytes
+  // (plan.proto says what each op counts).
+  int64_t bytes = 0;
+  std::vector<OperandDesc> inputs;
+  std::vector<OperandDesc> outputs;
+  v1::Reduction reduction = v1::REDUCTION_SUM;
+  std::vector<int64_t> counts;  // OP_ALL_TO_ALL: n x n, row-major
+  v1::ComputeAttrs compute;     // OP_COMPUTE
+  int device = -1;              // OP_COMPUTE, OP_LOCAL_COPY
 };
+
+// True for the ops that define their outputs' values (the tensors that
+// verification checks against a computed reference, not the initializer).
+bool DefinesValues(v1::Step::Op op);
 
 struct ParsedProgram {
   std::string job_id;
@@ -64,7 +107,15 @@ struct ParsedProgram {
   std::vector<int> local_devices;
   absl::flat_hash_map<int, int> device_rank;  // global device -> worker rank
   std::vector<BufferDesc> buffers;            // buffers of local devices only
+  std::vector<BufferDesc> other_buffers;      // other workers' (not allocated)
   std::vector<StepDesc> steps;                // steps touching a local device
+  // Parallel to tensors: its initializer (plan.tensor_inits, default
+  // pattern) and whether a value-defining step of the plan writes it.
+  std::vector<v1::Initializer> tensor_inits;
+  std::vector<bool> tensor_computed;
+  v1::VerifyMode verify = v1::VERIFY_MODE_FULL;
+  // The whole plan as received, for the verification reference.
+  std::shared_ptr<const v1::Plan> plan;
   double predicted_seconds = 0;
   double lower_bound_seconds = 0;
 
@@ -73,6 +124,16 @@ struct ParsedProgram {
     return it != device_rank.end() && it->second == rank;
   }
   int RankOf(int device) const { return device_rank.at(device); }
+  // Tensor t's initializer and whether a step computes it; a program built
+  // by hand (tests) may leave the vectors short: pattern, not computed.
+  const v1::Initializer& InitOf(int tensor) const;
+  bool IsComputed(int tensor) const {
+    return tensor >= 0 && tensor < static_cast<int>(tensor_computed.size()) &&
+           tensor_computed[tensor];
+  }
+  // The first local device of the step (its group's, or `device`), for
+  // timelines; -1 if none.
+  int FirstLocalDevice(const StepDesc& step) const;
 };
 
 absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& program);

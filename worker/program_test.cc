@@ -64,6 +64,141 @@ TEST(ParseProgramTest, IgnoresOtherWorkersBuffersAndSteps) {
   EXPECT_EQ(program->steps.size(), 2u);
 }
 
+// An all-reduce over devices 0..3 of 2 workers, IN [4, 6] row r on device
+// r, OUT [6] everywhere; IN random.
+TestJob AllReduceJob() {
+  TestJob job(2, 2);
+  const int in = job.AddTensor({{4, 6}, DType::kFloat32});
+  const int out = job.AddTensor({{6}, DType::kFloat32});
+  v1::Initializer random;
+  random.set_kind(v1::Initializer::KIND_RANDOM);
+  random.set_seed(3);
+  job.SetInitializer(in, random);
+  v1::Step step;
+  step.set_op(v1::Step::OP_ALL_REDUCE);
+  step.set_reduction(v1::REDUCTION_MAX);
+  step.set_bytes(24);
+  for (int r = 0; r < 4; ++r) {
+    *step.add_inputs() = TestJob::Operand(
+        job.AddBuffer(r, in, {{r, r + 1}, {0, 6}}, BufferRole::kSource));
+  }
+  for (int r = 0; r < 4; ++r) {
+    *step.add_outputs() = TestJob::Operand(
+        job.AddBuffer(r, out, {{0, 6}}, BufferRole::kDestination));
+  }
+  job.AddStep(step, {0, 1, 2, 3});
+  // A scratch buffer and a compute step on worker 0 only.
+  const int scratch = job.AddBuffer(1, out, {{0, 6}}, BufferRole::kScratch);
+  v1::Step scale;
+  scale.set_op(v1::Step::OP_COMPUTE);
+  scale.set_device(1);
+  scale.mutable_compute()->mutable_elementwise()->set_kind(
+      v1::ElementwiseAttrs::KIND_SCALE);
+  *scale.add_inputs() = TestJob::Operand(5);  // device 1's OUT buffer
+  *scale.add_outputs() = TestJob::Operand(scratch);
+  scale.add_deps(0);
+  job.AddStep(scale);
+  return job;
+}
+
+TEST(ParseProgramTest, ResolvesTheOperandsAndAttributesOfACollective) {
+  TestJob job = AllReduceJob();
+  auto program = ParseProgram(job.ProgramFor(1));
+  ASSERT_TRUE(program.ok()) << program.status();
+  // The compute step on worker 0 is value-defining: kept aside with its
+  // buffers (device 1's), never run here.
+  ASSERT_EQ(program->steps.size(), 1u);
+  const StepDesc& step = program->steps[0];
+  EXPECT_EQ(step.op, v1::Step::OP_ALL_REDUCE);
+  EXPECT_EQ(step.reduction, v1::REDUCTION_MAX);
+  EXPECT_EQ(step.chain, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(step.bytes, 24);
+  ASSERT_EQ(step.inputs.size(), 4u);
+  ASSERT_EQ(step.outputs.size(), 4u);
+  // Rank 2 is local: its input is resolved to its buffer and box.
+  EXPECT_TRUE(step.inputs[2].local);
+  EXPECT_EQ(step.inputs[2].buffer, 2);
+  EXPECT_EQ(step.inputs[2].tensor, 0);
+  EXPECT_EQ(step.inputs[2].device, 2);
+  EXPECT_EQ(step.inputs[2].box, (Box{{2, 3}, {0, 6}}));
+  // Rank 0 is worker 0's and its buffer is in the program (the controller
+  // sends the buffers of value-defining steps): known, not local.
+  EXPECT_FALSE(step.inputs[0].local);
+  EXPECT_TRUE(step.inputs[0].known());
+  EXPECT_EQ(program->buffers.size(), 4u);  // IN and OUT of devices 2, 3
+  EXPECT_FALSE(program->other_buffers.empty());
+  EXPECT_EQ(program->tensor_inits[0].kind(), v1::Initializer::KIND_RANDOM);
+  EXPECT_EQ(program->tensor_computed, (std::vector<bool>{false, true}));
+  ASSERT_NE(program->plan, nullptr);
+  EXPECT_EQ(program->plan->steps_size(), 2);
+  EXPECT_EQ(program->FirstLocalDevice(step), 2);
+
+  auto worker0 = ParseProgram(job.ProgramFor(0));
+  ASSERT_TRUE(worker0.ok()) << worker0.status();
+  ASSERT_EQ(worker0->steps.size(), 2u);
+  const StepDesc& scale = worker0->steps[1];
+  EXPECT_EQ(scale.op, v1::Step::OP_COMPUTE);
+  EXPECT_EQ(scale.device, 1);
+  EXPECT_TRUE(scale.compute.has_elementwise());
+  EXPECT_EQ(scale.deps, (std::vector<int>{0}));
+  EXPECT_EQ(worker0->buffers.back().role, BufferRole::kScratch);
+}
+
+TEST(ParseProgramTest, RejectsBadOperandsNamingTheStepAndField) {
+  const std::vector<
+      std::pair<std::function<void(v1::WorkerProgram&)>, std::string>>
+      cases = {
+          {[](v1::WorkerProgram& p) {
+             p.mutable_plan()->mutable_steps(0)->mutable_inputs(2)->set_buffer(
+                 99);
+           },
+           "plan.steps id 0 inputs[2]: buffer 99 is not in plan.buffers"},
+          {[](v1::WorkerProgram& p) {
+             // Device 3's buffer as rank 2's input.
+             p.mutable_plan()->mutable_steps(0)->mutable_inputs(2)->set_buffer(
+                 3);
+           },
+           "inputs[2]: buffer 3 is on device 3 but the operand belongs to "
+           "device 2"},
+          {[](v1::WorkerProgram& p) {
+             v1::Interval* row = p.mutable_plan()
+                                     ->mutable_steps(0)
+                                     ->mutable_inputs(2)
+                                     ->add_slice();
+             row->set_begin(0);
+             row->set_end(4);
+             p.mutable_plan()
+                 ->mutable_steps(0)
+                 ->mutable_inputs(2)
+                 ->add_slice()
+                 ->set_end(6);
+           },
+           "inputs[2] slice"},
+          {[](v1::WorkerProgram& p) {
+             p.mutable_plan()
+                 ->mutable_steps(0)
+                 ->mutable_outputs()
+                 ->RemoveLast();
+           },
+           "OP_ALL_REDUCE over a group of 4 needs 4 inputs and 4 outputs"},
+          {[](v1::WorkerProgram& p) {
+             p.mutable_plan()->mutable_steps(0)->set_op(
+                 v1::Step::OP_ALL_TO_ALL);
+           },
+           "OP_ALL_TO_ALL counts has 0 entries; a group of 4 needs 16"},
+      };
+  for (const auto& [corrupt, message] : cases) {
+    SCOPED_TRACE(message);
+    v1::WorkerProgram proto = AllReduceJob().ProgramFor(1);
+    corrupt(proto);
+    auto program = ParseProgram(proto);
+    ASSERT_FALSE(program.ok());
+    EXPECT_EQ(program.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(program.status().message().find(message), std::string::npos)
+        << program.status();
+  }
+}
+
 struct BadCase {
   std::string name;
   std::function<void(v1::WorkerProgram&)> corrupt;
@@ -96,11 +231,22 @@ TEST(ParseProgramTest, RejectsBadProgramsNamingTheField) {
          p.mutable_plan()->mutable_buffers(0)->mutable_box(0)->set_end(9);
        },
        absl::StatusCode::kInvalidArgument, "plan.buffers id"},
-      {"unsupported op",
+      {"no op",
+       [](v1::WorkerProgram& p) {
+         p.mutable_plan()->mutable_steps(0)->set_op(v1::Step::OP_UNSPECIFIED);
+       },
+       absl::StatusCode::kInvalidArgument, "plan.steps id 0: op 0"},
+      {"unknown initializer",
+       [](v1::WorkerProgram& p) {
+         p.mutable_plan()->add_tensor_inits()->set_kind(
+             static_cast<v1::Initializer::Kind>(9));
+       },
+       absl::StatusCode::kInvalidArgument, "plan.tensor_inits[0].kind 9"},
+      {"collective without one input per rank",
        [](v1::WorkerProgram& p) {
          p.mutable_plan()->mutable_steps(0)->set_op(v1::Step::OP_ALL_REDUCE);
        },
-       absl::StatusCode::kUnimplemented, "OP_ALL_REDUCE"},
+       absl::StatusCode::kInvalidArgument, "needs 2 inputs and 2 outputs"},
       {"unknown group",
        [](v1::WorkerProgram& p) {
          p.mutable_plan()->mutable_steps(0)->set_group(77);

@@ -115,7 +115,11 @@ void WorkerMetrics::StepFinished(const ParsedProgram& program,
     bandwidth_.WithLabels({op}).Set(step.bytes / seconds);
   }
   const double bytes = static_cast<double>(step.bytes);
-  for (size_t p = 1; p < step.chain.size(); ++p) {
+  // Per-link bytes are known for relay chains only; collectives and
+  // compute report their step figures above.
+  const bool relay =
+      step.op == v1::Step::OP_BROADCAST || step.op == v1::Step::OP_SEND_RECV;
+  for (size_t p = 1; relay && p < step.chain.size(); ++p) {
     const bool from_here = program.IsLocal(step.chain[p - 1]);
     const bool to_here = program.IsLocal(step.chain[p]);
     if (from_here && to_here) {

@@ -6,7 +6,7 @@
 //
 //   cluster_bench --sections=links --links_env=links.env   # before `up`
 //   cluster_bench --controller=127.0.0.1:41234 [--memcpy_gbps=X
-//       --tcp_gbps=Y] [--sections=links,reshard,control]
+//       --tcp_gbps=Y] [--sections=links,reshard,control,collective]
 //
 // links    this machine's single-thread memcpy bandwidth and its loopback TCP
 //          bandwidth (one stream, and several at once): on a local cluster
@@ -24,10 +24,24 @@
 //          sequential jobs (p50, p99), then closed-loop load from
 //          --load_clients concurrent clients for --load_seconds each (jobs
 //          per second), each client a gRPC connection of its own.
+// collective  every op of the `collective` job kind (--collective_ops) at
+//          each of --collective_sizes on one mesh of the cluster
+//          (--collective_mesh, default every worker x 1 device, so every
+//          byte crosses loopback TCP): warm-up jobs, then --repeat jobs of
+//          --collective_iterations back-to-back collectives, the median's
+//          time per iteration, algbw and busbw as nccl-tests defines them,
+//          next to the topology's bound and the controller's prediction;
+//          and the baseline measured in the same run: Gloo's own collective
+//          between as many local processes over loopback TCP
+//          (gloo_collective_baseline, --gloo_baseline), with the ratio.
+//          Not in the default sections (minutes): --sections=collective.
 //
 // Exit status: 0 when every job succeeded and verified, 1 when a job failed
 // or an RPC did, 2 on bad flags or a cluster too small for the cases, 3
 // when the controller cannot be reached.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -53,7 +67,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "bench/cluster/baseline_report.h"
 #include "bench/cluster/cluster_cases.h"
+#include "bench/cluster/collective_cases.h"
 #include "bench/cluster/job_client.h"
 #include "bench/cluster/link_probe.h"
 #include "bench/cluster/sample_stats.h"
@@ -63,7 +79,8 @@
 ABSL_FLAG(std::string, controller, "",
           "host:port of the controller (required for reshard and control)");
 ABSL_FLAG(std::string, sections, "links,reshard,control",
-          "comma-separated: links, reshard, control");
+          "comma-separated: links, reshard, control, collective (not in the "
+          "default: minutes more)");
 ABSL_FLAG(std::string, links_env, "",
           "write MEMCPY_GBPS=... and TCP_GBPS=... (shell syntax) to this file");
 ABSL_FLAG(double, memcpy_gbps, 0,
@@ -93,6 +110,23 @@ ABSL_FLAG(int, latency_jobs, 100, "sequential tiny jobs for p50/p99");
 ABSL_FLAG(std::string, load_clients, "8",
           "comma-separated concurrent client counts for jobs per second");
 ABSL_FLAG(double, load_seconds, 10, "seconds of load per client count");
+ABSL_FLAG(std::string, collective_ops, "all",
+          "comma-separated collectives for the collective section, or all "
+          "(all_reduce, all_gather, reduce_scatter, all_to_all, broadcast)");
+ABSL_FLAG(std::string, collective_sizes, "1MiB,16MiB,64MiB",
+          "comma-separated sizes as nccl-tests counts them (per-rank output "
+          "of all_reduce/all_gather, per-rank input of reduce_scatter, send "
+          "buffer of all_to_all, buffer of broadcast)");
+ABSL_FLAG(std::string, collective_mesh, "",
+          "HOSTSxDEVICES mesh the collectives run on (default: every worker "
+          "x 1 device, e.g. 4x1); e.g. 2x2");
+ABSL_FLAG(int, collective_iterations, 5,
+          "collectives back to back per job (the job reports their mean)");
+ABSL_FLAG(std::string, gloo_baseline, "",
+          "path of gloo_collective_baseline (default: next to this binary); "
+          "none = no baseline column");
+ABSL_FLAG(int, gloo_iters, 10, "timed Gloo iterations per row (median shown)");
+ABSL_FLAG(int, gloo_warmup, 2, "untimed Gloo iterations per row");
 
 namespace meshcast::bench {
 namespace {
@@ -131,6 +165,7 @@ struct Sections {
   bool links = false;
   bool reshard = false;
   bool control = false;
+  bool collective = false;
 };
 
 absl::StatusOr<Sections> ParseSections(const std::string& text) {
@@ -142,10 +177,12 @@ absl::StatusOr<Sections> ParseSections(const std::string& text) {
       sections.reshard = true;
     } else if (part == "control") {
       sections.control = true;
+    } else if (part == "collective") {
+      sections.collective = true;
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("--sections: unknown '", part,
-                       "'; allowed: links, reshard, control"));
+                       "'; allowed: links, reshard, control, collective"));
     }
   }
   return sections;
@@ -611,6 +648,298 @@ absl::Status RunControl(JobClient& client, bool& all_ok) {
   return absl::OkStatus();
 }
 
+// ---------------------------------------------------------------- collective
+
+double ToGBps(double bytes_per_second) { return bytes_per_second / 1e9; }
+double Microseconds(double seconds) { return seconds * 1e6; }
+
+struct CollectiveRow {
+  std::string op;
+  int64_t bytes = 0;  // the size that ran (nccl-tests' size)
+  int64_t count = 0;  // elements of `bytes`
+  double factor = NAN;
+  double time = NAN;  // median seconds per iteration
+  double bound_busbw = NAN;
+  double predicted_busbw = NAN;
+  int64_t mismatches = 0;
+  std::string status = "ok";
+  // Gloo's figures for the same op and size; status "n/a" when there is no
+  // baseline (--gloo_baseline=none, or this Gloo lacks the op).
+  BaselineResult baseline;
+  bool ok() const { return status == "ok"; }
+  double algbw() const { return bytes / time; }
+  double busbw() const { return algbw() * factor; }
+  double baseline_busbw() const {
+    return baseline.ok() ? baseline.bytes / baseline.median_seconds * factor
+                         : NAN;
+  }
+};
+
+// Where gloo_collective_baseline is: the flag, else next to this binary.
+std::string GlooBaselinePath() {
+  std::string path = absl::GetFlag(FLAGS_gloo_baseline);
+  if (!path.empty()) return path;
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return "gloo_collective_baseline";
+  std::string dir(self, n);
+  dir.resize(dir.rfind('/') + 1);
+  return dir + "gloo_collective_baseline";
+}
+
+// Runs the baseline binary for one op and size; its stderr goes to ours.
+BaselineResult RunGlooBaseline(const std::string& path, int ranks,
+                               const std::string& op, int64_t bytes) {
+  BaselineResult failed;
+  failed.op = op;
+  failed.ranks = ranks;
+  failed.status = "n/a";
+  if (path == "none") return failed;
+  const std::string command = absl::StrFormat(
+      "'%s' --ranks=%d --ops=%s --sizes=%d --iters=%d --warmup=%d "
+      "--timeout_s=%.0f",
+      path, ranks, op, bytes, absl::GetFlag(FLAGS_gloo_iters),
+      absl::GetFlag(FLAGS_gloo_warmup), absl::GetFlag(FLAGS_job_timeout));
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    failed.status = "popen-failed";
+    return failed;
+  }
+  std::string output;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) {
+    output.append(buffer, n);
+  }
+  const int status = pclose(pipe);
+  absl::StatusOr<std::vector<BaselineResult>> results =
+      ParseBaselineOutput(output);
+  if (!results.ok() || results->size() != 1 || (*results)[0].op != op) {
+    failed.status = absl::StrCat("gloo-exit-",
+                                 WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return failed;
+  }
+  return (*results)[0];
+}
+
+CollectiveRow RunCollectiveRow(JobClient& client, const std::string& op,
+                               int64_t size, const MeshShape& mesh,
+                               const v1::Topology& topology,
+                               const std::string& baseline_path) {
+  CollectiveRow row;
+  row.op = op;
+  row.factor = BusFactor(op, mesh.ranks());
+  row.count = CollectiveCount(op, size, 4, mesh.ranks());
+  row.bytes = row.count * 4;
+  absl::StatusOr<v1::JobSpec> spec = PinnedCollectiveSpec(
+      op, size, mesh, topology.num_hosts(), topology.devices_per_host(),
+      absl::GetFlag(FLAGS_collective_iterations));
+  if (!spec.ok()) {
+    row.status = std::string(spec.status().message());
+    return row;
+  }
+  const absl::Duration timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_job_timeout));
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  const int repeat = absl::GetFlag(FLAGS_repeat);
+  std::vector<double> times;
+  for (int run = 0; run < warmup + repeat && row.ok(); ++run) {
+    absl::StatusOr<JobOutcome> outcome =
+        client.SubmitAndWait(*spec, timeout, /*fetch_result=*/true);
+    if (!outcome.ok()) {
+      row.status = outcome.status().ToString();
+      break;
+    }
+    const v1::Job& job = outcome->job;
+    if (job.state() != v1::JOB_STATE_SUCCEEDED) {
+      row.status = absl::StrCat(v1::JobState_Name(job.state()), " ", job.id(),
+                                ": ", job.message());
+      break;
+    }
+    const v1::JobResult& result = job.result();
+    row.mismatches += result.mismatches();
+    if (result.mismatches() != 0 || result.elements_verified() <= 0) {
+      row.status = absl::StrCat("NOT VERIFIED ", job.id(), ": ",
+                                result.mismatches(), " mismatches of ",
+                                result.elements_verified(), " elements");
+      break;
+    }
+    const auto& metrics = result.metrics();
+    const auto time = metrics.find("time_per_iteration_seconds");
+    if (time == metrics.end() || !(time->second > 0)) {
+      row.status = absl::StrCat("job ", job.id(),
+                                " has no time_per_iteration_seconds metric");
+      break;
+    }
+    if (const auto it = metrics.find("size_bytes"); it != metrics.end()) {
+      row.bytes = static_cast<int64_t>(it->second);
+      row.count = row.bytes / 4;
+    }
+    if (const auto it = metrics.find("busbw_bound_bytes_per_second");
+        it != metrics.end()) {
+      row.bound_busbw = it->second;
+    }
+    if (const auto it = metrics.find("busbw_predicted_bytes_per_second");
+        it != metrics.end()) {
+      row.predicted_busbw = it->second;
+    }
+    if (run >= warmup) times.push_back(time->second);
+  }
+  if (row.ok()) row.time = Median(times);
+  // Measured right after meshcast's jobs, with the cluster idle.
+  row.baseline = RunGlooBaseline(baseline_path, mesh.ranks(), op, size);
+  return row;
+}
+
+constexpr char kCollectiveFormat[] =
+    "%-15s %11s %10s %7s %10s %8s %8s %8s %7s %8s %10s %8s %8s %6s  %s\n";
+
+void PrintCollectiveHeader() {
+  std::cout << absl::StrFormat(kCollectiveFormat, "#op", "size", "count",
+                               "type", "time", "algbw", "busbw", "bound",
+                               "bus/bd", "pred", "gloo_time", "gloo_bus",
+                               "mc/gloo", "#wrong", "status");
+  std::cout << absl::StrFormat(kCollectiveFormat, "#", "(B)", "(elements)", "",
+                               "(us)", "(GB/s)", "(GB/s)", "(GB/s)", "",
+                               "(GB/s)", "(us)", "(GB/s)", "", "", "");
+}
+
+void PrintCollectiveRow(const CollectiveRow& row) {
+  const bool base = row.baseline.ok();
+  std::string status = row.status;
+  if (row.ok() && !base)
+    status = absl::StrCat("ok, baseline ", row.baseline.status);
+  std::cout << absl::StrFormat(
+      kCollectiveFormat, absl::StrCat(" ", row.op), absl::StrCat(row.bytes),
+      absl::StrCat(row.count), "float", Fixed(Microseconds(row.time), 1),
+      Fixed(ToGBps(row.algbw()), 3), Fixed(ToGBps(row.busbw()), 3),
+      Fixed(ToGBps(row.bound_busbw), 3),
+      Fixed(row.busbw() / row.bound_busbw, 2),
+      Fixed(ToGBps(row.predicted_busbw), 3),
+      base ? Fixed(Microseconds(row.baseline.median_seconds), 1) : "n/a",
+      base ? Fixed(ToGBps(row.baseline_busbw()), 3) : "n/a",
+      base ? Fixed(row.busbw() / row.baseline_busbw(), 2) : "n/a",
+      row.ok() ? absl::StrCat(row.mismatches) : "-", status);
+  std::cout.flush();
+}
+
+absl::Status RunCollective(JobClient& client, const v1::Topology& topology,
+                           bool& all_ok) {
+  ASSIGN_OR_RETURN(std::vector<std::string> ops,
+                   ParseCollectiveOps(absl::GetFlag(FLAGS_collective_ops)));
+  ASSIGN_OR_RETURN(
+      std::vector<int64_t> sizes,
+      ParseSizeList(absl::GetFlag(FLAGS_collective_sizes), "collective_sizes"));
+  MeshShape mesh{topology.num_hosts(), 1};
+  if (!absl::GetFlag(FLAGS_collective_mesh).empty()) {
+    ASSIGN_OR_RETURN(mesh,
+                     ParseMeshShape(absl::GetFlag(FLAGS_collective_mesh)));
+  }
+  const int iterations = absl::GetFlag(FLAGS_collective_iterations);
+  if (absl::GetFlag(FLAGS_gloo_iters) < 1 ||
+      absl::GetFlag(FLAGS_gloo_warmup) < 0) {
+    return absl::InvalidArgumentError(
+        "--gloo_iters must be >= 1 and --gloo_warmup >= 0");
+  }
+  // Refuse up front (a mesh the cluster cannot hold, bad iterations, a
+  // size too small for the ranks) rather than after minutes of rows.
+  for (const std::string& op : ops) {
+    for (int64_t size : sizes) {
+      RETURN_IF_ERROR(PinnedCollectiveSpec(op, size, mesh, topology.num_hosts(),
+                                           topology.devices_per_host(),
+                                           iterations)
+                          .status());
+      if (CollectiveCount(op, size, 4, mesh.ranks()) < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--collective_sizes: ", size, " B of float32 is no element of ", op,
+            " on ", mesh.ranks(), " ranks"));
+      }
+    }
+  }
+  const std::string baseline_path = GlooBaselinePath();
+  if (baseline_path != "none" && access(baseline_path.c_str(), X_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gloo_baseline: ", baseline_path,
+        " is not an executable; build the gloo_collective_baseline target, "
+        "or pass --gloo_baseline=none to run without the baseline"));
+  }
+  std::cout << absl::StrFormat(
+      "# collective: mesh %s (%d ranks, row r on host r, device ids "
+      "host*%d+col), float32, sum; %d warm-up + %d timed jobs per row of %d "
+      "collectives each, every output verified; time = median over jobs of "
+      "the job's time per collective (slowest worker, mean of its "
+      "iterations)\n",
+      mesh.ToString(), mesh.ranks(), topology.devices_per_host(),
+      absl::GetFlag(FLAGS_warmup), absl::GetFlag(FLAGS_repeat), iterations);
+  std::cout << absl::StrFormat(
+      "# busbw = algbw x (all_reduce 2(n-1)/n; all_gather, reduce_scatter, "
+      "all_to_all (n-1)/n; broadcast 1); bound = the busbw the topology's "
+      "lower bound allows; pred = the controller's prediction; baseline: "
+      "Gloo's own collective between %d local processes over loopback TCP "
+      "(%s; median of %d iterations after %d), measured after each row\n",
+      mesh.ranks(), baseline_path == "none" ? "off" : baseline_path,
+      absl::GetFlag(FLAGS_gloo_iters), absl::GetFlag(FLAGS_gloo_warmup));
+  PrintCollectiveHeader();
+
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<CollectiveRow> rows;
+  for (const std::string& op : ops) {
+    for (int64_t size : sizes) {
+      CollectiveRow row =
+          RunCollectiveRow(client, op, size, mesh, topology, baseline_path);
+      PrintCollectiveRow(row);
+      rows.push_back(std::move(row));
+    }
+  }
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+
+  int ok = 0, with_baseline = 0;
+  int64_t mismatches = 0;
+  double busbw_sum = 0, baseline_sum = 0;
+  std::vector<double> vs_gloo, vs_bound;
+  const CollectiveRow* best = nullptr;
+  bool baseline_failed = false;
+  for (const CollectiveRow& row : rows) {
+    mismatches += row.mismatches;
+    // A wrong or failed baseline is a failed run; an absent one is not.
+    if (!row.baseline.ok() && row.baseline.status != "n/a" &&
+        row.baseline.status != "unsupported") {
+      baseline_failed = true;
+    }
+    if (!row.ok()) continue;
+    ++ok;
+    busbw_sum += row.busbw();
+    if (std::isfinite(row.bound_busbw)) {
+      vs_bound.push_back(row.busbw() / row.bound_busbw);
+    }
+    if (row.baseline.ok()) {
+      ++with_baseline;
+      baseline_sum += row.baseline_busbw();
+      vs_gloo.push_back(row.busbw() / row.baseline_busbw());
+    }
+    if (best == nullptr || row.busbw() > best->busbw()) best = &row;
+  }
+  all_ok = all_ok && ok == static_cast<int>(rows.size()) && mismatches == 0 &&
+           !baseline_failed;
+  std::cout << absl::StrFormat(
+      "# Summary: %d/%d rows ok, %d mismatches; avg busbw %s GB/s (gloo %s "
+      "GB/s over the rows it ran); meshcast/gloo busbw median %s (%s..%s) "
+      "over %d rows; busbw/bound median %s (%s..%s); best busbw %s GB/s (%s "
+      "%s B); %.0f s\n\n",
+      ok, rows.size(), mismatches,
+      ok > 0 ? Fixed(ToGBps(busbw_sum / ok), 3) : "-",
+      with_baseline > 0 ? Fixed(ToGBps(baseline_sum / with_baseline), 3) : "-",
+      Fixed(Median(vs_gloo), 2), Fixed(Percentile(vs_gloo, 0), 2),
+      Fixed(Percentile(vs_gloo, 100), 2), with_baseline,
+      Fixed(Median(vs_bound), 2), Fixed(Percentile(vs_bound, 0), 2),
+      Fixed(Percentile(vs_bound, 100), 2),
+      best ? Fixed(ToGBps(best->busbw()), 3) : "-", best ? best->op : "-",
+      best ? absl::StrCat(best->bytes) : "-", elapsed);
+  return absl::OkStatus();
+}
+
 // ---------------------------------------------------------------- main
 
 absl::Status Run(bool& all_ok) {
@@ -647,12 +976,15 @@ absl::Status Run(bool& all_ok) {
     }
     RETURN_IF_ERROR(WriteLinksEnv(absl::GetFlag(FLAGS_links_env), links));
   }
-  if (!sections.reshard && !sections.control) return absl::OkStatus();
+  if (!sections.reshard && !sections.control && !sections.collective) {
+    return absl::OkStatus();
+  }
 
   const std::string address = absl::GetFlag(FLAGS_controller);
   if (address.empty()) {
     return absl::InvalidArgumentError(
-        "--controller: required for the reshard and control sections "
+        "--controller: required for the reshard, control and collective "
+        "sections "
         "(host:port, as `meshctl up` prints it)");
   }
   ASSIGN_OR_RETURN(std::unique_ptr<JobClient> client,
@@ -683,6 +1015,9 @@ absl::Status Run(bool& all_ok) {
     RETURN_IF_ERROR(RunReshard(*client, topology, links, all_ok));
   }
   if (sections.control) RETURN_IF_ERROR(RunControl(*client, all_ok));
+  if (sections.collective) {
+    RETURN_IF_ERROR(RunCollective(*client, topology, all_ok));
+  }
   return absl::OkStatus();
 }
 
@@ -694,7 +1029,7 @@ int main(int argc, char** argv) {
       "measured resharding and control-plane figures on a meshcast cluster\n"
       "  cluster_bench --sections=links --links_env=FILE\n"
       "  cluster_bench --controller=HOST:PORT [--memcpy_gbps=X "
-      "--tcp_gbps=Y] [--sections=links,reshard,control]");
+      "--tcp_gbps=Y] [--sections=links,reshard,control,collective]");
   absl::ParseCommandLine(argc, argv);
   bool all_ok = true;
   const absl::Status status = meshcast::bench::Run(all_ok);

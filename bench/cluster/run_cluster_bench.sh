@@ -5,15 +5,22 @@
 #      rates as the topology (--intra-gbps = memcpy, --inter-gbps = one TCP
 #      stream), so the controller's predictions are for this machine;
 #   3. runs the resharding suite (every strategy) and the control-plane
-#      figures against it;
+#      figures against it (the `collective` section only when asked for:
+#      it takes minutes more; see below);
 #   4. always stops the cluster (trap), and removes the directory unless
 #      something failed (then it prints where the logs are).
 # It builds nothing: build first, e.g.
 #   cmake --build build --target meshctl meshcast-controller meshcast-worker \
-#     cluster_bench
+#     cluster_bench gloo_collective_baseline
 # Arguments go to cluster_bench (both runs; flags given later win), e.g.
 #   bench/cluster/run_cluster_bench.sh --size_mib 32 --repeat 5
 #   bench/cluster/run_cluster_bench.sh --cases all --strategies meshcast,send_recv
+# The collectives (every op at 1, 16 and 64 MiB on WORKERSx1, next to Gloo's
+# own between as many local processes, measured in the same run):
+#   bench/cluster/run_cluster_bench.sh --sections collective
+#   bench/cluster/run_cluster_bench.sh --sections reshard,control,collective
+#   bench/cluster/run_cluster_bench.sh --sections collective \
+#     --collective_mesh 2x2 --collective_sizes 4MiB,256MiB --repeat 3
 # Environment: BUILD_DIR (default build), WORKERS (default 4), DEVICES (CPU
 # devices per worker, default 4), INTER_GBPS / INTRA_GBPS (override the
 # measured rates the controller plans with), CONTROLLER_FLAGS (extra

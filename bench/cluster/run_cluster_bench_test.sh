@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Smoke test of run_cluster_bench.sh (ctest cluster_bench_smoke): a tiny run
-# on a real local cluster must succeed with every figure printed and leave no
+# on a real local cluster (every section, the collectives with their Gloo
+# baseline included) must succeed with every figure printed and leave no
 # daemon or directory behind; a run that fails after the cluster started
 # (a bad flag) must exit non-zero and still stop every daemon.
 # Environment: BUILD_DIR (the build with meshctl, the daemons and
@@ -35,7 +36,9 @@ expect_nothing_running() {
 # shellcheck disable=SC2054  # the commas belong to the flag values
 small=(--size_mib=2 "--cases=case1,1-to-m(2,2)" --strategies=meshcast,send_recv
   --warmup=0 --repeat=1 --latency_jobs=10 --load_clients=2 --load_seconds=1
-  --memcpy_bytes=16777216 --tcp_bytes=16777216 --link_repeats=1)
+  --memcpy_bytes=16777216 --tcp_bytes=16777216 --link_repeats=1
+  --sections=reshard,control,collective --collective_sizes=64KiB
+  --collective_iterations=2 --gloo_iters=2 --gloo_warmup=1)
 
 rc=0
 timeout 100 "$script" "${small[@]}" >"$out" 2>&1 || rc=$?
@@ -48,6 +51,11 @@ expect_line '^# Summary: 4/4 rows ok, 0 mismatches'
 expect_line '^ sequential +1 +10 +10 '
 expect_line '^ concurrent +2 +[1-9][0-9]* '
 expect_line '^# Summary: tiny-job submit-to-done p50 [0-9.]+ ms, p99 [0-9.]+ ms'
+for op in all_reduce all_gather reduce_scatter all_to_all broadcast; do
+  # size, count, type, then meshcast's and Gloo's figures, 0 wrong, ok.
+  expect_line "^ $op +65536 +16384 +float( +[0-9.]+){9} +0  ok$"
+done
+expect_line '^# Summary: 5/5 rows ok, 0 mismatches; avg busbw [0-9.]+ GB/s \(gloo [0-9.]+ GB/s'
 expect_nothing_running "after a successful run"
 if compgen -G "$tmp/meshcast-cluster-bench.*" >/dev/null; then
   fail "the cluster directory was kept after a successful run"

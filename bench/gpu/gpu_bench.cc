@@ -45,6 +45,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "controller/program_builder.h"
+#include "planner/kinds/reshard/reshard_lowering.h"
 #include "planner/mesh.h"
 #include "planner/plan.h"
 #include "planner/sharding.h"
@@ -278,7 +279,7 @@ absl::StatusOr<PlannedCase> PlanCase(const ReshardCase& c,
   RETURN_IF_ERROR(problem.Validate(topology));
   ASSIGN_OR_RETURN(const ReshardPlan plan,
                    PlanReshard({problem}, topology, Strategy::kMeshcast));
-  ASSIGN_OR_RETURN(const v1::Plan proto, BuildPlanProto(plan, 0, 0));
+  ASSIGN_OR_RETURN(const v1::Plan proto, LowerReshardPlan(plan));
   WorkerSlot slot;
   slot.name = "gpu0";
   slot.host_index = 0;
@@ -461,7 +462,7 @@ absl::StatusOr<double> ChainReshardSeconds(int gpus, int64_t bytes) {
   RETURN_IF_ERROR(problem.Validate(topology));
   ASSIGN_OR_RETURN(const ReshardPlan plan,
                    PlanReshard({problem}, topology, Strategy::kMeshcast));
-  ASSIGN_OR_RETURN(const v1::Plan proto, BuildPlanProto(plan, 0, 0));
+  ASSIGN_OR_RETURN(const v1::Plan proto, LowerReshardPlan(plan));
   std::vector<WorkerSlot> slots;
   for (int g = 0; g < gpus; ++g) {
     slots.push_back(WorkerSlot{absl::StrCat("gpu", g), g, {g}});

@@ -13,12 +13,15 @@ shaped to 300 Mbit/s, then checks, in order:
      been given) measured within a loose bound of the simulator's
      prediction, and the controller's topology carrying the host copy
      capacity and the per-transfer set-up time netcluster.sh passed;
-  3. a fault: a destination host's link is cut while its bytes are arriving
+  3. every collective (`meshctl submit collective`) across the hosts, each
+     verified element by element, its bus bandwidth (nccl-tests'
+     definition) logged next to the link bound and never above it;
+  4. a fault: a destination host's link is cut while its bytes are arriving
      (the cut is triggered by the link's own byte counter): the job fails
      with an error naming the host within a bounded time, every daemon stays
      alive, the other workers go back to ready, and once the link is back
      the host re-registers and the next job succeeds;
-  4. bring-up failures (a worker that cannot start) leave nothing behind,
+  5. bring-up failures (a worker that cannot start) leave nothing behind,
      and `down` is idempotent.
 
 Everything is torn down at the end, also on failure or SIGTERM/SIGINT
@@ -305,6 +308,54 @@ def test_reshard_cases(cluster):
                       (result["predicted_seconds"], floor))
 
 
+COLLECTIVE_OPS = ["all_reduce", "all_gather", "reduce_scatter",
+                  "all_to_all", "broadcast"]
+
+
+def collective_elements(op, ranks, size, element_bytes):
+    """Destination elements of a collective, from its definition."""
+    count = size // element_bytes
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        count -= count % ranks
+    return {"all_reduce": ranks * count, "all_gather": ranks * count,
+            "reduce_scatter": count, "all_to_all": ranks * count,
+            "broadcast": (ranks - 1) * count}[op]
+
+
+def test_collectives(cluster):
+    # One device per host: every byte crosses the shaped links. 3x2 adds the
+    # hierarchical path (two ranks per worker).
+    cases = [(op, "%dx1" % HOSTS, HOSTS, 4 << 20) for op in COLLECTIVE_OPS]
+    cases.append(("all_reduce", "%dx2" % HOSTS, HOSTS * 2, 4 << 20))
+    for op, mesh, ranks, size in cases:
+        job = cluster.meshctl_json(
+            "submit", "collective", "--op", op, "--mesh", mesh, "--bytes",
+            str(size), "--dtype", "float32", "--iterations", "2", "--wait",
+            "--timeout", "60", timeout=90)
+        result = job.get("result", {})
+        metrics = result.get("metrics", {})
+        check(job.get("state") == "SUCCEEDED",
+              "collective %s on %s did not succeed: %s" % (op, mesh, job))
+        expected = collective_elements(op, ranks, size, 4)
+        check(result.get("mismatches", -1) == 0 and
+              result.get("elements_verified") == expected,
+              "collective %s on %s verified %s elements (want %d), %s "
+              "mismatches" % (op, mesh, result.get("elements_verified"),
+                              expected, result.get("mismatches")))
+        busbw = metrics.get("busbw_bytes_per_second", 0)
+        bound = metrics.get("busbw_bound_bytes_per_second", 0)
+        log("  %-14s %s %5.1f MiB: busbw %.3f Gbps, link bound %.3f Gbps "
+            "(%.2f), predicted %.3f Gbps" %
+            (op, mesh, size / 2**20, busbw * 8e-9, bound * 8e-9,
+             busbw / bound if bound else 0,
+             metrics.get("busbw_predicted_bytes_per_second", 0) * 8e-9))
+        check(busbw > 0 and bound > 0, "metrics missing: %s" % metrics)
+        # Nothing beats the links (10% for timer and shaping slack).
+        check(busbw <= 1.1 * bound,
+              "collective %s on %s: busbw %.3g B/s above the link bound "
+              "%.3g B/s" % (op, mesh, busbw, bound))
+
+
 def wait_for(predicate, timeout, what, interval=0.2):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -449,7 +500,7 @@ def main():
              cluster.env["NETCLUSTER_HOST_COPY_GBPS"],
              cluster.env["NETCLUSTER_TRANSFER_SETUP_US"]))
         for test in (test_shaping, test_controller_topology,
-                     test_reshard_cases, test_link_fault,
+                     test_reshard_cases, test_collectives, test_link_fault,
                      test_teardown, test_failed_up_cleans_up):
             log("--- %s" % test.__name__)
             test(cluster)

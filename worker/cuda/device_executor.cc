@@ -195,6 +195,29 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
     return absl::InvalidArgumentError(
         "GPU executor options: lanes and chunk_bytes must be >= 1");
   }
+  // The GPU backend runs relay chains only so far; the CPU engine's other
+  // ops (worker/engine/) have no GPU kernel yet.
+  for (const StepDesc& step : program.steps) {
+    if (step.op != v1::Step::OP_BROADCAST &&
+        step.op != v1::Step::OP_SEND_RECV) {
+      return absl::UnimplementedError(
+          absl::StrCat("step ", step.id, ": op ", v1::Step::Op_Name(step.op),
+                       " has no kernel on backend \"cuda\""));
+    }
+  }
+  for (const BufferDesc& buffer : program.buffers) {
+    const v1::Initializer& init = program.InitOf(buffer.tensor);
+    if (buffer.role == BufferRole::kSource &&
+        init.kind() != v1::Initializer::KIND_PATTERN &&
+        init.kind() != v1::Initializer::KIND_UNSPECIFIED) {
+      return absl::UnimplementedError(
+          absl::StrCat("buffer ", buffer.id,
+                       ": the GPU backend fills only the pattern "
+                       "initializer, tensor ",
+                       buffer.tensor, " asks for ",
+                       v1::Initializer::Kind_Name(init.kind())));
+    }
+  }
 
   // 1. Local devices, ascending, onto the logical devices of the spec.
   std::vector<int> local = program.local_devices;

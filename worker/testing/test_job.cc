@@ -1,5 +1,6 @@
 #include "worker/testing/test_job.h"
 
+#include <algorithm>
 #include <memory>
 #include <thread>
 
@@ -42,15 +43,48 @@ int TestJob::AddTensor(const TensorSpec& spec) {
   return plan_.tensors_size() - 1;
 }
 
-void TestJob::AddBuffer(int device, int tensor, const Box& box,
-                        BufferRole role) {
+void TestJob::SetInitializer(int tensor, const v1::Initializer& init) {
+  while (plan_.tensor_inits_size() <= tensor) plan_.add_tensor_inits();
+  *plan_.mutable_tensor_inits(tensor) = init;
+}
+
+int TestJob::AddBuffer(int device, int tensor, const Box& box,
+                       BufferRole role) {
   v1::Buffer* buffer = plan_.add_buffers();
   buffer->set_id(plan_.buffers_size() - 1);
   buffer->set_tensor(tensor);
   buffer->set_device(device);
   SetBox(box, buffer->mutable_box());
   buffer->set_role(role == BufferRole::kSource ? v1::Buffer::ROLE_SOURCE
-                                               : v1::Buffer::ROLE_DESTINATION);
+                   : role == BufferRole::kDestination
+                       ? v1::Buffer::ROLE_DESTINATION
+                       : v1::Buffer::ROLE_SCRATCH);
+  return buffer->id();
+}
+
+int TestJob::AddStep(v1::Step step, std::vector<int> group) {
+  step.set_id(plan_.steps_size());
+  std::vector<int> devices = group;
+  if (!group.empty()) {
+    v1::CommGroup* comm_group = plan_.add_groups();
+    comm_group->set_id(plan_.groups_size() - 1);
+    for (int device : group) comm_group->add_devices(device);
+    step.set_group(comm_group->id());
+  } else if (step.op() == v1::Step::OP_LOCAL_COPY) {
+    devices = {plan_.buffers(step.outputs(0).buffer()).device()};
+  } else {
+    devices = {step.device()};
+  }
+  *plan_.add_steps() = std::move(step);
+  step_chains_.push_back(std::move(devices));
+  return plan_.steps_size() - 1;
+}
+
+v1::Operand TestJob::Operand(int buffer, const Box& slice) {
+  v1::Operand operand;
+  operand.set_buffer(buffer);
+  SetBox(slice, operand.mutable_slice());
+  return operand;
 }
 
 int TestJob::AddTransfer(int tensor, const Box& slice, std::vector<int> chain,
@@ -129,18 +163,37 @@ v1::WorkerProgram TestJob::ProgramFor(int worker) const {
     (*program.mutable_device_rank())[d] = WorkerOf(d);
     if (WorkerOf(d) == worker) program.add_local_devices(d);
   }
+  program.set_verify(verify_);
   v1::Plan* plan = program.mutable_plan();
   *plan->mutable_tensors() = plan_.tensors();
+  *plan->mutable_tensor_inits() = plan_.tensor_inits();
   plan->set_strategy(plan_.strategy());
+  std::vector<bool> buffers(plan_.buffers_size(), false);
   for (const v1::Buffer& buffer : plan_.buffers()) {
-    if (WorkerOf(buffer.device()) == worker) *plan->add_buffers() = buffer;
+    if (WorkerOf(buffer.device()) == worker) buffers[buffer.id()] = true;
   }
   for (int s = 0; s < plan_.steps_size(); ++s) {
+    const v1::Step& step = plan_.steps(s);
     bool touches = false;
     for (int device : step_chains_[s]) touches |= WorkerOf(device) == worker;
-    if (!touches) continue;
-    *plan->add_steps() = plan_.steps(s);
-    *plan->add_groups() = plan_.groups(plan_.steps(s).group());
+    if (!touches && !DefinesValues(step.op())) continue;
+    *plan->add_steps() = step;
+    if (step.op() != v1::Step::OP_LOCAL_COPY &&
+        step.op() != v1::Step::OP_COMPUTE) {
+      *plan->add_groups() = plan_.groups(step.group());
+    }
+    // The reference closure: operands of value-defining steps only (a
+    // worker learns other operands' extents at run time).
+    if (!DefinesValues(step.op())) continue;
+    for (const v1::Operand& operand : step.inputs()) {
+      buffers[operand.buffer()] = true;
+    }
+    for (const v1::Operand& operand : step.outputs()) {
+      buffers[operand.buffer()] = true;
+    }
+  }
+  for (const v1::Buffer& buffer : plan_.buffers()) {
+    if (buffers[buffer.id()]) *plan->add_buffers() = buffer;
   }
   return program;
 }
@@ -184,6 +237,8 @@ TestJobOutcome RunTestJob(const TestJob& job, const ExecutorOptions& options) {
     }
     outcome.mismatches += result->mismatches();
     outcome.elements_verified += result->elements_verified();
+    outcome.max_abs_error =
+        std::max(outcome.max_abs_error, result->max_abs_error());
   }
   return outcome;
 }

@@ -31,10 +31,21 @@ class TestJob {
   TestJob(int workers, int devices_per_worker, std::string job_id = "test-job");
 
   int AddTensor(const TensorSpec& spec);
-  void AddBuffer(int device, int tensor, const Box& box, BufferRole role);
+  // Plan.tensor_inits[tensor] (the others stay pattern).
+  void SetInitializer(int tensor, const v1::Initializer& init);
+  // Returns the buffer id.
+  int AddBuffer(int device, int tensor, const Box& box, BufferRole role);
   // Returns the step id.
   int AddTransfer(int tensor, const Box& slice, std::vector<int> chain,
                   std::vector<int> deps = {}, int stage = 0);
+  // Any step (collective, local copy, compute): `step` with its op, operands
+  // and attributes; its id and group are assigned here (a group of `group`
+  // when non-empty). Returns the step id.
+  int AddStep(v1::Step step, std::vector<int> group = {});
+  // Operand of buffer `buffer` (slice: empty = the whole buffer).
+  static v1::Operand Operand(int buffer, const Box& slice = {});
+  void set_verify(v1::VerifyMode mode) { verify_ = mode; }
+
   // For every destination buffer and every source buffer of another device
   // that overlaps it, a point-to-point transfer of the overlap (what a
   // send/recv strategy would plan); overlaps on the same device are left to
@@ -50,7 +61,9 @@ class TestJob {
   int WorkerOf(int device) const { return device / devices_per_worker_; }
 
   v1::Plan& plan() { return plan_; }
-  // The program of `worker`: its devices, buffers, the steps touching them.
+  // The program of `worker`, as the controller projects it: its devices,
+  // buffers, the steps touching them, and (for verification) every
+  // value-defining step of the plan with the buffers its operands name.
   v1::WorkerProgram ProgramFor(int worker) const;
 
  private:
@@ -58,13 +71,16 @@ class TestJob {
   const int devices_per_worker_;
   const std::string job_id_;
   v1::Plan plan_;
+  // Devices each step touches (group, or the device of a local step).
   std::vector<std::vector<int>> step_chains_;
+  v1::VerifyMode verify_ = v1::VERIFY_MODE_FULL;
 };
 
 struct TestJobOutcome {
   std::vector<absl::StatusOr<v1::JobResult>> results;  // by worker
   int64_t mismatches = 0;         // over the workers that succeeded
   int64_t elements_verified = 0;  // over the workers that succeeded
+  double max_abs_error = 0;       // over the workers that succeeded
   bool all_ok = true;
 };
 

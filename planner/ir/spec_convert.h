@@ -3,8 +3,8 @@
 // wrong and name the field in the error; conversions to protos cannot fail.
 //
 // Thread safety: pure functions.
-#ifndef MESHCAST_CONTROLLER_PROTO_CONVERT_H_
-#define MESHCAST_CONTROLLER_PROTO_CONVERT_H_
+#ifndef MESHCAST_PLANNER_IR_SPEC_CONVERT_H_
+#define MESHCAST_PLANNER_IR_SPEC_CONVERT_H_
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -45,4 +45,4 @@ Box BoxFromProto(const google::protobuf::RepeatedPtrField<v1::Interval>& in);
 
 }  // namespace meshcast
 
-#endif  // MESHCAST_CONTROLLER_PROTO_CONVERT_H_
+#endif  // MESHCAST_PLANNER_IR_SPEC_CONVERT_H_

@@ -3,17 +3,19 @@
 // clear error and never reaches the planner or the workers.
 //
 //   ASSIGN_OR_RETURN(ReshardRequest request, ReshardRequestFromProto(spec));
-//   ... placement = allocator.Acquire(request.placement, ...)
+//   PlacementRequest meshes = request.Meshes();  // [src_mesh, dst_mesh]
+//   ... placement = allocator.Acquire(meshes, ...)
 //   ASSIGN_OR_RETURN(ReshardProblem problem,
-//                    MakeProblem(request, *placement, topology));
+//                    MakeProblem(request, placement->meshes[0],
+//                                placement->meshes[1], topology));
 //
 // Checks here need no cluster: tensor shape and dtype, spec tokens, spec rank
 // against the tensor, spec axes against the mesh rank, strategy name. The
 // cluster-dependent checks (mesh against cluster size) are the allocator's.
 //
 // Thread safety: pure functions over value types.
-#ifndef MESHCAST_CONTROLLER_RESHARD_REQUEST_H_
-#define MESHCAST_CONTROLLER_RESHARD_REQUEST_H_
+#ifndef MESHCAST_PLANNER_KINDS_RESHARD_RESHARD_REQUEST_H_
+#define MESHCAST_PLANNER_KINDS_RESHARD_RESHARD_REQUEST_H_
 
 #include "absl/status/statusor.h"
 #include "planner/placement.h"
@@ -27,10 +29,15 @@
 namespace meshcast {
 
 struct ReshardRequest {
+  // The meshes to place: [src_mesh, dst_mesh], named as the spec's fields.
+  PlacementRequest Meshes() const;
+
   TensorSpec tensor;
   ShardingSpec src_spec;
   ShardingSpec dst_spec;
-  PlacementRequest placement;
+  MeshRequest src_mesh;
+  MeshRequest dst_mesh;
+  bool allow_overlap = false;
   Strategy strategy = Strategy::kAuto;
 };
 
@@ -40,9 +47,10 @@ absl::StatusOr<ReshardRequest> ReshardRequestFromProto(
 
 // The planner problem for a placed request; validated against `topology`.
 absl::StatusOr<ReshardProblem> MakeProblem(const ReshardRequest& request,
-                                           const Placement& placement,
+                                           const DeviceMesh& src_mesh,
+                                           const DeviceMesh& dst_mesh,
                                            const Topology& topology);
 
 }  // namespace meshcast
 
-#endif  // MESHCAST_CONTROLLER_RESHARD_REQUEST_H_
+#endif  // MESHCAST_PLANNER_KINDS_RESHARD_RESHARD_REQUEST_H_

@@ -1,8 +1,8 @@
-#include "controller/reshard_request.h"
+#include "planner/kinds/reshard/reshard_request.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "controller/proto_convert.h"
+#include "planner/ir/spec_convert.h"
 #include "util/status_macros.h"
 
 namespace meshcast {
@@ -36,6 +36,14 @@ absl::Status CheckSpecFits(absl::string_view spec_field,
 
 }  // namespace
 
+PlacementRequest ReshardRequest::Meshes() const {
+  PlacementRequest request;
+  request.meshes = {src_mesh, dst_mesh};
+  request.names = {"src_mesh", "dst_mesh"};
+  request.allow_overlap = allow_overlap;
+  return request;
+}
+
 absl::StatusOr<ReshardRequest> ReshardRequestFromProto(
     const v1::ReshardSpec& spec) {
   ReshardRequest request;
@@ -49,19 +57,19 @@ absl::StatusOr<ReshardRequest> ReshardRequestFromProto(
     return absl::InvalidArgumentError(
         "reshard.src_mesh and reshard.dst_mesh are required");
   }
-  ASSIGN_OR_RETURN(request.placement.src,
+  ASSIGN_OR_RETURN(request.src_mesh,
                    MeshRequestFromProto(spec.src_mesh(), "src_mesh"));
-  ASSIGN_OR_RETURN(request.placement.dst,
+  ASSIGN_OR_RETURN(request.dst_mesh,
                    MeshRequestFromProto(spec.dst_mesh(), "dst_mesh"));
-  request.placement.allow_overlap = spec.allow_overlap();
+  request.allow_overlap = spec.allow_overlap();
   ASSIGN_OR_RETURN(request.src_spec,
                    ShardingFromProto(spec.src_spec(), "src_spec"));
   ASSIGN_OR_RETURN(request.dst_spec,
                    ShardingFromProto(spec.dst_spec(), "dst_spec"));
   RETURN_IF_ERROR(CheckSpecFits("src_spec", request.src_spec, request.tensor,
-                                "src_mesh", request.placement.src));
+                                "src_mesh", request.src_mesh));
   RETURN_IF_ERROR(CheckSpecFits("dst_spec", request.dst_spec, request.tensor,
-                                "dst_mesh", request.placement.dst));
+                                "dst_mesh", request.dst_mesh));
   if (spec.strategy().empty()) {
     request.strategy = Strategy::kAuto;
   } else {
@@ -76,13 +84,14 @@ absl::StatusOr<ReshardRequest> ReshardRequestFromProto(
 }
 
 absl::StatusOr<ReshardProblem> MakeProblem(const ReshardRequest& request,
-                                           const Placement& placement,
+                                           const DeviceMesh& src_mesh,
+                                           const DeviceMesh& dst_mesh,
                                            const Topology& topology) {
   ReshardProblem problem;
   problem.tensor = request.tensor;
-  problem.src_mesh = placement.src;
+  problem.src_mesh = src_mesh;
   problem.src_spec = request.src_spec;
-  problem.dst_mesh = placement.dst;
+  problem.dst_mesh = dst_mesh;
   problem.dst_spec = request.dst_spec;
   RETURN_IF_ERROR(problem.Validate(topology));
   return problem;

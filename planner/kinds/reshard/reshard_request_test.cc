@@ -1,4 +1,4 @@
-#include "controller/reshard_request.h"
+#include "planner/kinds/reshard/reshard_request.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -32,10 +32,10 @@ TEST(ReshardRequestTest, ConvertsAGoodSpec) {
   EXPECT_EQ(r->tensor.dtype, DType::kFloat32);
   EXPECT_EQ(r->src_spec.ToString(), "S0R");
   EXPECT_EQ(r->dst_spec.ToString(), "RS1");
-  EXPECT_THAT(r->placement.src.shape, ElementsAre(2, 2));
-  EXPECT_EQ(r->placement.dst.first_host, 2);
+  EXPECT_THAT(r->src_mesh.shape, ElementsAre(2, 2));
+  EXPECT_EQ(r->dst_mesh.first_host, 2);
   EXPECT_EQ(r->strategy, Strategy::kAuto);
-  EXPECT_FALSE(r->placement.allow_overlap);
+  EXPECT_FALSE(r->allow_overlap);
 }
 
 TEST(ReshardRequestTest, FirstHostZeroPinsAndUnsetPlacesAnywhere) {
@@ -44,10 +44,10 @@ TEST(ReshardRequestTest, FirstHostZeroPinsAndUnsetPlacesAnywhere) {
   spec.mutable_src_mesh()->clear_first_host();
   absl::StatusOr<ReshardRequest> r = ReshardRequestFromProto(spec);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->placement.dst.first_host, 0);
-  EXPECT_EQ(r->placement.src.first_host, -1);
-  EXPECT_EQ(r->placement.dst.ToString(), "1x2@0");
-  EXPECT_EQ(r->placement.src.ToString(), "2x2");
+  EXPECT_EQ(r->dst_mesh.first_host, 0);
+  EXPECT_EQ(r->src_mesh.first_host, -1);
+  EXPECT_EQ(r->dst_mesh.ToString(), "1x2@0");
+  EXPECT_EQ(r->src_mesh.ToString(), "2x2");
 }
 
 TEST(ReshardRequestTest, SpecFromDims) {

@@ -1,4 +1,4 @@
-#include "controller/proto_convert.h"
+#include "planner/ir/spec_convert.h"
 
 #include <cstdint>
 #include <limits>
@@ -167,6 +167,8 @@ v1::Topology TopologyToProto(const Topology& topology) {
   proto.set_host_copy_bandwidth(topology.host_copy_bandwidth);
   proto.set_transfer_setup_seconds(topology.transfer_setup_seconds);
   proto.set_pipeline_chunk_bytes(topology.pipeline_chunk_bytes);
+  proto.set_device_flops(topology.device_flops);
+  proto.set_device_memory_bandwidth(topology.device_memory_bandwidth);
   return proto;
 }
 

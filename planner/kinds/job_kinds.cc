@@ -1,0 +1,55 @@
+// The registry of job kinds: one line per kind.
+#include <array>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "planner/kinds/collective/collective_kind.h"
+#include "planner/kinds/job_kind.h"
+#include "planner/kinds/reshard/reshard_kind.h"
+#include "planner/kinds/tp_overlap/tp_overlap_kind.h"
+
+namespace meshcast {
+namespace {
+
+const ReshardKind kReshard;
+const CollectiveKind kCollective;
+const TpOverlapKind kTpOverlap;
+const std::array<const JobKind*, 3> kKinds = {&kReshard, &kCollective,
+                                              &kTpOverlap};
+
+std::string KindNames() {
+  std::vector<std::string> names;
+  for (const JobKind* kind : kKinds) names.push_back(kind->name());
+  return absl::StrJoin(names, ", ");
+}
+
+}  // namespace
+
+absl::StatusOr<const JobKind*> FindJobKind(const v1::JobSpec& spec) {
+  switch (spec.kind_case()) {
+    case v1::JobSpec::kReshard:
+      return &kReshard;
+    case v1::JobSpec::kCollective:
+      return &kCollective;
+    case v1::JobSpec::kTpOverlap:
+      return &kTpOverlap;
+    case v1::JobSpec::KIND_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("the job spec names no kind; set one of: ", KindNames()));
+}
+
+absl::StatusOr<const JobKind*> FindJobKindByName(absl::string_view name) {
+  for (const JobKind* kind : kKinds) {
+    if (kind->name() == name) return kind;
+  }
+  return absl::NotFoundError(absl::StrCat("unknown job kind \"", name,
+                                          "\"; known kinds: ", KindNames()));
+}
+
+std::vector<const JobKind*> AllJobKinds() {
+  return std::vector<const JobKind*>(kKinds.begin(), kKinds.end());
+}
+
+}  // namespace meshcast

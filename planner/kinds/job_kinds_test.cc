@@ -1,0 +1,34 @@
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "planner/kinds/job_kind.h"
+
+namespace meshcast {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(JobKindsTest, FindsTheKindOfASpec) {
+  v1::JobSpec spec;
+  spec.mutable_collective();
+  absl::StatusOr<const JobKind*> kind = FindJobKind(spec);
+  ASSERT_TRUE(kind.ok());
+  EXPECT_EQ((*kind)->name(), "collective");
+  spec.mutable_reshard();
+  EXPECT_EQ((*FindJobKind(spec))->name(), "reshard");
+}
+
+TEST(JobKindsTest, ASpecWithoutAKindNamesTheKinds) {
+  absl::StatusOr<const JobKind*> kind = FindJobKind(v1::JobSpec());
+  EXPECT_EQ(kind.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(kind.status().message(), HasSubstr("reshard, collective, tp_overlap"));
+}
+
+TEST(JobKindsTest, ByName) {
+  EXPECT_EQ((*FindJobKindByName("reshard"))->name(), "reshard");
+  EXPECT_EQ(FindJobKindByName("moe").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(AllJobKinds().size(), 3u);
+}
+
+}  // namespace
+}  // namespace meshcast

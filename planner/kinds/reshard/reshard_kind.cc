@@ -1,0 +1,116 @@
+#include "planner/kinds/reshard/reshard_kind.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "planner/cost_model.h"
+#include "planner/kinds/reshard/reshard_lowering.h"
+#include "planner/kinds/reshard/reshard_request.h"
+#include "planner/strategy.h"
+#include "util/status_macros.h"
+
+namespace meshcast {
+namespace {
+
+absl::StatusOr<ReshardRequest> RequestOf(const v1::JobSpec& spec) {
+  if (!spec.has_reshard()) {
+    return absl::InvalidArgumentError("spec.reshard is not set");
+  }
+  return ReshardRequestFromProto(spec.reshard());
+}
+
+PlanAlternative AlternativeOf(const StrategyEvaluation& row, bool chosen) {
+  return {StrategyName(row.strategy),
+          row.predicted_seconds,
+          row.lower_bound_seconds,
+          static_cast<int>(row.plan.transfers.size()),
+          row.plan.total_bytes(),
+          chosen};
+}
+
+absl::StatusOr<PlannedJob> Lower(const ReshardPlan& plan, double predicted,
+                                 double lower_bound,
+                                 std::vector<PlanAlternative> alternatives) {
+  PlannedJob job;
+  ASSIGN_OR_RETURN(job.plan, LowerReshardPlan(plan));
+  job.plan.set_predicted_seconds(predicted);
+  job.plan.set_lower_bound_seconds(lower_bound);
+  job.alternatives = std::move(alternatives);
+  return job;
+}
+
+}  // namespace
+
+absl::Status ReshardKind::Validate(const v1::JobSpec& spec) const {
+  return RequestOf(spec).status();
+}
+
+absl::StatusOr<PlacementRequest> ReshardKind::Meshes(
+    const v1::JobSpec& spec) const {
+  ASSIGN_OR_RETURN(const ReshardRequest request, RequestOf(spec));
+  return request.Meshes();
+}
+
+absl::StatusOr<PlannedJob> ReshardKind::Plan(
+    const v1::JobSpec& spec, const std::vector<DeviceMesh>& meshes,
+    const Topology& topology, const PlanOptions& options) const {
+  ASSIGN_OR_RETURN(const ReshardRequest request, RequestOf(spec));
+  if (meshes.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a reshard job places 2 meshes (src, dst); got ", meshes.size()));
+  }
+  ASSIGN_OR_RETURN(const ReshardProblem problem,
+                   MakeProblem(request, meshes[0], meshes[1], topology));
+  const std::vector<ReshardProblem> problems = {problem};
+  if (request.strategy == Strategy::kAuto || options.compare_all) {
+    ASSIGN_OR_RETURN(StrategyComparison comparison,
+                     CompareStrategies(problems, topology));
+    if (comparison.rows.empty()) {
+      return absl::InternalError("planner compared no strategies");
+    }
+    int chosen = comparison.chosen;
+    if (request.strategy != Strategy::kAuto) {
+      chosen = -1;
+      for (size_t i = 0; i < comparison.rows.size(); ++i) {
+        if (comparison.rows[i].strategy == request.strategy) {
+          chosen = static_cast<int>(i);
+        }
+      }
+      if (chosen < 0) {
+        return absl::InternalError(
+            absl::StrCat("planner comparison has no row for ",
+                         StrategyName(request.strategy)));
+      }
+    }
+    std::vector<PlanAlternative> alternatives;
+    for (size_t i = 0; i < comparison.rows.size(); ++i) {
+      alternatives.push_back(AlternativeOf(comparison.rows[i],
+                                           static_cast<int>(i) == chosen));
+    }
+    const StrategyEvaluation& best = comparison.rows[chosen];
+    return Lower(best.plan, best.predicted_seconds, best.lower_bound_seconds,
+                 std::move(alternatives));
+  }
+  ASSIGN_OR_RETURN(const ReshardPlan plan,
+                   PlanReshard(problems, topology, request.strategy));
+  ASSIGN_OR_RETURN(const SimulationResult simulation,
+                   Simulate(plan, topology));
+  ASSIGN_OR_RETURN(const std::vector<UnitTask> tasks,
+                   ComputeUnitTasks(problem, 0));
+  return Lower(plan, simulation.seconds, LowerBoundSeconds(tasks, topology),
+               {});
+}
+
+void ReshardKind::Summarize(const v1::JobSpec& spec, const v1::Plan& plan,
+                            v1::JobResult& result) const {
+  if (result.seconds() <= 0) return;
+  auto& metrics = *result.mutable_metrics();
+  metrics["movbw_bytes_per_second"] =
+      static_cast<double>(result.bytes_delivered()) / result.seconds();
+  if (result.lower_bound_seconds() > 0) {
+    metrics["lower_bound_ratio"] =
+        result.seconds() / result.lower_bound_seconds();
+  }
+}
+
+}  // namespace meshcast

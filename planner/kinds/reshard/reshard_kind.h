@@ -1,0 +1,44 @@
+// ReshardKind: the `reshard` job kind. Moves one tensor from a source layout
+// on one mesh to a destination layout on another (cross-mesh resharding),
+// with the strategies of planner/strategy.h; `auto` (the default) picks the
+// fastest simulated one.
+//
+//   v1::JobSpec spec;  // spec.reshard: tensor, src/dst mesh and spec
+//   ReshardKind kind;
+//   ASSIGN_OR_RETURN(PlannedJob job, kind.Plan(spec, {src, dst}, topology,
+//                                              {.compare_all = true}));
+//
+// Meshes: [src_mesh, dst_mesh]. Plan: the chosen strategy's transfers
+// lowered to the IR (reshard_lowering.h); alternatives: one row per
+// strategy when compared (always for auto). Metrics:
+// `movbw_bytes_per_second` (bytes delivered to receivers / data-plane
+// seconds) and `lower_bound_ratio` (seconds / lower bound).
+//
+// Thread safety: stateless.
+#ifndef MESHCAST_PLANNER_KINDS_RESHARD_RESHARD_KIND_H_
+#define MESHCAST_PLANNER_KINDS_RESHARD_RESHARD_KIND_H_
+
+#include <string>
+#include <vector>
+
+#include "planner/kinds/job_kind.h"
+
+namespace meshcast {
+
+class ReshardKind : public JobKind {
+ public:
+  std::string name() const override { return "reshard"; }
+  absl::Status Validate(const v1::JobSpec& spec) const override;
+  absl::StatusOr<PlacementRequest> Meshes(
+      const v1::JobSpec& spec) const override;
+  absl::StatusOr<PlannedJob> Plan(const v1::JobSpec& spec,
+                                  const std::vector<DeviceMesh>& meshes,
+                                  const Topology& topology,
+                                  const PlanOptions& options) const override;
+  void Summarize(const v1::JobSpec& spec, const v1::Plan& plan,
+                 v1::JobResult& result) const override;
+};
+
+}  // namespace meshcast
+
+#endif  // MESHCAST_PLANNER_KINDS_RESHARD_RESHARD_KIND_H_

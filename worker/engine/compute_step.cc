@@ -1,0 +1,91 @@
+#include "worker/engine/compute_step.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "util/status_macros.h"
+#include "worker/kernels/compute.h"
+
+namespace meshcast::worker {
+namespace {
+
+// A dense view of one operand: the tile's bytes when the operand is the
+// whole tile, else a packed copy.
+struct Dense {
+  TileBuffer* tile = nullptr;
+  Box box;
+  std::vector<uint8_t> copy;
+  bool in_place = false;
+
+  absl::Span<uint8_t> bytes() {
+    return in_place ? tile->bytes() : absl::MakeSpan(copy);
+  }
+};
+
+absl::StatusOr<Dense> DenseOf(const StepEnvironment& env,
+                              const OperandDesc& operand,
+                              absl::string_view what, int index, DType dtype,
+                              bool load) {
+  Dense dense;
+  dense.tile = env.buffers->ById(operand.buffer);
+  if (dense.tile == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, "[", index, "]: buffer ", operand.buffer,
+                     " has no tile on this worker"));
+  }
+  if (dense.tile->dtype() != dtype) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, "[", index, "] (buffer ", operand.buffer, ") is ",
+        DTypeName(dense.tile->dtype()), "; the output is ", DTypeName(dtype)));
+  }
+  dense.box = operand.box;
+  dense.in_place = operand.box == dense.tile->box();
+  if (!dense.in_place) {
+    const int64_t elements = NumElements(operand.box);
+    dense.copy.resize(elements * dense.tile->element_size());
+    if (load) {
+      RETURN_IF_ERROR(dense.tile->PackSlice(operand.box, 0, elements,
+                                            absl::MakeSpan(dense.copy)));
+    }
+  }
+  return dense;
+}
+
+}  // namespace
+
+absl::Status RunCompute(const StepDesc& step, const StepEnvironment& env) {
+  RETURN_IF_ERROR(env.cancellation->status());
+  const OperandDesc& output = step.outputs[0];
+  TileBuffer* out_tile = env.buffers->ById(output.buffer);
+  if (out_tile == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "outputs[0]: buffer ", output.buffer, " has no tile on this worker"));
+  }
+  const DType dtype = out_tile->dtype();
+  std::vector<Dense> inputs;
+  for (size_t i = 0; i < step.inputs.size(); ++i) {
+    ASSIGN_OR_RETURN(inputs.emplace_back(),
+                     DenseOf(env, step.inputs[i], "inputs", i, dtype, true));
+  }
+  // GEMM with accumulate reads C; everything else only writes it.
+  const bool reads_output =
+      step.compute.has_gemm() && step.compute.gemm().accumulate();
+  ASSIGN_OR_RETURN(Dense out,
+                   DenseOf(env, output, "outputs", 0, dtype, reads_output));
+  if (step.compute.has_gemm()) {
+    RETURN_IF_ERROR(RunGemm(step.compute.gemm(), dtype, inputs[0].bytes(),
+                            inputs[1].bytes(), out.bytes()));
+  } else {
+    std::vector<absl::Span<const uint8_t>> spans;
+    for (Dense& input : inputs) spans.push_back(input.bytes());
+    RETURN_IF_ERROR(
+        RunElementwise(step.compute.elementwise(), dtype, spans, out.bytes()));
+  }
+  if (!out.in_place) {
+    RETURN_IF_ERROR(out_tile->UnpackSlice(output.box, 0,
+                                          NumElements(output.box), out.copy));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace meshcast::worker

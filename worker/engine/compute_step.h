@@ -1,0 +1,25 @@
+// The CPU kernel of OP_COMPUTE: GEMM (OpenBLAS) or an elementwise op over
+// the step's operands, on the step's device (worker/kernels/compute.h).
+//
+// Each operand is row-major over its own box (plan.proto). An operand that
+// is its whole tile is used in place; a slice of a tile is packed into a
+// contiguous copy first (and an output slice unpacked afterwards), so the
+// kernels always see dense operands.
+//
+// Errors: FAILED_PRECONDITION naming the operand when its buffer has no
+// tile here or the dtypes differ; the kernels' errors (sizes that do not
+// match m, n, k, unsupported dtypes) as they return them.
+// Thread safety: concurrent calls for different steps are safe.
+#ifndef MESHCAST_WORKER_ENGINE_COMPUTE_STEP_H_
+#define MESHCAST_WORKER_ENGINE_COMPUTE_STEP_H_
+
+#include "absl/status/status.h"
+#include "worker/engine/kernel_registry.h"
+
+namespace meshcast::worker {
+
+absl::Status RunCompute(const StepDesc& step, const StepEnvironment& env);
+
+}  // namespace meshcast::worker
+
+#endif  // MESHCAST_WORKER_ENGINE_COMPUTE_STEP_H_

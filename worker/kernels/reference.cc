@@ -1,0 +1,765 @@
+#include "worker/kernels/reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <queue>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "proto/dtype_convert.h"
+#include "util/status_macros.h"
+#include "worker/kernels/box_index.h"
+#include "worker/kernels/compute.h"
+#include "worker/kernels/element.h"
+#include "worker/kernels/initializer.h"
+
+namespace meshcast::worker {
+
+using kernels_internal::BoxContains;
+using kernels_internal::CoordInBox;
+using kernels_internal::CoordOfIndex;
+using kernels_internal::GlobalIndex;
+using kernels_internal::OffsetInBox;
+
+namespace {
+
+// A coordinate without a heap allocation for ranks up to 8.
+using Coord = absl::InlinedVector<int64_t, 8>;
+
+// Above this many op(A) + op(B) elements a GEMM's operands are evaluated
+// per output element instead of once into arrays (2^24 elements = 256 MiB
+// of values and scales).
+constexpr int64_t kMaterializeLimit = int64_t{1} << 24;
+
+Box BoxFromProto(const google::protobuf::RepeatedPtrField<v1::Interval>& p) {
+  Box box;
+  box.reserve(p.size());
+  for (const v1::Interval& i : p) box.push_back({i.begin(), i.end()});
+  return box;
+}
+
+// Integer view of a value of dtype `from`.
+int64_t IntegerOf(const Expected& e, DType from) {
+  return IsIntegerDType(from) ? e.integer : DoubleToWrappedInt64(e.value);
+}
+
+// `e` as stored in `to`: integers wrap (exactly), floats stay in float64.
+Expected ConvertTo(Expected e, DType from, DType to) {
+  if (IsIntegerDType(to)) {
+    e.integer = WrapInteger(to, IntegerOf(e, from));
+    e.value = static_cast<double>(e.integer);
+    e.scale = std::abs(e.value);
+    e.terms = 0;
+  } else if (IsIntegerDType(from)) {
+    e.value = static_cast<double>(e.integer);
+    e.scale = std::abs(e.value);
+    e.integer = 0;
+  }
+  return e;
+}
+
+}  // namespace
+
+// One output operand region of a value-defining step.
+struct Reference::Definition {
+  Box box;
+  int step = 0;  // index into steps_ (dependency order)
+};
+
+struct Reference::StepInfo {
+  int id = 0;
+  int index = 0;  // position in dependency order
+  v1::Step::Op op = v1::Step::OP_UNSPECIFIED;
+  v1::Reduction reduction = v1::REDUCTION_SUM;
+  int out_tensor = -1;
+  // Input operands: tensor and box (reductions / all-to-all: inputs[0]'s
+  // tensor only).
+  std::vector<int> in_tensors;
+  std::vector<Box> in_boxes;
+  // All-to-all: n, the start of block (r, s) of IN (index r * n + s) and
+  // the prefix sums of OUT's blocks in receiver-major order (b = s * n + r).
+  int n = 0;
+  std::vector<int64_t> in_start;
+  std::vector<int64_t> out_prefix;
+  // Compute.
+  bool gemm = false;
+  v1::GemmAttrs gemm_attrs;
+  v1::ElementwiseAttrs elementwise;
+  std::unique_ptr<GemmCache> cache;
+};
+
+// op(A) (m x k) and op(B) transposed (n x k), row-major, as values and
+// scales; the largest `terms` of each.
+struct Reference::GemmCache {
+  std::once_flag once;
+  bool materialized = false;
+  std::vector<double> a_value, a_scale, bt_value, bt_scale;
+  int64_t a_terms = 0, b_terms = 0;
+};
+
+Reference::Reference() = default;
+Reference::~Reference() = default;
+
+Tolerance ToleranceFor(DType dtype, int64_t terms) {
+  int mantissa = 0;
+  int min_exponent = 0;  // of the smallest subnormal
+  switch (dtype) {
+    case DType::kFloat16:
+      mantissa = 10, min_exponent = -24;
+      break;
+    case DType::kBFloat16:
+      mantissa = 7, min_exponent = -133;
+      break;
+    case DType::kFloat32:
+      mantissa = 23, min_exponent = -149;
+      break;
+    case DType::kFloat64:
+      mantissa = 52, min_exponent = -1074;
+      break;
+    default:
+      return Tolerance{0, 0};
+  }
+  const double t = static_cast<double>(std::max<int64_t>(terms, 0));
+  return Tolerance{t * std::ldexp(1.0, min_exponent),
+                   t * std::ldexp(1.0, -(mantissa + 1)) * 1.125};
+}
+
+absl::StatusOr<std::unique_ptr<Reference>> Reference::Create(
+    const v1::Plan& plan) {
+  std::unique_ptr<Reference> ref(new Reference());
+  RETURN_IF_ERROR(ref->Build(plan));
+  return ref;
+}
+
+absl::Status Reference::Build(const v1::Plan& plan) {
+  for (int t = 0; t < plan.tensors_size(); ++t) {
+    TensorSpec spec;
+    spec.shape.assign(plan.tensors(t).shape().begin(),
+                      plan.tensors(t).shape().end());
+    ASSIGN_OR_RETURN(spec.dtype,
+                     DTypeFromProto(plan.tensors(t).dtype(),
+                                    absl::StrCat("plan.tensors[", t, "].dtype")));
+    for (int64_t extent : spec.shape) {
+      if (extent < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "plan.tensors[", t, "] has a negative extent ", extent));
+      }
+    }
+    tensors_.push_back(std::move(spec));
+    v1::Initializer init;
+    if (t < plan.tensor_inits_size()) init = plan.tensor_inits(t);
+    RETURN_IF_ERROR(CheckInitializer(init, t));
+    inits_.push_back(init);
+  }
+  defs_.resize(tensors_.size());
+
+  struct BufferInfo {
+    int tensor;
+    Box box;
+  };
+  absl::flat_hash_map<int, BufferInfo> buffers;
+  for (const v1::Buffer& b : plan.buffers()) {
+    if (b.tensor() < 0 || b.tensor() >= num_tensors()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("buffer ", b.id(), " names tensor ", b.tensor(),
+                       "; the plan has ", num_tensors()));
+    }
+    Box box = BoxFromProto(b.box());
+    const TensorSpec& spec = tensors_[b.tensor()];
+    if (box.size() != spec.shape.size() || !Contains(spec.full_box(), box)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "buffer ", b.id(), " box ", BoxToString(box),
+          " is not inside tensor ", b.tensor(), " ",
+          BoxToString(spec.full_box())));
+    }
+    buffers[b.id()] = BufferInfo{b.tensor(), std::move(box)};
+  }
+
+  // An operand's tensor and box (the slice, or the whole buffer).
+  auto operand = [&](const v1::Step& s, const v1::Operand& o,
+                     const char* what, int index, int* tensor,
+                     Box* box) -> absl::Status {
+    auto it = buffers.find(o.buffer());
+    if (it == buffers.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step ", s.id(), " ", what, "[", index,
+                       "] names buffer ", o.buffer(), ", not in the plan"));
+    }
+    *tensor = it->second.tensor;
+    if (o.slice().empty()) {
+      *box = it->second.box;
+      return absl::OkStatus();
+    }
+    *box = BoxFromProto(o.slice());
+    if (box->size() != it->second.box.size() ||
+        !Contains(it->second.box, *box)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step ", s.id(), " ", what, "[", index, "] slice ",
+          BoxToString(*box), " is not inside buffer ", o.buffer(), " box ",
+          BoxToString(it->second.box)));
+    }
+    return absl::OkStatus();
+  };
+
+  // Dependency order of the value-defining steps: Kahn's algorithm, ties
+  // by plan position; deps on steps outside the plan (or on moves) only
+  // order what they can.
+  const int count = plan.steps_size();
+  absl::flat_hash_map<int, int> position;
+  for (int i = 0; i < count; ++i) position[plan.steps(i).id()] = i;
+  std::vector<std::vector<int>> users(count);
+  std::vector<int> pending(count, 0);
+  for (int i = 0; i < count; ++i) {
+    for (int dep : plan.steps(i).deps()) {
+      auto it = position.find(dep);
+      if (it == position.end()) continue;
+      users[it->second].push_back(i);
+      ++pending[i];
+    }
+  }
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (int i = 0; i < count; ++i) {
+    if (pending[i] == 0) ready.push(i);
+  }
+  std::vector<int> order;
+  while (!ready.empty()) {
+    const int i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (int u : users[i]) {
+      if (--pending[u] == 0) ready.push(u);
+    }
+  }
+  if (static_cast<int>(order.size()) != count) {
+    return absl::InvalidArgumentError(
+        "plan.steps: the deps form a cycle; the steps have no order");
+  }
+
+  for (int i : order) {
+    const v1::Step& s = plan.steps(i);
+    switch (s.op()) {
+      case v1::Step::OP_ALL_REDUCE:
+      case v1::Step::OP_REDUCE_SCATTER:
+      case v1::Step::OP_ALL_TO_ALL:
+      case v1::Step::OP_COMPUTE:
+        break;
+      default:
+        continue;  // moves do not change values
+    }
+    StepInfo info;
+    info.id = s.id();
+    info.index = static_cast<int>(steps_.size());
+    info.op = s.op();
+    if (s.outputs().empty() || s.inputs().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step ", s.id(), " (", v1::Step::Op_Name(s.op()),
+                       ") needs inputs and outputs"));
+    }
+    std::vector<Box> out_boxes;
+    for (int o = 0; o < s.outputs_size(); ++o) {
+      int tensor;
+      Box box;
+      RETURN_IF_ERROR(operand(s, s.outputs(o), "outputs", o, &tensor, &box));
+      if (info.out_tensor >= 0 && tensor != info.out_tensor) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "step ", s.id(), " outputs name tensors ", info.out_tensor,
+            " and ", tensor, "; all outputs must be of one tensor"));
+      }
+      info.out_tensor = tensor;
+      out_boxes.push_back(std::move(box));
+    }
+    for (int o = 0; o < s.inputs_size(); ++o) {
+      int tensor;
+      Box box;
+      RETURN_IF_ERROR(operand(s, s.inputs(o), "inputs", o, &tensor, &box));
+      info.in_tensors.push_back(tensor);
+      info.in_boxes.push_back(std::move(box));
+    }
+    const TensorSpec& out = tensors_[info.out_tensor];
+    const TensorSpec& in = tensors_[info.in_tensors[0]];
+    if (s.op() == v1::Step::OP_ALL_REDUCE ||
+        s.op() == v1::Step::OP_REDUCE_SCATTER) {
+      if (s.reduction() != v1::REDUCTION_SUM &&
+          s.reduction() != v1::REDUCTION_MAX) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "step ", s.id(), " reduction ", static_cast<int>(s.reduction()),
+            " is unknown; allowed: REDUCTION_SUM, REDUCTION_MAX"));
+      }
+      info.reduction = s.reduction();
+      if (in.shape.size() != out.shape.size() + 1 ||
+          !std::equal(out.shape.begin(), out.shape.end(),
+                      in.shape.begin() + 1)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "step ", s.id(), ": input tensor ", info.in_tensors[0], " [",
+            absl::StrJoin(in.shape, ","), "] must be [n] + output tensor ",
+            info.out_tensor, "'s shape [", absl::StrJoin(out.shape, ","), "]"));
+      }
+    } else if (s.op() == v1::Step::OP_ALL_TO_ALL) {
+      const int64_t cells = s.counts_size();
+      int n = static_cast<int>(std::llround(std::sqrt(double(cells))));
+      if (int64_t{n} * n != cells || n == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "step ", s.id(), ": all-to-all counts has ", cells,
+            " entries; it must be n x n for a group of n"));
+      }
+      info.n = n;
+      int64_t total = 0;
+      info.in_start.resize(cells);
+      for (int64_t b = 0; b < cells; ++b) {
+        if (s.counts(b) < 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "step ", s.id(), ": all-to-all counts[", b, "] is negative"));
+        }
+        info.in_start[b] = total;  // sender-major: b = r * n + s
+        total += s.counts(b);
+      }
+      info.out_prefix.assign(cells + 1, 0);
+      for (int dst = 0; dst < n; ++dst) {
+        for (int src = 0; src < n; ++src) {
+          const int64_t b = int64_t{dst} * n + src;
+          info.out_prefix[b + 1] = info.out_prefix[b] + s.counts(src * n + dst);
+        }
+      }
+      if (in.num_elements() != total || out.num_elements() != total) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "step ", s.id(), ": all-to-all counts sum to ", total,
+            " elements but tensor ", info.in_tensors[0], " has ",
+            in.num_elements(), " and tensor ", info.out_tensor, " has ",
+            out.num_elements()));
+      }
+    } else {  // OP_COMPUTE
+      if (s.compute().has_gemm()) {
+        info.gemm = true;
+        info.gemm_attrs = s.compute().gemm();
+        const v1::GemmAttrs& g = info.gemm_attrs;
+        if (IsIntegerDType(out.dtype)) {
+          return absl::UnimplementedError(absl::StrCat(
+              "step ", s.id(), ": gemm on ", DTypeName(out.dtype),
+              " is not supported; allowed: float16, bfloat16, float32, "
+              "float64"));
+        }
+        if (s.inputs_size() != 2 || s.outputs_size() != 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "step ", s.id(), ": gemm takes inputs [A, B] and outputs [C]; "
+              "got ", s.inputs_size(), " inputs and ", s.outputs_size(),
+              " outputs"));
+        }
+        const int64_t want[3] = {g.m() * g.k(), g.k() * g.n(), g.m() * g.n()};
+        const Box* boxes[3] = {&info.in_boxes[0], &info.in_boxes[1],
+                               &out_boxes[0]};
+        const char* names[3] = {"A", "B", "C"};
+        for (int o = 0; o < 3; ++o) {
+          if (g.m() < 0 || g.n() < 0 || g.k() < 0 ||
+              NumElements(*boxes[o]) != want[o]) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "step ", s.id(), " gemm m=", g.m(), " n=", g.n(), " k=",
+                g.k(), ": operand ", names[o], " ", BoxToString(*boxes[o]),
+                " has ", NumElements(*boxes[o]), " elements, needs ",
+                want[o]));
+          }
+        }
+        info.cache = std::make_unique<GemmCache>();
+      } else if (s.compute().has_elementwise()) {
+        info.elementwise = s.compute().elementwise();
+        const auto kind = info.elementwise.kind();
+        const int want = kind == v1::ElementwiseAttrs::KIND_ADD     ? 2
+                         : kind == v1::ElementwiseAttrs::KIND_SCALE ? 1
+                                                                    : 0;
+        if (want == 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "step ", s.id(), ": elementwise kind ", static_cast<int>(kind),
+              " is unknown; allowed: KIND_ADD, KIND_SCALE"));
+        }
+        if (s.inputs_size() != want) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("step ", s.id(), ": elementwise takes ", want,
+                           " inputs, got ", s.inputs_size()));
+        }
+        for (const Box& out_box : out_boxes) {
+          for (size_t o = 0; o < info.in_boxes.size(); ++o) {
+            if (NumElements(info.in_boxes[o]) != NumElements(out_box)) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "step ", s.id(), ": elementwise input ", o, " ",
+                  BoxToString(info.in_boxes[o]), " and output ",
+                  BoxToString(out_box), " differ in size"));
+            }
+          }
+        }
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("step ", s.id(), ": OP_COMPUTE without an op; "
+                         "allowed: gemm, elementwise"));
+      }
+    }
+    for (Box& box : out_boxes) {
+      defs_[info.out_tensor].push_back(Definition{std::move(box), info.index});
+    }
+    steps_.push_back(std::move(info));
+  }
+  // Latest step first, so that the first covering definition below a limit
+  // is the one that wrote last.
+  for (auto& defs : defs_) {
+    std::stable_sort(defs.begin(), defs.end(),
+                     [](const Definition& a, const Definition& b) {
+                       return a.step > b.step;
+                     });
+  }
+  return absl::OkStatus();
+}
+
+bool Reference::IsComputed(int tensor) const {
+  return tensor >= 0 && tensor < num_tensors() && !defs_[tensor].empty();
+}
+
+absl::StatusOr<Expected> Reference::Expect(
+    int tensor, absl::Span<const int64_t> coord) const {
+  if (tensor < 0 || tensor >= num_tensors()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", tensor, " is not in the plan (", num_tensors(), " tensors)"));
+  }
+  const TensorSpec& spec = tensors_[tensor];
+  bool inside = coord.size() == spec.shape.size();
+  for (size_t d = 0; inside && d < coord.size(); ++d) {
+    inside = coord[d] >= 0 && coord[d] < spec.shape[d];
+  }
+  if (!inside) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", tensor, " element [", absl::StrJoin(coord, ","),
+        "] is not inside ", BoxToString(spec.full_box())));
+  }
+  return Eval(tensor, coord.data(), static_cast<int>(steps_.size()));
+}
+
+absl::StatusOr<double> Reference::Value(int tensor,
+                                        absl::Span<const int64_t> coord) const {
+  ASSIGN_OR_RETURN(Expected e, Expect(tensor, coord));
+  return e.value;
+}
+
+Expected Reference::Initial(int tensor, const int64_t* coord) const {
+  const TensorSpec& spec = tensors_[tensor];
+  const int64_t index = GlobalIndex(
+      absl::MakeConstSpan(coord, spec.shape.size()), spec.shape);
+  Expected e;
+  if (IsIntegerDType(spec.dtype)) {
+    e.integer = InitialInteger(spec, tensor, inits_[tensor], index);
+    e.value = static_cast<double>(e.integer);
+  } else {
+    e.value = InitialValue(spec, tensor, inits_[tensor], index);
+  }
+  e.scale = std::abs(e.value);
+  return e;
+}
+
+Expected Reference::Eval(int tensor, const int64_t* coord, int limit) const {
+  const size_t rank = tensors_[tensor].shape.size();
+  for (const Definition& def : defs_[tensor]) {
+    if (def.step >= limit) continue;
+    if (!BoxContains(def.box, absl::MakeConstSpan(coord, rank))) continue;
+    return EvalStep(steps_[def.step], def, tensor, coord);
+  }
+  return Initial(tensor, coord);
+}
+
+Expected Reference::EvalStep(const StepInfo& step, const Definition& def,
+                             int tensor, const int64_t* coord) const {
+  const TensorSpec& out = tensors_[tensor];
+  const DType out_dtype = out.dtype;
+  const size_t rank = out.shape.size();
+  switch (step.op) {
+    case v1::Step::OP_ALL_REDUCE:
+    case v1::Step::OP_REDUCE_SCATTER: {
+      const int in_tensor = step.in_tensors[0];
+      const TensorSpec& in = tensors_[in_tensor];
+      Coord in_coord(rank + 1);
+      for (size_t d = 0; d < rank; ++d) in_coord[d + 1] = coord[d];
+      const bool integer = IsIntegerDType(out_dtype);
+      const bool max = step.reduction == v1::REDUCTION_MAX;
+      Expected result;
+      int64_t terms = 0;
+      for (int64_t r = 0; r < in.shape[0]; ++r) {
+        in_coord[0] = r;
+        const Expected x = ConvertTo(Eval(in_tensor, in_coord.data(), step.index),
+                                     in.dtype, out_dtype);
+        if (r == 0) {
+          result = x;
+        } else if (integer) {
+          result.integer = WrapInteger(
+              out_dtype,
+              max ? std::max(result.integer, x.integer)
+                  : static_cast<int64_t>(static_cast<uint64_t>(result.integer) +
+                                         static_cast<uint64_t>(x.integer)));
+        } else if (max) {
+          if (x.value > result.value) result.value = x.value;
+          result.scale = std::max(result.scale, x.scale);
+        } else {
+          result.value += x.value;
+          result.scale += x.scale;
+        }
+        terms = std::max(terms, x.terms);
+      }
+      if (integer) {
+        result.value = static_cast<double>(result.integer);
+        result.scale = std::abs(result.value);
+        result.terms = 0;
+      } else {
+        result.terms = terms + (max ? 0 : std::max<int64_t>(in.shape[0] - 1, 0));
+      }
+      return result;
+    }
+    case v1::Step::OP_ALL_TO_ALL: {
+      const int64_t x = GlobalIndex(absl::MakeConstSpan(coord, rank), out.shape);
+      const auto it = std::upper_bound(step.out_prefix.begin(),
+                                       step.out_prefix.end(), x);
+      const int64_t b = (it - step.out_prefix.begin()) - 1;  // s * n + r
+      const int64_t dst = b / step.n, src = b % step.n;
+      const int64_t in_index =
+          step.in_start[src * step.n + dst] + (x - step.out_prefix[b]);
+      const int in_tensor = step.in_tensors[0];
+      const TensorSpec& in = tensors_[in_tensor];
+      Coord in_coord(in.shape.size());
+      CoordOfIndex(in_index, in.shape, in_coord.data());
+      return ConvertTo(Eval(in_tensor, in_coord.data(), step.index), in.dtype,
+                       out_dtype);
+    }
+    default:
+      break;
+  }
+  // OP_COMPUTE.
+  const int64_t e = OffsetInBox(absl::MakeConstSpan(coord, rank), def.box);
+  if (step.gemm) {
+    const int64_t n = step.gemm_attrs.n();
+    Expected result = EvalGemm(step, e / n, e % n);
+    if (step.gemm_attrs.accumulate()) {
+      const Expected prev = Eval(tensor, coord, step.index);
+      result.value += prev.value;
+      result.scale += prev.scale;
+      result.terms = std::max(result.terms, prev.terms) + 1;
+    }
+    return result;
+  }
+  std::vector<Expected> in(step.in_tensors.size());
+  for (size_t o = 0; o < in.size(); ++o) {
+    const int t = step.in_tensors[o];
+    Coord c(tensors_[t].shape.size());
+    CoordInBox(e, step.in_boxes[o], c.data());
+    in[o] = ConvertTo(Eval(t, c.data(), step.index), tensors_[t].dtype,
+                      out_dtype);
+  }
+  Expected result;
+  const bool integer = IsIntegerDType(out_dtype);
+  if (step.elementwise.kind() == v1::ElementwiseAttrs::KIND_ADD) {
+    if (integer) {
+      result.integer = WrapInteger(
+          out_dtype, static_cast<int64_t>(static_cast<uint64_t>(in[0].integer) +
+                                          static_cast<uint64_t>(in[1].integer)));
+    } else {
+      result.value = in[0].value + in[1].value;
+      result.scale = in[0].scale + in[1].scale;
+      result.terms = std::max(in[0].terms, in[1].terms) + 1;
+    }
+  } else {
+    const double alpha = step.elementwise.alpha();
+    if (integer) {
+      result.integer =
+          WrapInteger(out_dtype, ScaleInteger(in[0].integer, alpha));
+    } else {
+      result.value = alpha * in[0].value;
+      result.scale = std::abs(alpha) * in[0].scale;
+      // The product's rounding, and alpha's own if the device rounds it to
+      // the dtype first.
+      result.terms = in[0].terms + 2;
+    }
+  }
+  if (integer) {
+    result.value = static_cast<double>(result.integer);
+    result.scale = std::abs(result.value);
+  }
+  return result;
+}
+
+const Reference::GemmCache& Reference::Operands(const StepInfo& step) const {
+  GemmCache& cache = *step.cache;
+  std::call_once(cache.once, [&] {
+    const v1::GemmAttrs& g = step.gemm_attrs;
+    const int64_t m = g.m(), n = g.n(), k = g.k();
+    if (m * k + k * n > kMaterializeLimit) return;
+    cache.a_value.resize(m * k);
+    cache.a_scale.resize(m * k);
+    cache.bt_value.resize(n * k);
+    cache.bt_scale.resize(n * k);
+    const int ta = step.in_tensors[0], tb = step.in_tensors[1];
+    Coord c(std::max(tensors_[ta].shape.size(),
+                                    tensors_[tb].shape.size()) + 1);
+    // A is stored row-major over its box: element e is op(A)(i, p) with
+    // e = i * k + p, or p * m + i when transposed.
+    for (int64_t e = 0; e < m * k; ++e) {
+      CoordInBox(e, step.in_boxes[0], c.data());
+      const Expected x = Eval(ta, c.data(), step.index);
+      const int64_t i = g.trans_a() ? e % m : e / k;
+      const int64_t p = g.trans_a() ? e / m : e % k;
+      cache.a_value[i * k + p] = x.value;
+      cache.a_scale[i * k + p] = x.scale;
+      cache.a_terms = std::max(cache.a_terms, x.terms);
+    }
+    for (int64_t e = 0; e < k * n; ++e) {
+      CoordInBox(e, step.in_boxes[1], c.data());
+      const Expected x = Eval(tb, c.data(), step.index);
+      const int64_t p = g.trans_b() ? e % k : e / n;
+      const int64_t j = g.trans_b() ? e / k : e % n;
+      cache.bt_value[j * k + p] = x.value;
+      cache.bt_scale[j * k + p] = x.scale;
+      cache.b_terms = std::max(cache.b_terms, x.terms);
+    }
+    cache.materialized = true;
+  });
+  return cache;
+}
+
+Expected Reference::EvalGemm(const StepInfo& step, int64_t i,
+                             int64_t j) const {
+  const v1::GemmAttrs& g = step.gemm_attrs;
+  const int64_t m = g.m(), n = g.n(), k = g.k();
+  const double alpha = GemmAlpha(g);
+  const GemmCache& cache = Operands(step);
+  double sum = 0, scale = 0;
+  int64_t terms = 0;
+  if (cache.materialized) {
+    const double* av = cache.a_value.data() + i * k;
+    const double* as = cache.a_scale.data() + i * k;
+    const double* bv = cache.bt_value.data() + j * k;
+    const double* bs = cache.bt_scale.data() + j * k;
+    for (int64_t p = 0; p < k; ++p) {
+      sum += av[p] * bv[p];
+      scale += as[p] * bs[p];
+    }
+    terms = cache.a_terms + cache.b_terms;
+  } else {
+    const int ta = step.in_tensors[0], tb = step.in_tensors[1];
+    Coord c(std::max(tensors_[ta].shape.size(),
+                                    tensors_[tb].shape.size()) + 1);
+    for (int64_t p = 0; p < k; ++p) {
+      CoordInBox(g.trans_a() ? p * m + i : i * k + p, step.in_boxes[0],
+                 c.data());
+      const Expected a = Eval(ta, c.data(), step.index);
+      CoordInBox(g.trans_b() ? j * k + p : p * n + j, step.in_boxes[1],
+                 c.data());
+      const Expected b = Eval(tb, c.data(), step.index);
+      sum += a.value * b.value;
+      scale += a.scale * b.scale;
+      terms = std::max(terms, a.terms + b.terms);
+    }
+  }
+  Expected result;
+  result.value = alpha * sum;
+  result.scale = std::abs(alpha) * scale;
+  // k products and additions (k roundings along any summation order), the
+  // final rounding to the dtype, and alpha's product.
+  result.terms = terms + k + 1 + (alpha != 1.0 ? 1 : 0);
+  return result;
+}
+
+absl::StatusOr<ComputedCheck> VerifyComputed(absl::Span<const uint8_t> data,
+                                             const Box& box,
+                                             const TensorSpec& spec, int tensor,
+                                             const Reference& ref,
+                                             v1::VerifyMode mode,
+                                             const Cancellation& cancel) {
+  if (tensor < 0 || tensor >= ref.num_tensors()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", tensor, " is not in the plan (", ref.num_tensors(),
+        " tensors)"));
+  }
+  const TensorSpec& own = ref.spec(tensor);
+  if (own.shape != spec.shape || own.dtype != spec.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", tensor, ": spec [", absl::StrJoin(spec.shape, ","), "] ",
+        DTypeName(spec.dtype), " is not the plan's [",
+        absl::StrJoin(own.shape, ","), "] ", DTypeName(own.dtype)));
+  }
+  if (box.size() != spec.shape.size() || !Contains(spec.full_box(), box)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", tensor, ": box ", BoxToString(box),
+                     " is not inside ", BoxToString(spec.full_box())));
+  }
+  const int size = DTypeSize(spec.dtype);
+  const int64_t count = NumElements(box);
+  if (static_cast<int64_t>(data.size()) != count * size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", tensor, ": buffer has ", data.size(), " bytes but box ",
+        BoxToString(box), " of ", DTypeName(spec.dtype), " needs ",
+        count * size));
+  }
+  ComputedCheck check;
+  if (mode == v1::VERIFY_MODE_OFF) return check;
+  constexpr int64_t kSamples = 4096;
+  const bool sample = mode == v1::VERIFY_MODE_SAMPLE && count > kSamples;
+  const int64_t checks = sample ? kSamples : count;
+  const bool integer = IsIntegerDType(spec.dtype);
+  const int limit = static_cast<int>(ref.steps_.size());
+  std::vector<int64_t> coord(spec.shape.size());
+  for (int64_t c = 0; c < checks; ++c) {
+    if (c % 1024 == 0) RETURN_IF_ERROR(cancel.status());
+    int64_t offset = c;
+    if (sample) {
+      // One element per stratum [c * count / S, (c + 1) * count / S), at a
+      // hashed position inside it: spread over the whole box, no repeats,
+      // the same on every run.
+      const int64_t begin = static_cast<int64_t>(
+          static_cast<unsigned __int128>(c) * count / kSamples);
+      const int64_t end = static_cast<int64_t>(
+          static_cast<unsigned __int128>(c + 1) * count / kSamples);
+      offset = begin + static_cast<int64_t>(
+                           PatternHash(static_cast<uint64_t>(c),
+                                       static_cast<uint32_t>(tensor)) %
+                           static_cast<uint64_t>(end - begin));
+    }
+    CoordInBox(offset, box, coord.data());
+    const Expected want = ref.Eval(tensor, coord.data(), limit);
+    const uint8_t* at = data.data() + offset * size;
+    double error = 0;
+    bool bad = false;
+    std::string expected_text, found_text, tolerance_text;
+    if (integer) {
+      const int64_t found = LoadInteger(spec.dtype, at);
+      bad = found != want.integer;
+      error = std::abs(static_cast<double>(found) -
+                       static_cast<double>(want.integer));
+      if (bad && check.mismatches == 0) {
+        expected_text = absl::StrCat(want.integer);
+        found_text = absl::StrCat(found);
+        tolerance_text = "exact";
+      }
+    } else {
+      const double found = LoadElement(spec.dtype, at);
+      const Tolerance tol = ToleranceFor(spec.dtype, want.terms);
+      const double bound = tol.abs + tol.rel * want.scale;
+      error = std::abs(found - want.value);
+      bad = !(error <= bound);  // NaN fails
+      if (bad && check.mismatches == 0) {
+        expected_text = absl::StrFormat("%.10g", want.value);
+        found_text = absl::StrFormat("%.10g", found);
+        tolerance_text = absl::StrFormat("tolerance %.3g", bound);
+      }
+    }
+    ++check.elements;
+    if (std::isnan(error) || error > check.max_abs_error) {
+      check.max_abs_error = error;  // NaN sticks: the worst possible error
+    }
+    if (bad) {
+      if (check.mismatches == 0) {
+        check.first_mismatch = absl::StrCat(
+            "tensor ", tensor, " element [", absl::StrJoin(coord, ","),
+            "]: expected ", expected_text, ", found ", found_text, " (",
+            tolerance_text, ")");
+      }
+      ++check.mismatches;
+    }
+  }
+  return check;
+}
+
+}  // namespace meshcast::worker

@@ -1,0 +1,176 @@
+// The reference for computed outputs: what every element of a plan's tensors
+// should hold, recomputed by a simple, unfused path in float64 from the same
+// deterministic inputs, and the verifier that compares a buffer with it.
+//
+//   ASSIGN_OR_RETURN(std::unique_ptr<Reference> ref, Reference::Create(plan));
+//   ASSIGN_OR_RETURN(double x, ref->Value(tensor, {3, 7}));
+//   ASSIGN_OR_RETURN(ComputedCheck check,
+//                    VerifyComputed(bytes, box, spec, tensor, *ref,
+//                                   v1::VERIFY_MODE_SAMPLE, cancellation));
+//
+// Value semantics (plan.proto): all buffers of a tensor hold the same value
+// at the same coordinate, so moves (broadcast, send/recv, all-gather, local
+// copy) are ignored here. A tensor element is
+//  - defined by the last value-defining step (in dependency order) whose
+//    output operand covers it, computed from its inputs as they were before
+//    that step:
+//      OP_ALL_REDUCE, OP_REDUCE_SCATTER: OUT[x] = sum | max over r of
+//        IN[r, x] (IN = tensor of inputs[0], OUT = tensor of the outputs);
+//      OP_ALL_TO_ALL: OUT block (s, r) = IN block (r, s) over flat indices,
+//        IN sender-major, OUT receiver-major, block sizes from `counts`;
+//      OP_COMPUTE GEMM: alpha * sum_p op(A)[i, p] * op(B)[p, j] (+ C's
+//        previous value when accumulate), operands row-major over their
+//        boxes, (i, j) from the element's offset in the output operand;
+//      OP_COMPUTE elementwise: in0 + in1, or alpha * in0, element by
+//        element in the operands' row-major order;
+//  - otherwise its initializer's value (Plan.tensor_inits, default PATTERN).
+// Floating-point values are computed in float64 with no rounding to the
+// tensor's dtype on the way (the tolerance accounts for the device's
+// roundings); integer values are exact and wrap to each tensor's width, as
+// the device arithmetic does. Integer GEMM is UNIMPLEMENTED (as in
+// compute.h).
+//
+// Cost: an element costs one evaluation per reduced rank / moved element,
+// and k multiply-adds per GEMM element: a GEMM step's op(A) and op(B) are
+// evaluated once, on first use, into float64 arrays (when they hold at most
+// 2^24 elements together; bigger operands are evaluated element by element,
+// which suits SAMPLE verification). 1e6 elements of a GEMM (k = 256) ->
+// reduce-scatter over 4 ranks take 1 to 3 seconds on one core.
+//
+// Thread safety: after Create, every const method may run on many threads at
+// once (the GEMM operand arrays are built under std::call_once).
+#ifndef MESHCAST_WORKER_KERNELS_REFERENCE_H_
+#define MESHCAST_WORKER_KERNELS_REFERENCE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "meshcast/v1/plan.pb.h"
+#include "planner/tensor.h"
+#include "worker/cancellation.h"
+
+namespace meshcast::worker {
+
+// An element's expected value with what bounds the device's error on it.
+struct Expected {
+  double value = 0;     // float64 value (integers: `integer` as a double)
+  int64_t integer = 0;  // integer dtypes: the exact value, wrapped
+  // Sum of the magnitudes of every term that went into the value (>=
+  // |value|): rounding errors scale with it, not with |value|, which a
+  // cancelling sum can make tiny.
+  double scale = 0;
+  // Roundings the device may make on the way (0: an initial or moved value,
+  // exact): the `terms` of ToleranceFor.
+  int64_t terms = 0;
+};
+
+// |found - expected| <= abs + rel * Expected.scale passes.
+struct Tolerance {
+  double abs = 0;
+  double rel = 0;
+};
+
+// The tolerance for a value that went through `terms` roundings in `dtype`:
+//  - integer dtypes: exact (0, 0): the arithmetic wraps identically;
+//  - floats: rel = terms * u * 1.125 with u the unit roundoff of the dtype
+//    (fp16 2^-11, bf16 2^-8, fp32 2^-24, fp64 2^-53): the classic bound on a
+//    recursive sum or dot product of `terms` roundings is terms * u * sum
+//    |x_i| to first order, and the 1/8 margin covers the second-order terms
+//    while terms * u stays small; abs = terms * the dtype's smallest
+//    subnormal (fp16 2^-24, bf16 2^-133, fp32 2^-149, fp64 2^-1074): one
+//    rounding of a result that underflows errs by up to half of it. The bound holds for any summation order (ring, tree,
+//    blocked BLAS, FMA), and for fp16/bf16 whether the device accumulates in
+//    the dtype or in float.
+Tolerance ToleranceFor(DType dtype, int64_t terms);
+
+// The result of VerifyComputed.
+struct ComputedCheck {
+  int64_t elements = 0;    // elements checked
+  int64_t mismatches = 0;  // elements outside their tolerance
+  double max_abs_error = 0;
+  // "tensor 2 element [3,7]: expected 1.5, found 0.25 (tolerance 1e-06)"
+  // for the first mismatch in row-major order; empty if none.
+  std::string first_mismatch;
+};
+
+class Reference {
+ public:
+  // INVALID_ARGUMENT naming the step / buffer / tensor for a plan whose
+  // value-defining steps are malformed (unknown buffers or tensors, operands
+  // outside their buffers, sizes that do not match GEMM's m, n, k or the
+  // all-to-all counts, IN not [n] + OUT's shape, unknown kinds or
+  // reductions, a dependency cycle); UNIMPLEMENTED for integer GEMM.
+  static absl::StatusOr<std::unique_ptr<Reference>> Create(
+      const v1::Plan& plan);
+
+  // The expected value of element `coord` of `tensor` (see the top of the
+  // file). INVALID_ARGUMENT for an unknown tensor or a coordinate outside
+  // it.
+  absl::StatusOr<double> Value(int tensor,
+                               absl::Span<const int64_t> coord) const;
+  absl::StatusOr<Expected> Expect(int tensor,
+                                  absl::Span<const int64_t> coord) const;
+
+  // True if some step defines part of `tensor` (its buffers hold computed
+  // values, to be checked with VerifyComputed rather than bit for bit).
+  bool IsComputed(int tensor) const;
+
+  int num_tensors() const { return static_cast<int>(tensors_.size()); }
+  const TensorSpec& spec(int tensor) const { return tensors_[tensor]; }
+
+  Reference(const Reference&) = delete;
+  Reference& operator=(const Reference&) = delete;
+  ~Reference();
+
+ private:
+  struct StepInfo;
+  struct Definition;
+  struct GemmCache;
+  friend absl::StatusOr<ComputedCheck> VerifyComputed(
+      absl::Span<const uint8_t>, const Box&, const TensorSpec&, int,
+      const Reference&, v1::VerifyMode, const Cancellation&);
+
+  Reference();
+  absl::Status Build(const v1::Plan& plan);
+
+  // The element's value as of before step number `limit` (in dependency
+  // order); coordinates already validated.
+  Expected Eval(int tensor, const int64_t* coord, int limit) const;
+  Expected Initial(int tensor, const int64_t* coord) const;
+  Expected EvalStep(const StepInfo& step, const Definition& def, int tensor,
+                    const int64_t* coord) const;
+  Expected EvalGemm(const StepInfo& step, int64_t i, int64_t j) const;
+  const GemmCache& Operands(const StepInfo& step) const;
+
+  std::vector<TensorSpec> tensors_;
+  std::vector<v1::Initializer> inits_;
+  std::vector<StepInfo> steps_;  // value-defining steps, dependency order
+  // Per tensor: the regions defined by steps, latest step first.
+  std::vector<std::vector<Definition>> defs_;
+};
+
+// Checks the elements of `data`, which holds `box` of tensor `tensor`
+// (row-major, DTypeSize(spec.dtype) bytes each), against `ref`:
+// FULL every element, SAMPLE a fixed pseudo-random subset of at most 4096
+// elements (one per stratum of the box's row-major order, the same on every
+// run), OFF none. Floats pass within ToleranceFor(dtype, terms) of the
+// expected value (NaN never passes), integers must be exact.
+// Errors: INVALID_ARGUMENT if the box is not inside the tensor, the buffer
+// size does not match, `spec` is not the reference's tensor; CANCELLED
+// (checked every 1024 elements). A mismatch is a result, not an error.
+absl::StatusOr<ComputedCheck> VerifyComputed(absl::Span<const uint8_t> data,
+                                             const Box& box,
+                                             const TensorSpec& spec, int tensor,
+                                             const Reference& ref,
+                                             v1::VerifyMode mode,
+                                             const Cancellation& cancel);
+
+}  // namespace meshcast::worker
+
+#endif  // MESHCAST_WORKER_KERNELS_REFERENCE_H_

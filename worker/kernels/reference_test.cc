@@ -1,0 +1,516 @@
+#include "worker/kernels/reference.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "proto/dtype_convert.h"
+#include "worker/kernels/compute.h"
+#include "worker/kernels/element.h"
+#include "worker/kernels/initializer.h"
+#include "worker/kernels/reduce.h"
+
+namespace meshcast::worker {
+namespace {
+
+// Builds small plans by hand.
+class PlanBuilder {
+ public:
+  int Tensor(std::vector<int64_t> shape, DType dtype,
+             v1::Initializer::Kind kind = v1::Initializer::KIND_PATTERN,
+             uint64_t seed = 0) {
+    v1::TensorSpec* t = plan_.add_tensors();
+    for (int64_t e : shape) t->add_shape(e);
+    t->set_dtype(DTypeToProto(dtype));
+    v1::Initializer* init = plan_.add_tensor_inits();
+    init->set_kind(kind);
+    init->set_seed(seed);
+    specs_.push_back(TensorSpec{shape, dtype});
+    return plan_.tensors_size() - 1;
+  }
+  int Buffer(int tensor, int device, const Box& box) {
+    v1::Buffer* b = plan_.add_buffers();
+    b->set_id(plan_.buffers_size() + 99);
+    b->set_tensor(tensor);
+    b->set_device(device);
+    for (const Interval& i : box) {
+      v1::Interval* p = b->add_box();
+      p->set_begin(i.begin);
+      p->set_end(i.end);
+    }
+    boxes_[b->id()] = box;
+    return b->id();
+  }
+  v1::Step* Step(v1::Step::Op op, const std::vector<int>& inputs,
+                 const std::vector<int>& outputs) {
+    v1::Step* s = plan_.add_steps();
+    s->set_id(plan_.steps_size());
+    s->set_op(op);
+    for (int b : inputs) s->add_inputs()->set_buffer(b);
+    for (int b : outputs) s->add_outputs()->set_buffer(b);
+    return s;
+  }
+  const v1::Plan& plan() const { return plan_; }
+  const TensorSpec& spec(int t) const { return specs_[t]; }
+  const v1::Initializer& init(int t) const { return plan_.tensor_inits(t); }
+  double Initial(int t, int64_t index) const {
+    return InitialValue(specs_[t], t, init(t), index);
+  }
+
+ private:
+  v1::Plan plan_;
+  std::vector<TensorSpec> specs_;
+  std::map<int, Box> boxes_;
+};
+
+std::unique_ptr<Reference> MustCreate(const v1::Plan& plan) {
+  auto ref = Reference::Create(plan);
+  EXPECT_TRUE(ref.ok()) << ref.status();
+  return ref.ok() ? std::move(*ref) : nullptr;
+}
+
+TEST(ToleranceTest, NumbersPerDType) {
+  EXPECT_EQ(ToleranceFor(DType::kInt32, 100).rel, 0);
+  EXPECT_EQ(ToleranceFor(DType::kInt8, 100).abs, 0);
+  EXPECT_EQ(ToleranceFor(DType::kFloat32, 0).rel, 0);
+  EXPECT_DOUBLE_EQ(ToleranceFor(DType::kFloat32, 256).rel,
+                   256 * std::ldexp(1.0, -24) * 1.125);
+  EXPECT_DOUBLE_EQ(ToleranceFor(DType::kBFloat16, 4).rel,
+                   4 * std::ldexp(1.0, -8) * 1.125);
+  EXPECT_DOUBLE_EQ(ToleranceFor(DType::kFloat16, 1).abs, std::ldexp(1.0, -24));
+}
+
+// All-reduce over 4 ranks: OUT[x] = sum_r IN[r, x], by hand.
+TEST(ReferenceTest, AllReduceOfFourRanks) {
+  PlanBuilder p;
+  const int in = p.Tensor({4, 6}, DType::kFloat32, v1::Initializer::KIND_RANDOM, 7);
+  const int out = p.Tensor({6}, DType::kFloat32, v1::Initializer::KIND_ZEROS);
+  std::vector<int> ins, outs;
+  for (int r = 0; r < 4; ++r) {
+    ins.push_back(p.Buffer(in, r, {{r, r + 1}, {0, 6}}));
+    outs.push_back(p.Buffer(out, r, {{0, 6}}));
+  }
+  p.Step(v1::Step::OP_ALL_REDUCE, ins, outs);
+  auto ref = MustCreate(p.plan());
+  ASSERT_NE(ref, nullptr);
+  EXPECT_TRUE(ref->IsComputed(out));
+  EXPECT_FALSE(ref->IsComputed(in));
+  for (int64_t x = 0; x < 6; ++x) {
+    const double want = p.Initial(in, x) + p.Initial(in, 6 + x) +
+                        p.Initial(in, 12 + x) + p.Initial(in, 18 + x);
+    EXPECT_EQ(*ref->Value(out, {x}), want) << x;
+    EXPECT_EQ(ref->Expect(out, {x})->terms, 3);
+  }
+  // Inputs keep their initial values.
+  EXPECT_EQ(*ref->Value(in, {2, 3}), p.Initial(in, 15));
+  EXPECT_EQ(ref->Value(out, {6}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ref->Value(9, {0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Integer all-reduce max, and an int8 sum that wraps.
+TEST(ReferenceTest, IntegerReductionsAreExactAndWrap) {
+  for (v1::Reduction red : {v1::REDUCTION_SUM, v1::REDUCTION_MAX}) {
+    PlanBuilder p;
+    const int in = p.Tensor({4, 5}, DType::kInt8);
+    const int out = p.Tensor({5}, DType::kInt8);
+    std::vector<int> ins, outs;
+    for (int r = 0; r < 4; ++r) {
+      ins.push_back(p.Buffer(in, r, {{r, r + 1}, {0, 5}}));
+      outs.push_back(p.Buffer(out, r, {{0, 5}}));
+    }
+    p.Step(v1::Step::OP_ALL_REDUCE, ins, outs)->set_reduction(red);
+    auto ref = MustCreate(p.plan());
+    ASSERT_NE(ref, nullptr);
+    for (int64_t x = 0; x < 5; ++x) {
+      int sum = 0, max = -1000;
+      for (int r = 0; r < 4; ++r) {
+        const int v = static_cast<int>(p.Initial(in, r * 5 + x));
+        sum += v;
+        max = std::max(max, v);
+      }
+      const int8_t want = red == v1::REDUCTION_SUM
+                              ? static_cast<int8_t>(static_cast<uint8_t>(sum))
+                              : static_cast<int8_t>(max);
+      EXPECT_EQ(ref->Expect(out, {x})->integer, want) << x;
+      EXPECT_EQ(*ref->Value(out, {x}), want) << x;
+    }
+  }
+}
+
+// Reduce-scatter: chunk r of OUT on rank r; the value does not depend on
+// the chunking. int32 pattern values wrap on addition.
+TEST(ReferenceTest, ReduceScatter) {
+  PlanBuilder p;
+  const int in = p.Tensor({4, 8}, DType::kInt32);
+  const int out = p.Tensor({8}, DType::kInt32);
+  std::vector<int> ins, outs;
+  for (int r = 0; r < 4; ++r) {
+    ins.push_back(p.Buffer(in, r, {{r, r + 1}, {0, 8}}));
+    outs.push_back(p.Buffer(out, r, {{2 * r, 2 * r + 2}}));
+  }
+  p.Step(v1::Step::OP_REDUCE_SCATTER, ins, outs);
+  auto ref = MustCreate(p.plan());
+  ASSERT_NE(ref, nullptr);
+  for (int64_t x = 0; x < 8; ++x) {
+    uint32_t sum = 0;
+    for (int r = 0; r < 4; ++r) {
+      sum += static_cast<uint32_t>(
+          InitialInteger(p.spec(in), in, p.init(in), r * 8 + x));
+    }
+    EXPECT_EQ(ref->Expect(out, {x})->integer, static_cast<int32_t>(sum));
+  }
+}
+
+// All-to-all with uneven counts over 3 ranks; the expected permutation is
+// written out by hand from the block layout.
+TEST(ReferenceTest, AllToAllWithUnevenCounts) {
+  PlanBuilder p;
+  const int in = p.Tensor({11}, DType::kFloat64);
+  const int out = p.Tensor({11}, DType::kFloat64, v1::Initializer::KIND_ZEROS);
+  // counts[r][s]: r sends to s.
+  const int64_t counts[9] = {1, 2, 0, 3, 0, 1, 2, 1, 1};
+  // IN (sender-major): rank 0 [0, 3), rank 1 [3, 7), rank 2 [7, 11).
+  // OUT (receiver-major): rank 0 gets 1 + 3 + 2, rank 1 2 + 0 + 1, rank 2
+  // 0 + 1 + 1.
+  const int i0 = p.Buffer(in, 0, {{0, 3}}), i1 = p.Buffer(in, 1, {{3, 7}}),
+            i2 = p.Buffer(in, 2, {{7, 11}});
+  const int o0 = p.Buffer(out, 0, {{0, 6}}), o1 = p.Buffer(out, 1, {{6, 9}}),
+            o2 = p.Buffer(out, 2, {{9, 11}});
+  v1::Step* s = p.Step(v1::Step::OP_ALL_TO_ALL, {i0, i1, i2}, {o0, o1, o2});
+  for (int64_t c : counts) s->add_counts(c);
+  auto ref = MustCreate(p.plan());
+  ASSERT_NE(ref, nullptr);
+  const int64_t source[11] = {0, 3, 4, 5, 7, 8, 1, 2, 9, 6, 10};
+  for (int64_t x = 0; x < 11; ++x) {
+    EXPECT_EQ(*ref->Value(out, {x}), p.Initial(in, source[x])) << x;
+  }
+}
+
+// GEMM on each of 4 devices into partials, then a reduce-scatter of the
+// partials: the DAG of the issue. The reference is checked against a hand
+// loop, then the real kernels run on the same inputs and VerifyComputed
+// accepts their output and catches a corrupted element.
+TEST(ReferenceTest, GemmThenReduceScatterOnFourDevices) {
+  const int64_t m = 8, n = 6, k = 16, devices = 4;
+  PlanBuilder p;
+  const int a = p.Tensor({devices, k, m}, DType::kFloat32,
+                         v1::Initializer::KIND_RANDOM, 1);  // stored k x m
+  const int b = p.Tensor({devices, k, n}, DType::kFloat32,
+                         v1::Initializer::KIND_RANDOM, 2);
+  const int partial = p.Tensor({devices, m, n}, DType::kFloat32,
+                               v1::Initializer::KIND_ZEROS);
+  const int out = p.Tensor({m, n}, DType::kFloat32, v1::Initializer::KIND_ZEROS);
+  std::vector<int> partials, outs;
+  for (int d = 0; d < devices; ++d) {
+    const int ab = p.Buffer(a, d, {{d, d + 1}, {0, k}, {0, m}});
+    const int bb = p.Buffer(b, d, {{d, d + 1}, {0, k}, {0, n}});
+    const int pb = p.Buffer(partial, d, {{d, d + 1}, {0, m}, {0, n}});
+    v1::Step* s = p.Step(v1::Step::OP_COMPUTE, {ab, bb}, {pb});
+    s->set_device(d);
+    v1::GemmAttrs* g = s->mutable_compute()->mutable_gemm();
+    g->set_m(m);
+    g->set_n(n);
+    g->set_k(k);
+    g->set_trans_a(true);
+    g->set_alpha(0.5);
+    partials.push_back(pb);
+    outs.push_back(p.Buffer(out, d, {{2 * d, 2 * d + 2}, {0, n}}));
+  }
+  v1::Step* rs = p.Step(v1::Step::OP_REDUCE_SCATTER, partials, outs);
+  for (int d = 1; d <= devices; ++d) rs->add_deps(d);
+  auto ref = MustCreate(p.plan());
+  ASSERT_NE(ref, nullptr);
+
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double want = 0;
+      for (int64_t d = 0; d < devices; ++d) {
+        for (int64_t q = 0; q < k; ++q) {
+          want += 0.5 * p.Initial(a, (d * k + q) * m + i) *
+                  p.Initial(b, (d * k + q) * n + j);
+        }
+      }
+      EXPECT_NEAR(*ref->Value(out, {i, j}), want, 1e-12) << i << "," << j;
+    }
+  }
+
+  // The real kernels: per-device sgemm, then the sum of the partials.
+  const int64_t cbytes = m * n * 4;
+  std::vector<uint8_t> sum(cbytes, 0);
+  for (int d = 0; d < devices; ++d) {
+    std::vector<uint8_t> ad(k * m * 4), bd(k * n * 4), cd(cbytes);
+    ASSERT_TRUE(FillInitializer(absl::MakeSpan(ad),
+                                {{d, d + 1}, {0, k}, {0, m}}, p.spec(a), a,
+                                p.init(a))
+                    .ok());
+    ASSERT_TRUE(FillInitializer(absl::MakeSpan(bd),
+                                {{d, d + 1}, {0, k}, {0, n}}, p.spec(b), b,
+                                p.init(b))
+                    .ok());
+    ASSERT_TRUE(RunGemm(p.plan().steps(d).compute().gemm(), DType::kFloat32,
+                        ad, bd, absl::MakeSpan(cd))
+                    .ok());
+    // The partial itself verifies against the reference.
+    Cancellation cancel;
+    auto pc = VerifyComputed(cd, {{d, d + 1}, {0, m}, {0, n}},
+                             p.spec(partial), partial, *ref,
+                             v1::VERIFY_MODE_FULL, cancel);
+    ASSERT_TRUE(pc.ok()) << pc.status();
+    EXPECT_EQ(pc->mismatches, 0) << pc->first_mismatch;
+    ASSERT_TRUE(ReduceInto(v1::REDUCTION_SUM, DType::kFloat32, cd,
+                           absl::MakeSpan(sum))
+                    .ok());
+  }
+  Cancellation cancel;
+  // Device 1's chunk: rows [2, 4).
+  std::vector<uint8_t> chunk(sum.begin() + 2 * n * 4, sum.begin() + 4 * n * 4);
+  const Box chunk_box = {{2, 4}, {0, n}};
+  auto check = VerifyComputed(chunk, chunk_box, p.spec(out), out, *ref,
+                              v1::VERIFY_MODE_FULL, cancel);
+  ASSERT_TRUE(check.ok()) << check.status();
+  EXPECT_EQ(check->elements, 2 * n);
+  EXPECT_EQ(check->mismatches, 0) << check->first_mismatch;
+  EXPECT_LT(check->max_abs_error, 1e-5);
+
+  // Corrupt element [3, 4] by a relative 1e-3: caught, and described.
+  float f;
+  std::memcpy(&f, chunk.data() + (n + 4) * 4, 4);
+  f = f * 1.001f + 1e-3f;
+  std::memcpy(chunk.data() + (n + 4) * 4, &f, 4);
+  check = VerifyComputed(chunk, chunk_box, p.spec(out), out, *ref,
+                         v1::VERIFY_MODE_FULL, cancel);
+  ASSERT_TRUE(check.ok());
+  EXPECT_EQ(check->mismatches, 1);
+  EXPECT_NE(check->first_mismatch.find("tensor 3 element [3,4]: expected "),
+            std::string::npos)
+      << check->first_mismatch;
+  EXPECT_NE(check->first_mismatch.find("tolerance"), std::string::npos);
+
+  // OFF checks nothing; a wrong size is an error; cancellation is prompt.
+  check = VerifyComputed(chunk, chunk_box, p.spec(out), out, *ref,
+                         v1::VERIFY_MODE_OFF, cancel);
+  EXPECT_EQ(check->elements, 0);
+  EXPECT_EQ(VerifyComputed(absl::MakeConstSpan(chunk).subspan(4), chunk_box,
+                           p.spec(out), out, *ref, v1::VERIFY_MODE_FULL, cancel)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  Cancellation cancelled;
+  cancelled.Cancel("stop");
+  EXPECT_EQ(VerifyComputed(chunk, chunk_box, p.spec(out), out, *ref,
+                           v1::VERIFY_MODE_FULL, cancelled)
+                .status()
+                .code(),
+            absl::StatusCode::kCancelled);
+}
+
+// Elementwise chain: C = A + B, D = 0.5 * C; and int8 addition wraps.
+TEST(ReferenceTest, Elementwise) {
+  PlanBuilder p;
+  const int a = p.Tensor({3, 4}, DType::kBFloat16, v1::Initializer::KIND_RANDOM, 3);
+  const int b = p.Tensor({3, 4}, DType::kBFloat16, v1::Initializer::KIND_RANDOM, 4);
+  const int c = p.Tensor({3, 4}, DType::kBFloat16, v1::Initializer::KIND_ZEROS);
+  const int d = p.Tensor({12}, DType::kBFloat16, v1::Initializer::KIND_ZEROS);
+  const int ab = p.Buffer(a, 0, {{0, 3}, {0, 4}});
+  const int bb = p.Buffer(b, 0, {{0, 3}, {0, 4}});
+  const int cb = p.Buffer(c, 0, {{0, 3}, {0, 4}});
+  const int db = p.Buffer(d, 0, {{0, 12}});
+  p.Step(v1::Step::OP_COMPUTE, {ab, bb}, {cb})
+      ->mutable_compute()
+      ->mutable_elementwise()
+      ->set_kind(v1::ElementwiseAttrs::KIND_ADD);
+  auto* scale = p.Step(v1::Step::OP_COMPUTE, {cb}, {db})
+                    ->mutable_compute()
+                    ->mutable_elementwise();
+  scale->set_kind(v1::ElementwiseAttrs::KIND_SCALE);
+  scale->set_alpha(0.5);
+  p.Tensor({6}, DType::kInt8);
+  p.Tensor({6}, DType::kInt8);
+  const int e = 4, f = 5;
+  const int eb = p.Buffer(e, 1, {{0, 6}});
+  const int fb = p.Buffer(f, 1, {{0, 6}});
+  p.Step(v1::Step::OP_COMPUTE, {eb, eb}, {fb})
+      ->mutable_compute()
+      ->mutable_elementwise()
+      ->set_kind(v1::ElementwiseAttrs::KIND_ADD);
+  auto ref = MustCreate(p.plan());
+  ASSERT_NE(ref, nullptr);
+  for (int64_t x = 0; x < 12; ++x) {
+    const double sum = p.Initial(a, x) + p.Initial(b, x);
+    EXPECT_EQ(*ref->Value(c, {x / 4, x % 4}), sum);
+    EXPECT_EQ(*ref->Value(d, {x}), 0.5 * sum);
+  }
+  for (int64_t x = 0; x < 6; ++x) {
+    const int v = static_cast<int>(p.Initial(e, x));
+    EXPECT_EQ(*ref->Value(f, {x}),
+              static_cast<int8_t>(static_cast<uint8_t>(2 * v)));
+  }
+}
+
+// A second GEMM accumulating into the first one's output.
+TEST(ReferenceTest, GemmAccumulate) {
+  PlanBuilder p;
+  const int a = p.Tensor({2, 3}, DType::kFloat64, v1::Initializer::KIND_RANDOM, 1);
+  const int b = p.Tensor({3, 2}, DType::kFloat64, v1::Initializer::KIND_RANDOM, 2);
+  const int c = p.Tensor({2, 2}, DType::kFloat64, v1::Initializer::KIND_RANDOM, 3);
+  const int ab = p.Buffer(a, 0, {{0, 2}, {0, 3}});
+  const int bb = p.Buffer(b, 0, {{0, 3}, {0, 2}});
+  const int cb = p.Buffer(c, 0, {{0, 2}, {0, 2}});
+  for (int s = 0; s < 2; ++s) {
+    v1::Step* st = p.Step(v1::Step::OP_COMPUTE, {ab, bb}, {cb});
+    if (s == 1) st->add_deps(1);
+    v1::GemmAttrs* g = st->mutable_compute()->mutable_gemm();
+    g->set_m(2);
+    g->set_n(2);
+    g->set_k(3);
+    g->set_accumulate(true);
+  }
+  auto ref = MustCreate(p.plan());
+  ASSERT_NE(ref, nullptr);
+  for (int64_t i = 0; i < 2; ++i) {
+    for (int64_t j = 0; j < 2; ++j) {
+      double dot = 0;
+      for (int64_t q = 0; q < 3; ++q) {
+        dot += p.Initial(a, i * 3 + q) * p.Initial(b, q * 2 + j);
+      }
+      EXPECT_NEAR(*ref->Value(c, {i, j}), p.Initial(c, i * 2 + j) + 2 * dot,
+                  1e-15);
+    }
+  }
+}
+
+TEST(ReferenceTest, MalformedPlansAreRejected) {
+  {
+    PlanBuilder p;
+    const int a = p.Tensor({4}, DType::kFloat32);
+    const int ab = p.Buffer(a, 0, {{0, 4}});
+    p.Step(v1::Step::OP_ALL_REDUCE, {ab}, {12345});
+    auto ref = Reference::Create(p.plan());
+    EXPECT_EQ(ref.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(ref.status().message().find("12345"), std::string::npos);
+  }
+  {
+    PlanBuilder p;
+    const int a = p.Tensor({4, 4}, DType::kFloat32);
+    const int ab = p.Buffer(a, 0, {{0, 4}, {0, 4}});
+    v1::GemmAttrs* g = p.Step(v1::Step::OP_COMPUTE, {ab, ab}, {ab})
+                           ->mutable_compute()
+                           ->mutable_gemm();
+    g->set_m(4);
+    g->set_n(4);
+    g->set_k(5);
+    auto ref = Reference::Create(p.plan());
+    EXPECT_EQ(ref.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(ref.status().message().find("k=5"), std::string::npos)
+        << ref.status();
+  }
+  {
+    PlanBuilder p;
+    const int a = p.Tensor({4}, DType::kFloat32);
+    const int ab = p.Buffer(a, 0, {{0, 4}});
+    v1::Step* s = p.Step(v1::Step::OP_ALL_TO_ALL, {ab}, {ab});
+    for (int c = 0; c < 3; ++c) s->add_counts(1);
+    EXPECT_EQ(Reference::Create(p.plan()).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  {
+    PlanBuilder p;
+    const int a = p.Tensor({4}, DType::kFloat32);
+    const int ab = p.Buffer(a, 0, {{0, 4}});
+    p.Step(v1::Step::OP_LOCAL_COPY, {ab}, {ab})->add_deps(2);
+    p.Step(v1::Step::OP_LOCAL_COPY, {ab}, {ab})->add_deps(1);
+    EXPECT_EQ(Reference::Create(p.plan()).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
+// The size the brief asks for: 1M output elements of GEMM (k = 256) ->
+// reduce-scatter over 4 devices, checked in full, in seconds; and SAMPLE
+// checks 4096 of them, the same ones every time.
+TEST(ReferenceTest, MillionElementsOfGemmThenReduceScatterVerifyQuickly) {
+  const int64_t m = 1024, n = 1024, k = 256, devices = 4;
+  PlanBuilder p;
+  const int a = p.Tensor({devices, m, k}, DType::kFloat32,
+                         v1::Initializer::KIND_RANDOM, 1);
+  const int b = p.Tensor({devices, k, n}, DType::kFloat32,
+                         v1::Initializer::KIND_RANDOM, 2);
+  const int partial = p.Tensor({devices, m, n}, DType::kFloat32,
+                               v1::Initializer::KIND_ZEROS);
+  const int out = p.Tensor({m, n}, DType::kFloat32, v1::Initializer::KIND_ZEROS);
+  std::vector<int> partials, outs;
+  for (int d = 0; d < devices; ++d) {
+    const int ab = p.Buffer(a, d, {{d, d + 1}, {0, m}, {0, k}});
+    const int bb = p.Buffer(b, d, {{d, d + 1}, {0, k}, {0, n}});
+    const int pb = p.Buffer(partial, d, {{d, d + 1}, {0, m}, {0, n}});
+    v1::GemmAttrs* g = p.Step(v1::Step::OP_COMPUTE, {ab, bb}, {pb})
+                           ->mutable_compute()
+                           ->mutable_gemm();
+    g->set_m(m);
+    g->set_n(n);
+    g->set_k(k);
+    partials.push_back(pb);
+    outs.push_back(p.Buffer(out, d, {{d * m / 4, (d + 1) * m / 4}, {0, n}}));
+  }
+  p.Step(v1::Step::OP_REDUCE_SCATTER, partials, outs);
+  auto ref = MustCreate(p.plan());
+  ASSERT_NE(ref, nullptr);
+
+  std::vector<uint8_t> sum(m * n * 4, 0);
+  for (int d = 0; d < devices; ++d) {
+    std::vector<uint8_t> ad(m * k * 4), bd(k * n * 4), cd(m * n * 4);
+    ASSERT_TRUE(FillInitializer(absl::MakeSpan(ad),
+                                {{d, d + 1}, {0, m}, {0, k}}, p.spec(a), a,
+                                p.init(a))
+                    .ok());
+    ASSERT_TRUE(FillInitializer(absl::MakeSpan(bd),
+                                {{d, d + 1}, {0, k}, {0, n}}, p.spec(b), b,
+                                p.init(b))
+                    .ok());
+    ASSERT_TRUE(RunGemm(p.plan().steps(d).compute().gemm(), DType::kFloat32,
+                        ad, bd, absl::MakeSpan(cd))
+                    .ok());
+    ASSERT_TRUE(ReduceInto(v1::REDUCTION_SUM, DType::kFloat32, cd,
+                           absl::MakeSpan(sum))
+                    .ok());
+  }
+  Cancellation cancel;
+  const auto start = std::chrono::steady_clock::now();
+  auto full = VerifyComputed(sum, {{0, m}, {0, n}}, p.spec(out), out, *ref,
+                             v1::VERIFY_MODE_FULL, cancel);
+  const double seconds = std::chrono::duration<double>(
+                             std::chrono::steady_clock::now() - start)
+                             .count();
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->elements, m * n);
+  EXPECT_EQ(full->mismatches, 0) << full->first_mismatch;
+  std::printf("full check of %lld elements (k=%lld, 4 ranks): %.2f s, max "
+              "error %.3g\n",
+              static_cast<long long>(m * n), static_cast<long long>(k),
+              seconds, full->max_abs_error);
+  EXPECT_LT(seconds, 30.0);  // a few seconds on one core; loose for CI
+
+  auto sample = VerifyComputed(sum, {{0, m}, {0, n}}, p.spec(out), out, *ref,
+                               v1::VERIFY_MODE_SAMPLE, cancel);
+  ASSERT_TRUE(sample.ok());
+  EXPECT_EQ(sample->elements, 4096);
+  EXPECT_EQ(sample->mismatches, 0);
+  // A corrupted element is found by FULL, and SAMPLE gives the same answer
+  // on every run.
+  sum[4 * (m * n / 2) + 3] ^= 0x01;  // the exponent: x2 or /2
+  full = VerifyComputed(sum, {{0, m}, {0, n}}, p.spec(out), out, *ref,
+                        v1::VERIFY_MODE_FULL, cancel);
+  EXPECT_EQ(full->mismatches, 1);
+  auto s1 = VerifyComputed(sum, {{0, m}, {0, n}}, p.spec(out), out, *ref,
+                           v1::VERIFY_MODE_SAMPLE, cancel);
+  auto s2 = VerifyComputed(sum, {{0, m}, {0, n}}, p.spec(out), out, *ref,
+                           v1::VERIFY_MODE_SAMPLE, cancel);
+  EXPECT_EQ(s1->mismatches, s2->mismatches);
+  EXPECT_EQ(s1->max_abs_error, s2->max_abs_error);
+}
+
+}  // namespace
+}  // namespace meshcast::worker
