@@ -1,5 +1,6 @@
 #include "cli/job_format.h"
 
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -18,31 +19,15 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/text_table.h"
+#include "google/protobuf/util/json_util.h"
+#include "planner/kinds/job_kind.h"
+#include "proto/dtype_convert.h"
 
 namespace meshcast::cli {
 namespace {
 
 // Messages longer than this are cut in the job list (get shows them whole).
 constexpr size_t kListMessageWidth = 60;
-
-int DTypeBytes(v1::DType dtype) {
-  switch (dtype) {
-    case v1::DTYPE_INT8:
-    case v1::DTYPE_UINT8:
-      return 1;
-    case v1::DTYPE_FLOAT16:
-    case v1::DTYPE_BFLOAT16:
-      return 2;
-    case v1::DTYPE_INT32:
-    case v1::DTYPE_FLOAT32:
-      return 4;
-    case v1::DTYPE_INT64:
-    case v1::DTYPE_FLOAT64:
-      return 8;
-    default:
-      return 0;
-  }
-}
 
 std::string FormatTimestamp(double unix_seconds) {
   if (unix_seconds <= 0) return "-";
@@ -254,7 +239,7 @@ std::string DescribeReshard(const v1::ReshardSpec& reshard) {
   int64_t elements = 1;
   for (int64_t extent : reshard.tensor().shape()) elements *= extent;
   const double bytes =
-      static_cast<double>(elements) * DTypeBytes(reshard.tensor().dtype());
+      static_cast<double>(elements) * DTypeProtoSize(reshard.tensor().dtype());
   return absl::StrCat(
       absl::StrJoin(reshard.tensor().shape(), "x"), " ",
       DTypeText(reshard.tensor().dtype()), " (", FormatBytes(bytes),
@@ -279,18 +264,25 @@ std::string DescribeCollective(const v1::CollectiveSpec& collective) {
 std::string DescribeSpec(const v1::JobSpec& spec) {
   if (spec.has_reshard()) return DescribeReshard(spec.reshard());
   if (spec.has_collective()) return DescribeCollective(spec.collective());
-  return "(no kind)";
+  // Any other kind: its spec as compact JSON (protobuf's mapping).
+  const google::protobuf::OneofDescriptor* kind =
+      spec.GetDescriptor()->FindOneofByName("kind");
+  const google::protobuf::FieldDescriptor* field =
+      kind == nullptr
+          ? nullptr
+          : spec.GetReflection()->GetOneofFieldDescriptor(spec, kind);
+  if (field == nullptr) return "(no kind)";
+  std::string text;
+  google::protobuf::util::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(
+      spec.GetReflection()->GetMessage(spec, field), &text, print);
+  return text;
 }
 
 std::string SpecKindName(const v1::JobSpec& spec) {
-  switch (spec.kind_case()) {
-    case v1::JobSpec::kReshard:
-      return "reshard";
-    case v1::JobSpec::kCollective:
-      return "collective";
-    default:
-      return "";
-  }
+  absl::StatusOr<const JobKind*> kind = FindJobKind(spec);
+  return kind.ok() ? (*kind)->name() : "";
 }
 
 std::string VerifyModeName(v1::VerifyMode mode) {

@@ -25,6 +25,7 @@
 #include "cli/command_errors.h"
 #include "cli/controller_client.h"
 #include "cli/flags.h"
+#include "cli/job_file.h"
 #include "cli/job_format.h"
 #include "cli/reshard_input.h"
 #include "cli/text_table.h"
@@ -151,6 +152,8 @@ struct PlanOptions {
   bool allow_overlap = false;
   // Collective flags (--op, --mesh, --bytes, ...), by CollectiveSpec field.
   std::map<std::string, std::string> collective_text;
+  // A job file: plans the job it describes, of any kind.
+  std::string file;
   ClientFlags client;
 };
 
@@ -207,6 +210,10 @@ void RegisterFlags(FlagSet& flags, PlanOptions& options) {
              "let source and destination meshes given without @h share\n"
              "hosts (placement as the controller does it)");
   AddCollectiveFlags(flags, options.collective_text);
+  flags.String("f", &options.file, "FILE",
+               "plan the job a job file describes (any kind; the format\n"
+               "of 'meshctl submit -f')");
+  flags.String("file", &options.file, "FILE", "the same as -f");
   options.client.Register(flags);
 }
 
@@ -754,6 +761,15 @@ absl::Status CheckKindFlags(const FlagSet& flags, const std::string& kind) {
 absl::StatusOr<v1::JobSpec> KindSpec(const FlagSet& flags,
                                      const PlanOptions& options,
                                      std::map<std::string, std::string>* origins) {
+  if (!options.file.empty()) {
+    ASSIGN_OR_RETURN(const JobFile file, LoadJobSpecFile(options.file));
+    v1::JobSpec spec = file.spec;
+    if (file.compact) {
+      ASSIGN_OR_RETURN(spec, BuildJobSpec(file.reshard));
+    }
+    RETURN_IF_ERROR(ValidateOffline(spec));
+    return spec;
+  }
   std::map<std::string, std::string> text = options.collective_text;
   text["dtype"] = options.dtype;
   v1::JobSpec spec;
@@ -1139,6 +1155,24 @@ CommandResult RunPlanCommand(const std::vector<std::string>& args,
   const bool live = LiveMode(flags, options);
   if (absl::Status status = CheckModeFlags(flags, live); !status.ok()) {
     return PlanFail(kExitUsage, status.message());
+  }
+  if (!options.file.empty()) {
+    // The file says what to plan; flags of a kind would contradict it.
+    for (const char* flag : kReshardPlanFlags) {
+      if (flags.IsSet(flag)) {
+        return PlanFail(kExitUsage,
+                        absl::StrCat("--", flag, ": the job comes from -f ",
+                                     options.file, "; give it there"));
+      }
+    }
+    for (const auto& [flag, field] : kCollectiveFlags) {
+      if (flags.IsSet(flag)) {
+        return PlanFail(kExitUsage,
+                        absl::StrCat("--", flag, ": the job comes from -f ",
+                                     options.file, "; give it there"));
+      }
+    }
+    return RunKindPlan(flags, options, context, live);
   }
   if (absl::Status status = CheckKindFlags(flags, kind); !status.ok()) {
     return PlanFail(kExitUsage, status.message());

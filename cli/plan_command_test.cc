@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -406,6 +407,39 @@ TEST(PlanCommandTest, CollectiveOfflineJsonHasThePlanIr) {
   EXPECT_NEAR(m["busbw_bytes_per_second"].get<double>(),
               m["algbw_bytes_per_second"].get<double>() * 2 * 7 / 8,
               1e-6 * m["busbw_bytes_per_second"].get<double>());
+}
+
+// `meshctl plan -f` simulates the job a job file describes: here the
+// GEMM -> reduce-scatter DAG of a tp_overlap job, the one the cluster test
+// runs on four workers.
+TEST(PlanCommandTest, JobFileOfAnyKindIsSimulated) {
+  const std::string path =
+      ::testing::TempDir() + "/plan_command_test_tp_overlap.yaml";
+  std::ofstream(path) << "name: gemm-rs\n"
+                         "tp_overlap:\n"
+                         "  m: 512\n  n: 256\n  k: 1024\n"
+                         "  mesh: 4x1\n"
+                         "  collective: reduce_scatter\n";
+  CommandResult result = RunPlanCommand(
+      {"-f", path, "--cluster", "4x1", "--output", "json"});
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  const nlohmann::json json = nlohmann::json::parse(result.out);
+  EXPECT_EQ(json["kind"], "tp_overlap");
+  const nlohmann::json& steps = json["plan"]["steps"];
+  ASSERT_EQ(steps.size(), 5u);
+  EXPECT_EQ(steps[0]["op"], "OP_COMPUTE");
+  EXPECT_EQ(steps[4]["op"], "OP_REDUCE_SCATTER");
+  // The collective waits for the GEMMs: its predicted start is after theirs.
+  const nlohmann::json& start = json["plan"]["predicted_step_start"];
+  const nlohmann::json& finish = json["plan"]["predicted_step_finish"];
+  ASSERT_EQ(start.size(), 5u);
+  EXPECT_GE(start[4].get<double>(), finish[0].get<double>());
+  EXPECT_GT(json["predicted_seconds"].get<double>(), 0);
+  // The file says what to plan; a kind's flag beside it is refused.
+  result = RunPlanCommand({"-f", path, "--cluster", "4x1", "--op",
+                           "all_reduce"});
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.err, HasSubstr("--op: the job comes from -f"));
 }
 
 TEST(PlanCommandTest, CollectiveErrorsNameTheFlag) {

@@ -45,6 +45,7 @@ grpc::Status ControllerService::RegisterWorker(
   record.device_kind = info.device_kind();
   record.num_devices = info.num_devices();
   record.memory_bytes = info.memory_bytes();
+  record.incarnation = info.incarnation();
   absl::StatusOr<WorkerRecord> stored = registry_->Register(record);
   if (!stored.ok()) return ToGrpcStatus(stored.status());
   response->set_host_index(stored->host_index);
@@ -213,6 +214,15 @@ grpc::Status ControllerService::KvGet(grpc::ServerContext* context,
   if (!value.ok()) return ToGrpcStatus(value.status());
   response->set_value(*std::move(value));
   return grpc::Status::OK;
+}
+
+grpc::Status ControllerService::ReportProgress(
+    grpc::ServerContext*, const v1::ReportProgressRequest* request,
+    v1::ReportProgressResponse*) {
+  const std::vector<v1::TaskProgress> tasks(request->tasks().begin(),
+                                            request->tasks().end());
+  absl::StatusOr<int> counted = jobs_->ReportProgress(request->worker(), tasks);
+  return counted.ok() ? grpc::Status::OK : ToGrpcStatus(counted.status());
 }
 
 }  // namespace meshcast

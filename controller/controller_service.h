@@ -64,6 +64,12 @@ class ControllerService final : public v1::Controller::Service {
   grpc::Status KvGet(grpc::ServerContext* context,
                      const v1::KvGetRequest* request,
                      v1::KvGetResponse* response) override;
+  // Hands the tasks to JobManager::ReportProgress; reports about jobs that
+  // do not run on that worker are ignored, not refused (a job may end while
+  // its report is on the way).
+  grpc::Status ReportProgress(grpc::ServerContext* context,
+                              const v1::ReportProgressRequest* request,
+                              v1::ReportProgressResponse* response) override;
 
  private:
   WorkerRegistry* const registry_;

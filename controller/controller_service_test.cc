@@ -8,6 +8,7 @@
 #include <limits>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "controller/controller_server.h"
 #include "controller/fake_worker_client.h"
 #include "controller/log.h"
@@ -254,6 +255,59 @@ TEST_F(ControllerServiceTest, WatchSeesACancelThroughRpc) {
   while (reader->Read(&event)) last = event.state();
   EXPECT_EQ(last, v1::JOB_STATE_CANCELLED);
   EXPECT_TRUE(reader->Finish().ok());
+}
+
+TEST_F(ControllerServiceTest, WorkersPushProgressThroughRpc) {
+  RegisterTwo();
+  client_->SetDefaultMode(FakeWorkerClient::Mode::kBlock);
+  v1::Job job = Submit(SmallJob());
+  ASSERT_TRUE(client_->WaitForBlocked(2, absl::Seconds(10)));
+  std::vector<v1::WorkerProgram> programs = client_->programs();
+  ASSERT_EQ(programs.size(), 2u);
+  int all_steps = 0;
+  for (const v1::WorkerProgram& p : programs) {
+    all_steps += p.plan().steps_size();
+  }
+  // alpha has moved none of its data yet and says it is connecting; a task
+  // of a job it does not run is ignored, not refused.
+  const v1::WorkerProgram& alpha =
+      programs[0].worker() == "alpha" ? programs[0] : programs[1];
+  v1::ReportProgressRequest report;
+  report.set_worker("alpha");
+  v1::TaskProgress* task = report.add_tasks();
+  task->set_job_id(job.id());
+  task->set_steps_total(alpha.plan().steps_size());
+  task->set_phase("connect");
+  report.add_tasks()->set_job_id("job-not-here");
+  v1::ReportProgressResponse response;
+  grpc::Status status =
+      stub_->ReportProgress(Context().get(), report, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  v1::GetJobRequest get;
+  get.set_id(job.id());
+  v1::GetJobResponse got;
+  ASSERT_TRUE(stub_->GetJob(Context().get(), get, &got).ok());
+  EXPECT_EQ(got.job().state(), v1::JOB_STATE_RUNNING);
+  // The first report comes within the event interval of RUNNING: it may be
+  // held back until a later one; resend until the event is out.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (got.job().message().find("phase connect") == std::string::npos &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+    ASSERT_TRUE(stub_->ReportProgress(Context().get(), report, &response).ok());
+    ASSERT_TRUE(stub_->GetJob(Context().get(), get, &got).ok());
+  }
+  EXPECT_THAT(got.job().message(),
+              HasSubstr(absl::StrCat("(0/", all_steps,
+                                     " worker steps done), phase connect")));
+  // A report must name its worker.
+  report.clear_worker();
+  status = stub_->ReportProgress(Context().get(), report, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::CancelJobRequest cancel;
+  cancel.set_id(job.id());
+  v1::CancelJobResponse cancelled;
+  ASSERT_TRUE(stub_->CancelJob(Context().get(), cancel, &cancelled).ok());
 }
 
 TEST_F(ControllerServiceTest, KeyValueRendezvous) {

@@ -113,6 +113,7 @@ absl::StatusOr<v1::GetStatusResponse> FakeWorkerClient::GetStatus(
     const WorkerEndpoint& worker, absl::Time) {
   absl::MutexLock lock(&mu_);
   ++status_calls_;
+  ++worker_status_calls_[worker.name];
   auto it = statuses_.find(worker.name);
   if (it != statuses_.end()) return it->second;
   v1::GetStatusResponse response;
@@ -129,6 +130,12 @@ void FakeWorkerClient::SetStatus(const std::string& worker,
 int FakeWorkerClient::status_calls() const {
   absl::MutexLock lock(&mu_);
   return status_calls_;
+}
+
+int FakeWorkerClient::status_calls(const std::string& worker) const {
+  absl::MutexLock lock(&mu_);
+  auto it = worker_status_calls_.find(worker);
+  return it == worker_status_calls_.end() ? 0 : it->second;
 }
 
 std::vector<v1::WorkerProgram> FakeWorkerClient::programs() const {

@@ -51,6 +51,8 @@ class FakeWorkerClient : public WorkerClient {
   void SetStatus(const std::string& worker, v1::GetStatusResponse status)
       ABSL_LOCKS_EXCLUDED(mu_);
   int status_calls() const ABSL_LOCKS_EXCLUDED(mu_);
+  // GetStatus calls to one worker.
+  int status_calls(const std::string& worker) const ABSL_LOCKS_EXCLUDED(mu_);
 
   std::vector<v1::WorkerProgram> programs() const ABSL_LOCKS_EXCLUDED(mu_);
   // (worker, job id) of every AbortTask.
@@ -69,6 +71,8 @@ class FakeWorkerClient : public WorkerClient {
   absl::flat_hash_map<std::string, v1::GetStatusResponse> statuses_
       ABSL_GUARDED_BY(mu_);
   int status_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<std::string, int> worker_status_calls_
+      ABSL_GUARDED_BY(mu_);
   int blocked_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -83,7 +83,45 @@ absl::Status PlanningError(const absl::Status& status) {
       absl::StrCat("planning on the idle cluster failed: ", status.message()));
 }
 
+// What a task is doing: its own word, else inferred from its step counts
+// (workers that do not say): parsed programs report their steps, and once
+// every step is done only verification is left.
+std::string PhaseOf(const v1::TaskProgress& task) {
+  if (!task.phase().empty()) return task.phase();
+  if (task.steps_total() <= 0) return "setup";
+  if (task.steps_done() >= task.steps_total()) return "verify";
+  return "data";
+}
+
+// Phases in the order a task goes through them; a job is in the earliest
+// phase of its unfinished workers. A phase this controller does not know
+// sorts with "data".
+int PhaseRank(absl::string_view phase) {
+  if (phase == "setup") return 0;
+  if (phase == "connect") return 1;
+  if (phase == "verify") return 3;
+  return 2;
+}
+
 }  // namespace
+
+// How far the workers of a running job are; guarded by the manager's mu_.
+// Exists while RunPrograms runs.
+struct JobManager::RunProgress {
+  struct Worker {
+    std::string name;
+    int64_t steps_total = 0;  // from its program
+    int64_t bytes_total = 0;
+    v1::TaskProgress last;  // latest report, pushed or polled
+    bool reported = false;
+    bool finished = false;  // answered RunTask
+  };
+  std::vector<Worker> workers;  // parallel to the programs
+  int64_t all_steps = 0;
+  int64_t all_bytes = 0;
+  std::string phase;  // as last published
+  absl::Time last_event;
+};
 
 struct JobManager::ActiveJob {
   v1::Job job;  // the latest state; guarded by the manager's mu_
@@ -110,6 +148,7 @@ struct JobManager::ActiveJob {
   bool cancel_requested = false;
   std::string failure;  // first reason the job must fail, if any
   int workers_done = 0;
+  std::unique_ptr<RunProgress> run;
   std::thread thread;
 };
 
@@ -361,6 +400,9 @@ void JobManager::OnWorkerEvent(const WorkerEvent& event) {
   {
     absl::MutexLock lock(&mu_);
     kick_ = true;  // a registration may let queued jobs start
+    // Whatever registers under this name may be a worker that never pushes
+    // (an older binary): poll it until it pushes.
+    pushing_workers_.erase(event.name);
     if (event.kind == WorkerEvent::Kind::kRegistered) return;
     for (auto& [id, job] : active_) {
       if (!job->started || job->finished) continue;
@@ -684,13 +726,28 @@ std::vector<absl::StatusOr<v1::RunTaskResponse>> JobManager::RunPrograms(
   const size_t n = programs.size();
   std::vector<absl::StatusOr<v1::RunTaskResponse>> responses(
       n, absl::UnknownError("not run"));
-  std::vector<char> finished(n, 0);  // guarded by mu_
+  {
+    // What each worker runs, from its program, for reports to count
+    // against.
+    auto run = std::make_unique<RunProgress>();
+    for (size_t i = 0; i < n; ++i) {
+      RunProgress::Worker& w = run->workers.emplace_back();
+      w.name = endpoints[i].name;
+      w.steps_total = programs[i].plan().steps_size();
+      for (const v1::Step& step : programs[i].plan().steps()) {
+        w.bytes_total += step.bytes();
+      }
+      run->all_steps += w.steps_total;
+      run->all_bytes += w.bytes_total;
+    }
+    run->last_event = absl::Now();  // the RUNNING transition
+    absl::MutexLock lock(&mu_);
+    job->run = std::move(run);
+  }
   absl::Notification all_answered;
   std::thread poller;
   if (options_.progress_interval > absl::ZeroDuration()) {
-    poller = std::thread([&] {
-      PollProgress(job, endpoints, programs, finished, all_answered);
-    });
+    poller = std::thread([&] { PollProgress(job, endpoints, all_answered); });
   }
   // gRPC deadlines are wall-clock, so this one is too.
   const absl::Time deadline = absl::Now() + options_.task_timeout;
@@ -698,7 +755,7 @@ std::vector<absl::StatusOr<v1::RunTaskResponse>> JobManager::RunPrograms(
   threads.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     threads.emplace_back([this, job, &endpoints, &programs, &responses,
-                          &finished, deadline, n, i] {
+                          deadline, n, i] {
       const WorkerEndpoint& worker = endpoints[i];
       absl::StatusOr<v1::RunTaskResponse> response =
           client_->RunTask(worker, programs[i], deadline, &job->canceller);
@@ -715,7 +772,7 @@ std::vector<absl::StatusOr<v1::RunTaskResponse>> JobManager::RunPrograms(
       {
         absl::MutexLock lock(&mu_);
         responses[i] = std::move(response);
-        finished[i] = 1;
+        job->run->workers[i].finished = true;
         ++job->workers_done;
         // A call cut short by our own canceller is a consequence, not the
         // cause: the first reason recorded wins.
@@ -743,76 +800,138 @@ std::vector<absl::StatusOr<v1::RunTaskResponse>> JobManager::RunPrograms(
   for (std::thread& t : threads) t.join();
   all_answered.Notify();
   if (poller.joinable()) poller.join();
+  {
+    absl::MutexLock lock(&mu_);
+    job->run.reset();  // later reports for the job are ignored
+  }
   return responses;
 }
 
 void JobManager::PollProgress(ActiveJob* job,
                               const std::vector<WorkerEndpoint>& endpoints,
-                              const std::vector<v1::WorkerProgram>& programs,
-                              const std::vector<char>& finished,
                               absl::Notification& done) {
-  const size_t n = programs.size();
-  // What each worker runs, from its program.
-  std::vector<int64_t> steps_total(n, 0), bytes_total(n, 0);
-  int64_t all_steps = 0, all_bytes = 0;
-  for (size_t i = 0; i < n; ++i) {
-    steps_total[i] = programs[i].plan().steps_size();
-    for (const v1::Step& step : programs[i].plan().steps()) {
-      bytes_total[i] += step.bytes();
-    }
-    all_steps += steps_total[i];
-    all_bytes += bytes_total[i];
-  }
-  if (all_steps == 0) return;
-  std::vector<v1::TaskProgress> last(n);
   const std::string id = job->job.id();  // set at Submit, never changed
   while (!done.WaitForNotificationWithTimeout(options_.progress_interval)) {
-    std::vector<char> answered;
+    // Only the unfinished workers that have never pushed: the others
+    // report on their own.
+    std::vector<size_t> to_poll;
     {
       absl::MutexLock lock(&mu_);
-      answered = finished;
+      if (job->run == nullptr || job->run->all_steps == 0) return;
+      for (size_t i = 0; i < job->run->workers.size(); ++i) {
+        const RunProgress::Worker& w = job->run->workers[i];
+        if (!w.finished && !pushing_workers_.contains(w.name)) {
+          to_poll.push_back(i);
+        }
+      }
     }
+    if (to_poll.empty()) continue;
     // Bounded so that a stuck worker cannot hold the job past its end.
     const absl::Time deadline =
         absl::Now() + std::min(options_.progress_interval, absl::Seconds(1));
-    int64_t steps_done = 0, bytes_done = 0;
-    for (size_t i = 0; i < n; ++i) {
-      if (answered[i]) {
-        steps_done += steps_total[i];
-        bytes_done += bytes_total[i];
-        continue;
-      }
+    std::vector<std::pair<size_t, v1::TaskProgress>> polled;
+    for (size_t i : to_poll) {
       // The job may end while an unresponsive worker is polled: stop, so
       // that its end waits for at most one call.
       if (done.HasBeenNotified()) return;
       absl::StatusOr<v1::GetStatusResponse> status =
           client_->GetStatus(endpoints[i], deadline);
-      if (status.ok()) {
-        for (const v1::TaskProgress& task : status->tasks()) {
-          if (task.job_id() == id) last[i] = task;
-        }
+      if (!status.ok()) continue;
+      for (const v1::TaskProgress& task : status->tasks()) {
+        if (task.job_id() == id) polled.emplace_back(i, task);
       }
-      steps_done += std::min<int64_t>(last[i].steps_done(), steps_total[i]);
-      bytes_done += std::min<int64_t>(last[i].bytes_done(), bytes_total[i]);
     }
-    const double fraction = all_bytes > 0
-                                ? static_cast<double>(bytes_done) / all_bytes
-                                : static_cast<double>(steps_done) / all_steps;
-    const double progress =
-        kProgressRunning + (1 - kProgressRunning) * fraction;
     absl::MutexLock lock(&mu_);
-    if (job->finished || job->cancel_requested || !job->failure.empty() ||
-        progress <= job->job.progress()) {
+    if (job->run == nullptr) return;
+    for (auto& [i, task] : polled) {
+      RunProgress::Worker& w = job->run->workers[i];
+      // A push that came in meanwhile is at least as fresh.
+      if (pushing_workers_.contains(w.name)) continue;
+      w.last = std::move(task);
+      w.reported = true;
+    }
+    PublishProgressLocked(job);
+  }
+}
+
+absl::StatusOr<int> JobManager::ReportProgress(
+    absl::string_view worker, const std::vector<v1::TaskProgress>& tasks) {
+  if (worker.empty()) {
+    return absl::InvalidArgumentError(
+        "ReportProgressRequest.worker is empty; it must name the worker as "
+        "it registered");
+  }
+  absl::MutexLock lock(&mu_);
+  int counted = 0;
+  for (const v1::TaskProgress& task : tasks) {
+    auto it = active_.find(task.job_id());
+    if (it == active_.end()) continue;
+    ActiveJob* job = it->second.get();
+    if (job->finished || job->run == nullptr) continue;
+    RunProgress::Worker* mine = nullptr;
+    for (RunProgress::Worker& w : job->run->workers) {
+      if (w.name == worker) mine = &w;
+    }
+    if (mine == nullptr || mine->finished) continue;
+    // Known now to push: the poll leaves it alone. Only a worker of a
+    // running job gets here, so the set stays as small as the cluster.
+    pushing_workers_.insert(mine->name);
+    mine->last = task;
+    mine->reported = true;
+    ++counted;
+    PublishProgressLocked(job);
+  }
+  return counted;
+}
+
+void JobManager::PublishProgressLocked(ActiveJob* job) {
+  RunProgress& run = *job->run;
+  if (job->finished || job->cancel_requested || !job->failure.empty() ||
+      run.all_steps == 0) {
+    return;
+  }
+  int64_t steps_done = 0, bytes_done = 0;
+  int64_t verify_done = 0, verify_total = 0;
+  std::string phase;
+  for (const RunProgress::Worker& w : run.workers) {
+    if (w.finished) {
+      steps_done += w.steps_total;
+      bytes_done += w.bytes_total;
       continue;
     }
-    TransitionLocked(
-        job, v1::JOB_STATE_RUNNING,
-        // A step that crosses workers counts once on each of them.
-        absl::StrFormat("running: %.0f%% of the data moved (%d/%d worker "
-                        "steps done)",
-                        100 * fraction, steps_done, all_steps),
-        progress);
+    if (!w.reported) continue;
+    steps_done += std::clamp<int64_t>(w.last.steps_done(), 0, w.steps_total);
+    bytes_done += std::clamp<int64_t>(w.last.bytes_done(), 0, w.bytes_total);
+    const std::string p = PhaseOf(w.last);
+    if (phase.empty() || PhaseRank(p) < PhaseRank(phase)) phase = p;
+    verify_done += std::max<int64_t>(w.last.verify_done(), 0);
+    verify_total += std::max<int64_t>(w.last.verify_total(), 0);
   }
+  const double fraction =
+      run.all_bytes > 0 ? static_cast<double>(bytes_done) / run.all_bytes
+                        : static_cast<double>(steps_done) / run.all_steps;
+  const double progress = kProgressRunning + (1 - kProgressRunning) * fraction;
+  const bool advanced = progress > job->job.progress();
+  const bool new_phase = !phase.empty() && phase != run.phase;
+  const absl::Time now = absl::Now();
+  if (!(advanced || new_phase) ||
+      now - run.last_event < options_.progress_event_interval) {
+    return;
+  }
+  // A step that crosses workers counts once on each of them.
+  std::string message = absl::StrFormat(
+      "running: %.0f%% of the data moved (%d/%d worker steps done)",
+      100 * fraction, steps_done, run.all_steps);
+  if (!phase.empty()) absl::StrAppend(&message, ", phase ", phase);
+  if (phase == "verify" && verify_total > 0) {
+    absl::StrAppendFormat(&message, " (%d/%d elements checked)", verify_done,
+                          verify_total);
+  }
+  run.phase = phase;
+  run.last_event = now;
+  // Never backwards: a finished worker's count may be ahead of this.
+  TransitionLocked(job, v1::JOB_STATE_RUNNING, message,
+                   std::max(progress, job->job.progress()));
 }
 
 void JobManager::AbortWorkers(ActiveJob* job,

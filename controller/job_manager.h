@@ -37,6 +37,10 @@
 // job ends its devices are released and its rendezvous keys ("job/<id>/")
 // deleted. Every change is persisted (JobStore) and published to watchers
 // (EventHub).
+// While a job runs, how far each of its workers is (steps and bytes done,
+// phase: setup, connect, data, verify) arrives pushed by the worker
+// (ReportProgress) or, from a worker that never pushes, by polling it
+// (Worker.GetStatus); either becomes RUNNING events (Options).
 //
 //   JobManager manager(options, &store, &registry, &kv, &client,
 //                      Clock::Real());
@@ -60,6 +64,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -74,6 +79,7 @@
 #include "controller/worker_registry.h"
 #include "meshcast/v1/job.pb.h"
 #include "meshcast/v1/plan.pb.h"
+#include "meshcast/v1/worker.pb.h"
 #include "planner/kinds/job_kind.h"
 #include "planner/placement.h"
 
@@ -107,11 +113,18 @@ class JobManager {
     // order; absl::InfiniteDuration(): later jobs may always overtake.
     // Jobs that wait for a lost worker's host never hold others back.
     absl::Duration reserve_after = absl::Seconds(10);
-    // How often a running job's workers are asked how far they are
-    // (Worker.GetStatus); each answer that moves the job forward becomes a
-    // RUNNING event ("running: 40% of the data moved (12/40 worker steps
-    // done)"), weighted by the steps' bytes. Zero: never.
+    // How far a running job is comes from its workers: pushed
+    // (ReportProgress, about every 250 ms) or, from a worker that has never
+    // pushed (an older worker), polled with Worker.GetStatus this often.
+    // Zero: never polled. A worker that pushed is not polled again (until
+    // it registers anew).
     absl::Duration progress_interval = absl::Seconds(1);
+    // A report that moves the job forward or changes its phase becomes a
+    // RUNNING event ("running: 40% of the data moved (12/40 worker steps
+    // done), phase data"), weighted by the steps' bytes; at most one such
+    // event per this interval (counted from the RUNNING transition), so
+    // that a short job publishes none and a long one a few per second.
+    absl::Duration progress_event_interval = absl::Milliseconds(250);
     // The kind of a spec. Empty: FindJobKind (every registered kind). Tests
     // substitute kinds that fail on demand.
     std::function<absl::StatusOr<const JobKind*>(const v1::JobSpec&)> find_kind;
@@ -168,8 +181,18 @@ class JobManager {
   // Registry listener: a lost or restarted worker fails the jobs using it.
   void OnWorkerEvent(const WorkerEvent& event) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Progress pushed by `worker` (Controller.ReportProgress): its running
+  // tasks. A task counts only for a job that is RUNNING with a program on
+  // that worker; the rest are ignored (a job that just ended, a stale or
+  // misdirected report). Returns how many tasks counted. INVALID_ARGUMENT
+  // if `worker` is empty.
+  absl::StatusOr<int> ReportProgress(absl::string_view worker,
+                                     const std::vector<v1::TaskProgress>& tasks)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   struct ActiveJob;
+  struct RunProgress;
   // What Submit and DryRun check and compute before a job is accepted.
   struct Admission {
     const JobKind* kind = nullptr;
@@ -193,16 +216,16 @@ class JobManager {
                              absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunJob(ActiveJob* job) ABSL_LOCKS_EXCLUDED(mu_);
-  // Runs the programs on their workers; returns each worker's answer.
-  // programs[i] goes to endpoints[i].
-  // Until `done`, polls the workers of `job` every progress_interval and
-  // publishes its progress; `finished[i]` (guarded by mu_) says worker i
-  // has answered RunTask.
+  // Until `done`, polls every progress_interval those workers of `job`
+  // that do not push (job->run) and publishes its progress.
   void PollProgress(ActiveJob* job,
                     const std::vector<WorkerEndpoint>& endpoints,
-                    const std::vector<v1::WorkerProgram>& programs,
-                    const std::vector<char>& finished, absl::Notification& done)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                    absl::Notification& done) ABSL_LOCKS_EXCLUDED(mu_);
+  // Publishes job->run's progress as a RUNNING event if it moved the job
+  // forward or changed its phase (progress_event_interval permitting).
+  void PublishProgressLocked(ActiveJob* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs the programs on their workers; returns each worker's answer.
+  // programs[i] goes to endpoints[i].
   std::vector<absl::StatusOr<v1::RunTaskResponse>> RunPrograms(
       ActiveJob* job, const std::vector<WorkerEndpoint>& endpoints,
       const std::vector<v1::WorkerProgram>& programs) ABSL_LOCKS_EXCLUDED(mu_);
@@ -235,6 +258,8 @@ class JobManager {
   absl::flat_hash_map<std::string, std::unique_ptr<ActiveJob>> active_
       ABSL_GUARDED_BY(mu_);
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);  // QUEUED ids, FIFO
+  // Workers that have pushed progress since they registered: not polled.
+  absl::flat_hash_set<std::string> pushing_workers_ ABSL_GUARDED_BY(mu_);
   bool kick_ ABSL_GUARDED_BY(mu_) = false;  // wake the scheduler now
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;

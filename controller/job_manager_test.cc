@@ -1,5 +1,7 @@
 #include "controller/job_manager.h"
 
+#include <functional>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -98,6 +100,8 @@ class JobManagerTest : public ::testing::Test {
     manager_.reset();
   }
 
+  absl::Duration progress_event_interval_ = absl::ZeroDuration();
+
   void RegisterWorkers(int hosts, int devices) {
     for (int h = 0; h < hosts; ++h) {
       WorkerRecord w;
@@ -114,6 +118,7 @@ class JobManagerTest : public ::testing::Test {
     options.abort_timeout = absl::Seconds(1);
     options.task_timeout = absl::Seconds(20);
     options.progress_interval = absl::Milliseconds(10);
+    options.progress_event_interval = progress_event_interval_;
     options.find_kind =
         [this](const v1::JobSpec& spec) -> absl::StatusOr<const JobKind*> {
       absl::StatusOr<const JobKind*> kind = FindJobKind(spec);
@@ -478,6 +483,202 @@ TEST_F(JobManagerTest, StepsDoneOnWorkersBecomeRunningProgress) {
               0.1 + 0.9 * static_cast<double>(first_bytes) / all_bytes, 1e-9);
   EXPECT_LT(job.progress(), 1.0);
   ASSERT_EQ(manager_->Cancel(id)->state(), v1::JOB_STATE_CANCELLED);
+}
+
+// Polls `condition` for up to 10 s.
+bool WaitUntil(const std::function<bool()>& condition) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    if (condition()) return true;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return condition();
+}
+
+// A worker's TaskProgress for `program`: `steps` of its steps done.
+v1::TaskProgress ProgressOf(const v1::WorkerProgram& program, int steps,
+                            const std::string& phase) {
+  v1::TaskProgress task;
+  task.set_job_id(program.job_id());
+  task.set_steps_total(program.plan().steps_size());
+  task.set_steps_done(steps);
+  int64_t bytes_total = 0, bytes_done = 0;
+  for (int i = 0; i < program.plan().steps_size(); ++i) {
+    bytes_total += program.plan().steps(i).bytes();
+    if (i < steps) bytes_done += program.plan().steps(i).bytes();
+  }
+  task.set_bytes_total(bytes_total);
+  task.set_bytes_done(bytes_done);
+  task.set_phase(phase);
+  return task;
+}
+
+TEST_F(JobManagerTest, PushedProgressBecomesRunningEventsWithThePhase) {
+  Start(2, 2);
+  client_.SetDefaultMode(FakeWorkerClient::Mode::kBlock);
+  const std::string id = Submit(SmallJob());
+  ASSERT_TRUE(client_.WaitForBlocked(2, absl::Seconds(10)));
+  absl::StatusOr<JobManager::Watch> watch = manager_->WatchJob(id);
+  ASSERT_TRUE(watch.ok());
+  std::vector<v1::WorkerProgram> programs = client_.programs();
+  ASSERT_EQ(programs.size(), 2u);
+  if (programs[0].worker() != "w0") std::swap(programs[0], programs[1]);
+  int64_t all_steps = 0, all_bytes = 0;
+  for (const v1::WorkerProgram& p : programs) {
+    all_steps += p.plan().steps_size();
+    for (const v1::Step& step : p.plan().steps()) all_bytes += step.bytes();
+  }
+  ASSERT_GT(all_bytes, 0);
+  const int w0_steps = programs[0].plan().steps_size();
+  ASSERT_GT(w0_steps, 0);
+
+  // Both connect: the job is in phase connect, nothing moved yet.
+  ASSERT_EQ(*manager_->ReportProgress("w0", {ProgressOf(programs[0], 0,
+                                                        "connect")}),
+            1);
+  ASSERT_EQ(*manager_->ReportProgress("w1", {ProgressOf(programs[1], 0,
+                                                        "connect")}),
+            1);
+  ASSERT_TRUE(WaitForMessage(id, "phase connect"));
+  EXPECT_THAT(manager_->Get(id)->message(),
+              HasSubstr(absl::StrCat("0/", all_steps, " worker steps done")));
+  // w0 done with its steps, w1 still connecting: the job's phase is the
+  // earliest; progress is weighted by bytes.
+  v1::TaskProgress other;  // another job's: ignored
+  other.set_job_id("job-other");
+  other.set_steps_done(1000);
+  ASSERT_EQ(*manager_->ReportProgress(
+                "w0", {ProgressOf(programs[0], w0_steps, "verify"), other}),
+            1);
+  int64_t w0_bytes = 0;
+  for (const v1::Step& step : programs[0].plan().steps()) {
+    w0_bytes += step.bytes();
+  }
+  const double expected = 0.1 + 0.9 * static_cast<double>(w0_bytes) / all_bytes;
+  ASSERT_TRUE(WaitForMessage(
+      id, absl::StrCat(w0_steps, "/", all_steps, " worker steps done")));
+  v1::Job job = *manager_->Get(id);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(job.message(), HasSubstr("phase connect"));
+  EXPECT_NEAR(job.progress(), expected, 1e-9);
+  // w1 verifying too, with counts: the job verifies.
+  v1::TaskProgress verifying =
+      ProgressOf(programs[1], programs[1].plan().steps_size(), "verify");
+  verifying.set_verify_done(30);
+  verifying.set_verify_total(120);
+  ASSERT_EQ(*manager_->ReportProgress("w1", {verifying}), 1);
+  ASSERT_TRUE(WaitForMessage(id, "phase verify (30/120 elements checked)"));
+  EXPECT_NEAR(manager_->Get(id)->progress(), 1.0, 1e-9);
+  // Every step was published as an event, in order, never backwards.
+  std::vector<std::string> messages;
+  double last = 0;
+  while (std::optional<v1::JobEvent> event =
+             watch->events->Next(absl::Milliseconds(100))) {
+    EXPECT_GE(event->progress(), last);
+    last = event->progress();
+    messages.push_back(event->message());
+  }
+  ASSERT_GE(messages.size(), 3u);
+  EXPECT_THAT(messages[0], HasSubstr("phase connect"));
+  EXPECT_THAT(messages.back(), HasSubstr("phase verify"));
+  ASSERT_EQ(manager_->Cancel(id)->state(), v1::JOB_STATE_CANCELLED);
+}
+
+TEST_F(JobManagerTest, ProgressEventsAreSpacedByTheEventInterval) {
+  progress_event_interval_ = absl::Milliseconds(300);
+  Start(2, 2);
+  client_.SetDefaultMode(FakeWorkerClient::Mode::kBlock);
+  const std::string id = Submit(SmallJob());
+  ASSERT_TRUE(client_.WaitForBlocked(2, absl::Seconds(10)));
+  const absl::Time running = absl::Now();  // the RUNNING event is about now
+  absl::StatusOr<JobManager::Watch> watch = manager_->WatchJob(id);
+  ASSERT_TRUE(watch.ok());
+  std::vector<v1::WorkerProgram> programs = client_.programs();
+  if (programs[0].worker() != "w0") std::swap(programs[0], programs[1]);
+  int64_t w0_bytes = 0;
+  for (const v1::Step& step : programs[0].plan().steps()) {
+    w0_bytes += step.bytes();
+  }
+  ASSERT_GE(w0_bytes, 80);
+  // A report every 10 ms, each moving the job forward a little.
+  std::vector<absl::Time> published;
+  for (int i = 1; i <= 80; ++i) {
+    v1::TaskProgress task = ProgressOf(programs[0], 0, "data");
+    task.set_bytes_done(w0_bytes * i / 80);
+    ASSERT_EQ(*manager_->ReportProgress("w0", {task}), 1);
+    absl::SleepFor(absl::Milliseconds(10));
+    while (std::optional<v1::JobEvent> e =
+               watch->events->Next(absl::ZeroDuration())) {
+      published.push_back(absl::Now());
+    }
+  }
+  // Not one event per report: at most one per 300 ms after RUNNING's.
+  const absl::Duration elapsed = absl::Now() - running;
+  EXPECT_GE(published.size(), 1u);
+  EXPECT_LE(published.size(),
+            static_cast<size_t>(elapsed / absl::Milliseconds(300)) + 1);
+  ASSERT_EQ(manager_->Cancel(id)->state(), v1::JOB_STATE_CANCELLED);
+}
+
+TEST_F(JobManagerTest, ReportsAboutJobsNotRunningOnThatWorkerAreIgnored) {
+  Start(4, 2);
+  client_.SetDefaultMode(FakeWorkerClient::Mode::kBlock);
+  const std::string id = Submit(SmallJob());  // hosts 0 and 1
+  ASSERT_TRUE(client_.WaitForBlocked(2, absl::Seconds(10)));
+  const v1::WorkerProgram program = client_.programs()[0];
+  // A worker the job does not run on, an unknown job, a queued job.
+  EXPECT_EQ(*manager_->ReportProgress("w3", {ProgressOf(program, 1, "data")}),
+            0);
+  v1::TaskProgress unknown = ProgressOf(program, 1, "data");
+  unknown.set_job_id("job-999999");
+  EXPECT_EQ(*manager_->ReportProgress(program.worker(), {unknown}), 0);
+  EXPECT_EQ(*manager_->ReportProgress(program.worker(), {}), 0);
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      manager_->ReportProgress("", {ProgressOf(program, 1, "data")})
+          .status()));
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_THAT(manager_->Get(id)->message(), Not(HasSubstr("running: ")));
+  // Once the job ended, its reports count no more.
+  ASSERT_EQ(manager_->Cancel(id)->state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(*manager_->ReportProgress(program.worker(),
+                                      {ProgressOf(program, 1, "data")}),
+            0);
+  EXPECT_EQ(manager_->Get(id)->state(), v1::JOB_STATE_CANCELLED);
+}
+
+TEST_F(JobManagerTest, AWorkerThatPushesIsNoLongerPolled) {
+  Start(2, 2);
+  client_.SetDefaultMode(FakeWorkerClient::Mode::kBlock);
+  const std::string id = Submit(SmallJob());
+  ASSERT_TRUE(client_.WaitForBlocked(2, absl::Seconds(10)));
+  std::vector<v1::WorkerProgram> programs = client_.programs();
+  if (programs[0].worker() != "w0") std::swap(programs[0], programs[1]);
+  // Both are polled (every 10 ms) until w0 pushes ...
+  ASSERT_TRUE(WaitUntil([&] {
+    return client_.status_calls("w0") >= 2 && client_.status_calls("w1") >= 2;
+  }));
+  ASSERT_EQ(*manager_->ReportProgress("w0", {ProgressOf(programs[0], 1,
+                                                        "data")}),
+            1);
+  absl::SleepFor(absl::Milliseconds(30));  // a poll may be under way
+  const int w0_calls = client_.status_calls("w0");
+  const int w1_calls = client_.status_calls("w1");
+  // ... then only w1, the worker that never pushed, is.
+  ASSERT_TRUE(
+      WaitUntil([&] { return client_.status_calls("w1") >= w1_calls + 5; }));
+  EXPECT_EQ(client_.status_calls("w0"), w0_calls);
+  // A worker that registers anew (which fails its job) may be another
+  // binary: polled again in the next job.
+  WorkerRecord again;
+  again.name = "w0";
+  again.address = "127.0.0.1:9000";
+  again.num_devices = 2;
+  ASSERT_TRUE(registry_->Register(again).ok());
+  EXPECT_EQ(WaitForFinal(id).state(), v1::JOB_STATE_FAILED);
+  const std::string next = Submit(SmallJob());
+  ASSERT_TRUE(
+      WaitUntil([&] { return client_.status_calls("w0") > w0_calls; }));
+  ASSERT_EQ(manager_->Cancel(next)->state(), v1::JOB_STATE_CANCELLED);
 }
 
 TEST_F(JobManagerTest, AJobThatWaitedLongEnoughHoldsLaterJobsBack) {

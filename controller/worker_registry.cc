@@ -72,9 +72,12 @@ absl::StatusOr<WorkerRecord> WorkerRegistry::Register(
       stored = record;
     } else {
       WorkerRecord& record = workers_[it->second];
-      if (!record.lost) {
+      const bool same_process = !info.incarnation.empty() &&
+                                info.incarnation == record.incarnation;
+      if (!record.lost && !same_process) {
         // Registering again while live means the process restarted (or
-        // lost contact long enough to think so): its jobs are gone.
+        // lost contact long enough to think so): its jobs are gone. The
+        // same incarnation only lost the answer to its last registration.
         events.push_back({WorkerEvent::Kind::kRestarted, record.name,
                           record.host_index,
                           absl::StrCat("worker ", record.name,

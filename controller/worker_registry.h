@@ -50,6 +50,7 @@ struct WorkerRecord {
   std::string device_kind;   // "cpu" or "cuda"
   int num_devices = 0;
   int64_t memory_bytes = 0;  // WorkerInfo.memory_bytes; 0 = not reported
+  std::string incarnation;   // WorkerInfo.incarnation; may be empty
   int host_index = -1;
   bool lost = false;
   absl::Time last_heartbeat = absl::InfinitePast();

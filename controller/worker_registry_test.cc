@@ -75,6 +75,26 @@ TEST_F(WorkerRegistryTest, HostIndicesAreAssignedInOrderAndStable) {
   EXPECT_EQ(e[4].kind, WorkerEvent::Kind::kRegistered);
 }
 
+// A registration whose answer was lost (a slow link) is retried by the same
+// process: with the same incarnation it is not a restart, so its jobs live
+// on; a new incarnation is a restart.
+TEST_F(WorkerRegistryTest, SameIncarnationRegisteringAgainIsNotARestart) {
+  WorkerRecord a = Worker("a");
+  a.incarnation = "run-1";
+  ASSERT_TRUE(registry_.Register(a).ok());
+  ASSERT_TRUE(registry_.Register(a).ok());
+  std::vector<WorkerEvent> e = events();
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0].kind, WorkerEvent::Kind::kRegistered);
+  EXPECT_EQ(e[1].kind, WorkerEvent::Kind::kRegistered);
+  a.incarnation = "run-2";
+  ASSERT_TRUE(registry_.Register(a).ok());
+  e = events();
+  ASSERT_EQ(e.size(), 4u);
+  EXPECT_EQ(e[2].kind, WorkerEvent::Kind::kRestarted);
+  EXPECT_EQ(e[3].kind, WorkerEvent::Kind::kRegistered);
+}
+
 TEST_F(WorkerRegistryTest, RejectsMismatchedDeviceCountAndBadInfo) {
   ASSERT_TRUE(registry_.Register(Worker("a", 4)).ok());
   absl::StatusOr<WorkerRecord> r = registry_.Register(Worker("b", 2));

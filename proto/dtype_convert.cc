@@ -48,4 +48,9 @@ v1::DType DTypeToProto(DType dtype) {
   return v1::DTYPE_UNSPECIFIED;
 }
 
+int DTypeProtoSize(int dtype) {
+  absl::StatusOr<DType> converted = DTypeFromProto(dtype, "dtype");
+  return converted.ok() ? DTypeSize(*converted) : 0;
+}
+
 }  // namespace meshcast

@@ -28,6 +28,9 @@ absl::StatusOr<DType> DTypeFromProto(int dtype, absl::string_view field);
 
 v1::DType DTypeToProto(DType dtype);
 
+// Bytes of one element of `dtype`; 0 when it is unset or unknown.
+int DTypeProtoSize(int dtype);
+
 }  // namespace meshcast
 
 #endif  // MESHCAST_PROTO_DTYPE_CONVERT_H_

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # gpu-check: builds meshcast with CUDA (MESHCAST_CUDA=ON) and runs, on this
 # machine's GPUs, every GPU test (ctest -L gpu), the GPU benchmark
-# (bench/gpu/gpu_bench) and one end-to-end job on virtual GPU devices
-# through controller, planner and worker (meshctl up / submit), writing
-# everything into one log. See docs/gpu.md.
+# (bench/gpu/gpu_bench: copy, reshard, NCCL and collective sections), the
+# host-side checks of the GPU code, and end-to-end jobs on virtual GPU
+# devices through controller, planner and worker (meshctl up / submit: one
+# reshard, then every collective op), writing everything into one log. See
+# docs/gpu.md.
 #
 #   scripts/gpu-check.sh [LOG]
 #
@@ -137,7 +139,24 @@ run_step "GPU tests (ctest -L gpu)" \
 SKIPPED=$(grep -c '\[  SKIPPED \] [A-Za-z].*\.[A-Za-z].* ([0-9]* ms)' "$LOG" || true)
 log "# GPU test cases skipped: $SKIPPED (expected only the 2-GPU cases on a 1-GPU machine)"
 
-# 4. The GPU benchmark (copy, reshard on virtual devices, NCCL).
+# The host-side halves of the GPU code (no GPU needed, built with it): the
+# kernels' element arithmetic against the CPU backend's bits, the
+# collectives' exchanges simulated over random groups, the relay schedule's
+# invariants, the mismatch report's wording.
+HOST_TESTS=()
+for t in element_core_test collective_exchange_test relay_schedule_test \
+    mismatch_report_test; do
+  [[ -x $BUILD_DIR/worker/$t ]] && HOST_TESTS+=("$BUILD_DIR/worker/$t")
+done
+if [[ ${#HOST_TESTS[@]} -eq 4 ]]; then
+  run_step "host-side tests of the GPU code" \
+    bash -c 'for t in "$@"; do "$t" || exit 1; done' _ "${HOST_TESTS[@]}"
+else
+  skip_step "host-side tests of the GPU code" "not all of them were built"
+fi
+
+# 4. The GPU benchmark (copy, reshard on virtual devices, NCCL, every
+# collective through the engine's GPU kernels with algbw and busbw).
 GPU_BENCH=$BUILD_DIR/bench/gpu/gpu_bench
 if [[ -x $GPU_BENCH ]]; then
   # shellcheck disable=SC2086
@@ -166,6 +185,14 @@ if [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
       --src-devices 0,1,2,3 --src-shape 2x2 --src-spec S0RR \
       --dst-devices 4,5,6,7 --dst-shape 2x2 --dst-spec RS0R \
       --allow-overlap --wait
+    # Every collective of the `collective` kind on the same 8 virtual
+    # devices: the engine's GPU kernels, verified, with algbw and busbw.
+    for op in all_reduce all_gather reduce_scatter all_to_all broadcast; do
+      run_step "end to end: meshctl submit collective --op $op" \
+        timeout --kill-after=30 "$STEP_TIMEOUT" \
+        env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit collective \
+        --op "$op" --mesh 1x8 --bytes 64MiB --dtype float32 --wait
+    done
   fi
   # The daemons' logs, also when start-up failed (that is when they matter).
   while IFS= read -r f; do

@@ -2,11 +2,13 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -30,21 +32,46 @@ std::chrono::milliseconds ToMillis(absl::Duration d) {
       std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
 }
 
+// What a connect shares with the caller that waits for it (Create): a
+// caller that gives up (cancelled) marks it abandoned, after which the
+// connect's store no longer touches the KvStore, which the caller's owner may
+// destroy once Create returned.
+struct ConnectGuard {
+  // Held across every KvStore call of the store, so that once Abandon
+  // returned no call is in progress and none starts.
+  absl::Mutex kv_mu;
+  std::atomic<bool> abandoned{false};
+
+  void Abandon() {
+    absl::MutexLock lock(&kv_mu);
+    abandoned.store(true);
+  }
+};
+
 // Adapts a KvStore (plus a key prefix) to Gloo's rendezvous Store. Gloo
 // expects exceptions from a store; the adapter throws gloo::IoException and
 // remembers the Status so Create can return the real cause.
 class KvGlooStore : public gloo::rendezvous::Store {
  public:
   KvGlooStore(KvStore& kv, std::string prefix, const GlooOptions& options,
-              std::function<bool()> cancelled)
+              std::function<bool()> cancelled,
+              std::shared_ptr<ConnectGuard> guard)
       : kv_(kv),
         prefix_(std::move(prefix)),
         options_(options),
-        cancelled_(std::move(cancelled)) {}
+        cancelled_(std::move(cancelled)),
+        guard_(std::move(guard)) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
-    absl::Status status =
-        kv_.Set(prefix_ + key, std::string(data.begin(), data.end()));
+    absl::Status status;
+    {
+      absl::MutexLock lock(&guard_->kv_mu);
+      if (guard_->abandoned.load()) {
+        status = absl::CancelledError("rendezvous cancelled");
+      } else {
+        status = kv_.Set(prefix_ + key, std::string(data.begin(), data.end()));
+      }
+    }
     if (!status.ok()) Fail(status);
   }
 
@@ -66,7 +93,7 @@ class KvGlooStore : public gloo::rendezvous::Store {
         std::min(absl::FromChrono(timeout), options_.rendezvous_timeout);
     for (const std::string& key : keys) {
       while (!values_.contains(key)) {
-        if (cancelled_ && cancelled_()) {
+        if (guard_->abandoned.load() || (cancelled_ && cancelled_())) {
           Fail(absl::CancelledError("rendezvous cancelled"));
         }
         const absl::Duration left = deadline - absl::Now();
@@ -77,8 +104,16 @@ class KvGlooStore : public gloo::rendezvous::Store {
               absl::FormatDuration(options_.rendezvous_timeout))));
         }
         const absl::Time attempt_start = absl::Now();
-        absl::StatusOr<std::string> value =
-            kv_.Get(prefix_ + key, std::min(left, options_.poll_interval));
+        absl::StatusOr<std::string> value;
+        {
+          absl::MutexLock lock(&guard_->kv_mu);
+          if (guard_->abandoned.load()) {
+            value = absl::CancelledError("rendezvous cancelled");
+          } else {
+            value =
+                kv_.Get(prefix_ + key, std::min(left, options_.poll_interval));
+          }
+        }
         if (value.ok()) {
           values_[key] = *std::move(value);
           break;
@@ -112,6 +147,7 @@ class KvGlooStore : public gloo::rendezvous::Store {
   const std::string prefix_;
   const GlooOptions options_;
   const std::function<bool()> cancelled_;
+  const std::shared_ptr<ConnectGuard> guard_;
   // Gloo calls the store from the rendezvous thread only.
   absl::flat_hash_map<std::string, std::string> values_;
   absl::Status status_;
@@ -141,14 +177,29 @@ void IgnoreSigpipe() {
 
 class GlooRequest;
 
+// One TCP connection to every peer: a Gloo context and its device.
+struct GlooLink {
+  // The device owns Gloo's event loop thread; it must outlive the context.
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+};
+
 struct GlooCommunicator::State {
-  State(std::shared_ptr<gloo::rendezvous::Context> context,
-        std::shared_ptr<gloo::transport::Device> device,
-        absl::Duration op_timeout, std::vector<std::string> peer_names)
-      : device(std::move(device)),
-        context(std::move(context)),
+  State(std::vector<GlooLink> links, absl::Duration op_timeout,
+        std::vector<std::string> peer_names)
+      : links(std::move(links)),
         op_timeout(op_timeout),
         peer_names(std::move(peer_names)) {}
+
+  ~State() {
+    // Contexts before their devices (reverse order of creation).
+    for (GlooLink& link : links) link.context.reset();
+  }
+
+  // The link a message with `tag` uses; both sides compute the same.
+  gloo::Context& ContextFor(uint64_t tag) const {
+    return *links[tag % links.size()].context;
+  }
 
   // "send to rank 3 (worker-3) (tag 7, 1024 bytes)", for errors; the name
   // is left out when unknown.
@@ -163,9 +214,7 @@ struct GlooCommunicator::State {
                         " (tag ", tag, ", ", bytes, " bytes)");
   }
 
-  // The device owns Gloo's event loop thread; it must outlive the context.
-  const std::shared_ptr<gloo::transport::Device> device;
-  const std::shared_ptr<gloo::rendezvous::Context> context;
+  std::vector<GlooLink> links;
   const absl::Duration op_timeout;
   const std::vector<std::string> peer_names;
 
@@ -242,6 +291,50 @@ class GlooRequest : public CommRequest {
   const uint64_t tag_;
 };
 
+namespace {
+
+// Connects every link of rank `rank` on the calling thread. Errors as
+// Create's; `store_status` (the first store failure) wins over Gloo's text.
+absl::StatusOr<std::vector<GlooLink>> ConnectLinks(
+    KvStore& kv, const std::string& key_prefix, int rank, int size,
+    const GlooOptions& options, const std::function<bool()>& cancelled,
+    const std::shared_ptr<ConnectGuard>& guard) {
+  std::vector<GlooLink> links;
+  for (int i = 0; i < options.connections; ++i) {
+    const std::string prefix =
+        i == 0 ? key_prefix : absl::StrCat(key_prefix, "link", i, "/");
+    KvGlooStore store(kv, prefix, options, cancelled, guard);
+    try {
+      gloo::transport::tcp::attr attr;
+      attr.hostname = options.hostname;
+      GlooLink link;
+      link.device = gloo::transport::tcp::CreateDevice(attr);
+      link.context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+      link.context->setTimeout(ToMillis(options.rendezvous_timeout));
+      link.context->connectFullMesh(store, link.device);
+      link.context->setTimeout(ToMillis(options.op_timeout));
+      links.push_back(std::move(link));
+    } catch (const std::exception& e) {
+      if (!store.status().ok()) return store.status();
+      return FromException(absl::StrCat("connecting rank ", rank, " of ", size,
+                                        " on ", options.hostname,
+                                        " (connection ", i, ")"),
+                           e);
+    }
+  }
+  return links;
+}
+
+// A connect running on a thread of its own, for a caller that must be able
+// to give up on it at once.
+struct BackgroundConnect {
+  absl::Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  absl::StatusOr<std::vector<GlooLink>> result ABSL_GUARDED_BY(mu);
+};
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     KvStore& kv, const std::string& key_prefix, int rank, int size,
     const GlooOptions& options, std::function<bool()> cancelled) {
@@ -254,27 +347,53 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     return absl::InvalidArgumentError(
         "communicator hostname (the worker's --data-address) is empty");
   }
-  IgnoreSigpipe();
-  KvGlooStore store(kv, key_prefix, options, std::move(cancelled));
-  try {
-    gloo::transport::tcp::attr attr;
-    attr.hostname = options.hostname;
-    std::shared_ptr<gloo::transport::Device> device =
-        gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    context->setTimeout(ToMillis(options.rendezvous_timeout));
-    context->connectFullMesh(store, device);
-    context->setTimeout(ToMillis(options.op_timeout));
-    auto state = std::make_shared<State>(std::move(context), std::move(device),
-                                         options.op_timeout, options.peer_names);
-    return std::unique_ptr<GlooCommunicator>(
-        new GlooCommunicator(rank, size, std::move(state)));
-  } catch (const std::exception& e) {
-    if (!store.status().ok()) return store.status();
-    return FromException(absl::StrCat("connecting rank ", rank, " of ", size,
-                                      " on ", options.hostname),
-                         e);
+  if (options.connections < 1 || options.connections > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "communicator connections ", options.connections,
+        ": need 1..64 TCP connections per pair of workers"));
   }
+  IgnoreSigpipe();
+  auto guard = std::make_shared<ConnectGuard>();
+  absl::StatusOr<std::vector<GlooLink>> links;
+  if (!cancelled) {
+    links = ConnectLinks(kv, key_prefix, rank, size, options, nullptr, guard);
+  } else {
+    // Gloo's TCP connects cannot be interrupted: connect on a thread of our
+    // own and stop waiting for it when cancelled. The thread polls only the
+    // guard, never `cancelled`, whose owner may be gone by then.
+    auto connect = std::make_shared<BackgroundConnect>();
+    std::thread([connect, guard, &kv, key_prefix, rank, size, options] {
+      absl::StatusOr<std::vector<GlooLink>> result = ConnectLinks(
+          kv, key_prefix, rank, size, options, nullptr, guard);
+      absl::MutexLock lock(&connect->mu);
+      connect->result = std::move(result);
+      connect->done = true;
+    }).detach();
+    absl::MutexLock lock(&connect->mu);
+    const absl::Duration poll =
+        std::max(absl::Milliseconds(1),
+                 std::min(options.poll_interval, absl::Milliseconds(50)));
+    while (!connect->done) {
+      connect->mu.AwaitWithTimeout(absl::Condition(&connect->done), poll);
+      if (connect->done) break;
+      if (cancelled()) {
+        connect->mu.Unlock();
+        // After this the thread no longer touches `kv`; what it connected
+        // is closed by the thread when it drops its result.
+        guard->Abandon();
+        connect->mu.Lock();
+        if (!connect->done) {
+          return absl::CancelledError("rendezvous cancelled");
+        }
+      }
+    }
+    links = std::move(connect->result);
+  }
+  if (!links.ok()) return links.status();
+  auto state = std::make_shared<State>(*std::move(links), options.op_timeout,
+                                       options.peer_names);
+  return std::unique_ptr<GlooCommunicator>(
+      new GlooCommunicator(rank, size, std::move(state)));
 }
 
 GlooCommunicator::GlooCommunicator(int rank, int size,
@@ -312,7 +431,7 @@ absl::StatusOr<std::unique_ptr<CommRequest>> GlooCommunicator::Start(
   std::unique_ptr<GlooRequest> request;
   try {
     std::unique_ptr<gloo::transport::UnboundBuffer> buffer =
-        state_->context->createUnboundBuffer(data, size);
+        state_->ContextFor(tag).createUnboundBuffer(data, size);
     if (is_send) {
       buffer->send(peer, tag);
     } else {
@@ -339,11 +458,22 @@ void GlooCommunicator::Abort(absl::string_view reason) {
     state_->abort_reason = std::string(reason);
     for (GlooRequest* request : state_->pending) request->AbortWait();
   }
-  try {
-    state_->context->closeConnections();
-  } catch (const std::exception&) {
-    // Already broken connections are what Abort wants anyway.
+  for (GlooLink& link : state_->links) {
+    try {
+      link.context->closeConnections();
+    } catch (const std::exception&) {
+      // Already broken connections are what Abort wants anyway.
+    }
   }
+}
+
+bool GlooCommunicator::aborted() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->aborted;
+}
+
+int GlooCommunicator::connections() const {
+  return static_cast<int>(state_->links.size());
 }
 
 }  // namespace meshcast::worker

@@ -7,6 +7,13 @@
 // rank. Messages are Gloo unbound buffers: a send to (peer, tag) matches the
 // receive of the same tag from this rank; the tag is the Gloo slot.
 //
+// With GlooOptions::connections = k > 1 every pair of ranks is joined by k
+// TCP connections, each with its own Gloo device (event-loop thread); a
+// message goes over connection `tag % k`, which both sides compute alike,
+// so consecutive chunks of one transfer (consecutive tags, relay_step.h)
+// and concurrent transfers spread over k streams. Link i > 0 rendezvous
+// under `key_prefix` + "link<i>/". Every rank must use the same k.
+//
 //   ASSIGN_OR_RETURN(auto comm, GlooCommunicator::Create(
 //       kv, "job/j1/gloo/", rank, world_size, GlooOptions{}));
 //   RETURN_IF_ERROR(comm->Send(bytes, peer, tag));
@@ -14,10 +21,17 @@
 // Gloo reports failures with exceptions; none escape this class: every
 // failure becomes an absl::Status. Create() sets SIGPIPE to ignored for the
 // whole process: Gloo writes to its sockets without MSG_NOSIGNAL, and a
-// write to a killed peer must fail that transfer, not end this process. Bounded waits: the rendezvous and the
-// connects are bounded by rendezvous_timeout, each Wait by op_timeout, a
-// peer that dies closes its sockets and fails the operations on it at once,
-// and Abort wakes every pending Wait and closes the connections.
+// write to a killed peer must fail that transfer, not end this process.
+// Bounded waits: the rendezvous and the connects are bounded by
+// rendezvous_timeout, each Wait by op_timeout, a peer that dies closes its
+// sockets and fails the operations on it at once, and Abort wakes every
+// pending Wait and closes the connections.
+// Cancellation: with a `cancelled` function, Create connects on a thread of
+// its own and returns CANCELLED within one poll_interval of `cancelled`
+// turning true, in every phase (waiting for the peers' addresses and the
+// TCP connects, which Gloo cannot interrupt). An abandoned connect stops
+// using the KvStore before Create returns and finishes (fails or connects,
+// then closes) in the background, bounded by rendezvous_timeout.
 // Thread safety: thread-safe (see communicator.h).
 #ifndef MESHCAST_WORKER_GLOO_COMMUNICATOR_H_
 #define MESHCAST_WORKER_GLOO_COMMUNICATOR_H_
@@ -47,13 +61,17 @@ struct GlooOptions {
   // Name of each rank's worker (index = rank), to name the peer in errors
   // ("send to rank 3 (worker-3)"); empty: ranks only.
   std::vector<std::string> peer_names;
+  // TCP connections (Gloo devices) between each pair of ranks; >= 1, the
+  // same on every rank.
+  int connections = 1;
 };
 
 class GlooCommunicator : public Communicator {
  public:
   // Connects rank `rank` of `size` to all others. `cancelled` (optional) is
-  // polled while waiting for peers; when it returns true the call fails with
-  // CANCELLED. Errors: InvalidArgument for bad rank/size/hostname,
+  // polled while waiting for peers and connecting; when it returns true the
+  // call fails with CANCELLED ("rendezvous cancelled"). Errors:
+  // InvalidArgument for bad rank/size/hostname/connections,
   // DEADLINE_EXCEEDED naming the key of a rank that never showed up,
   // UNAVAILABLE for connection failures.
   static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(
@@ -64,6 +82,9 @@ class GlooCommunicator : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int connections() const;
+  // True once Abort ran (the communicator is unusable).
+  bool aborted() const;
 
   absl::StatusOr<std::unique_ptr<CommRequest>> StartSend(
       absl::Span<const uint8_t> data, int peer, uint64_t tag) override;

@@ -41,6 +41,7 @@
 #include "worker/device_spec.h"
 #include "worker/host_memory.h"
 #include "worker/log.h"
+#include "worker/progress_pusher.h"
 #include "worker/worker_agent.h"
 #include "worker/worker_metrics.h"
 #include "worker/worker_service.h"
@@ -65,6 +66,10 @@ ABSL_FLAG(double, heartbeat_seconds, 0,
 ABSL_FLAG(int64_t, chunk_bytes, int64_t{1} << 20,
           "pipelining chunk of relay chains, bytes");
 ABSL_FLAG(int, pipeline_depth, 4, "chunks in flight per relay hop");
+ABSL_FLAG(int, gloo_connections, 1,
+          "TCP connections per pair of workers (1..16), so that concurrent "
+          "transfers between two workers use several streams; every worker "
+          "of a cluster must use the same number");
 ABSL_FLAG(int64_t, gpu_chunk_bytes, int64_t{4} << 20,
           "GPU workers: relay chunk of NCCL pipelines, bytes (the same on "
           "every worker of a job)");
@@ -191,6 +196,11 @@ int Main(int argc, char** argv) {
     return Fail("--metrics-port must be 0..65535 (0: a free port) or -1 (off)");
   }
   const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  const int gloo_connections = absl::GetFlag(FLAGS_gloo_connections);
+  if (gloo_connections < 1 || gloo_connections > 16) {
+    return Fail(absl::StrCat("--gloo-connections is ", gloo_connections,
+                             "; allowed: 1..16"));
+  }
   if (metrics_port >= 0 && metrics_address.empty()) {
     return Fail("--metrics-address must not be empty (e.g. 0.0.0.0 or "
                 "127.0.0.1)");
@@ -219,6 +229,7 @@ int Main(int argc, char** argv) {
   service_options.task.executor.relay.pipeline_depth =
       absl::GetFlag(FLAGS_pipeline_depth);
   service_options.task.gloo.hostname = data_address;
+  service_options.task.gloo.connections = gloo_connections;
   service_options.task.gloo.rendezvous_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_rendezvous_timeout_seconds));
   service_options.task.gloo.op_timeout =
@@ -307,11 +318,20 @@ int Main(int argc, char** argv) {
       absl::Seconds(absl::GetFlag(FLAGS_heartbeat_seconds));
   WorkerAgent agent(channel, agent_options);
   agent.Start();
+  // Running tasks' progress goes to the controller (about every 250 ms and
+  // at each phase change) instead of being polled.
+  ProgressPusherOptions pusher_options;
+  pusher_options.name = name;
+  ProgressPusher pusher(
+      channel, [&service] { return RunningTaskProgress(service); },
+      pusher_options);
+  pusher.Start();
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   Log(absl::StrCat("received ", signal_number == SIGTERM ? "SIGTERM" : "SIGINT",
                    "; shutting down"));
+  pusher.Stop();
   agent.Stop();
   if (server->GetHealthCheckService() != nullptr) {
     server->GetHealthCheckService()->SetServingStatus(false);

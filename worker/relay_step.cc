@@ -13,6 +13,11 @@
 namespace meshcast::worker {
 namespace {
 
+// Receives a direct (zero-copy) segment keeps posted: no staging bounds
+// them, and the more the peer finds posted the fewer sends wait for the
+// receiver's ready message (docs/dataplane.md).
+constexpr int kDirectWindow = 16;
+
 // How a slice of `elements` is cut into chunks and staged.
 struct ChunkLayout {
   int64_t chunk_elements = 1;
@@ -34,6 +39,26 @@ ChunkLayout LayoutOf(int64_t elements, int element_size,
   return layout;
 }
 
+// Element offset in `tile` of the first element of `slice` when the
+// slice's row-major order is one contiguous range of the tile's (every
+// dimension after the first one the slice spans more than one index of is
+// the tile's full extent); -1 otherwise. Chunks of such a slice are sent
+// straight from, and received straight into, the tile.
+int64_t ContiguousOffset(const TileBuffer& tile, const Box& slice) {
+  const Box& box = tile.box();
+  if (box.size() != slice.size()) return -1;
+  bool spanning = false;  // a dimension with more than one index was seen
+  for (size_t d = 0; d < slice.size(); ++d) {
+    if (spanning && slice[d].size() != box[d].size()) return -1;
+    if (slice[d].size() > 1) spanning = true;
+  }
+  int64_t offset = 0;
+  for (size_t d = 0; d < slice.size(); ++d) {
+    offset = offset * box[d].size() + (slice[d].begin - box[d].begin);
+  }
+  return offset;
+}
+
 // A run of consecutive chain positions on this worker, with its staging
 // slots (one chunk each) and the transfers in flight on them.
 struct Segment {
@@ -41,9 +66,16 @@ struct Segment {
   int last = 0;
   int source_rank = -1;  // worker that feeds position `first`; -1: none
   int next_rank = -1;    // worker of position last + 1; -1: none
+  // Direct (zero-copy) segments: chunks arrive in, or leave from, `tile`
+  // at element `offset` (the slice is contiguous there), so no staging and
+  // no slot limits how far ahead receives are posted. Otherwise chunks go
+  // through `slots`.
+  TileBuffer* tile = nullptr;
+  int64_t offset = 0;
+  int window = 1;  // transfers in flight each way
   std::vector<std::vector<uint8_t>> slots;
-  std::vector<std::unique_ptr<CommRequest>> receives;  // by slot
-  std::vector<std::unique_ptr<CommRequest>> sends;     // by slot
+  std::vector<std::unique_ptr<CommRequest>> receives;  // by chunk % window
+  std::vector<std::unique_ptr<CommRequest>> sends;     // by chunk % window
 };
 
 class RelayRun {
@@ -131,11 +163,26 @@ class RelayRun {
       if (segment.last + 1 < length) {
         segment.next_rank = program.RankOf(step_.chain[segment.last + 1]);
       }
-      segment.slots.assign(depth_, std::vector<uint8_t>(slot_bytes));
-      segment.receives.resize(depth_);
-      segment.sends.resize(depth_);
+      // The tile chunks land in (the first receiver) or leave from (the
+      // sender); the sender's tile is only read.
+      TileBuffer* tile = segment.source_rank >= 0
+                             ? destinations_[segment.first]
+                             : const_cast<TileBuffer*>(sender_);
+      const int64_t offset =
+          tile == nullptr ? -1 : ContiguousOffset(*tile, step_.slice);
+      if (offset >= 0) {
+        segment.tile = tile;
+        segment.offset = offset;
+        segment.window = static_cast<int>(std::min<int64_t>(
+            chunks_, std::max(2 * depth_, kDirectWindow)));
+      } else {
+        segment.window = depth_;
+        segment.slots.assign(depth_, std::vector<uint8_t>(slot_bytes));
+      }
+      segment.receives.resize(segment.window);
+      segment.sends.resize(segment.window);
       if (segment.source_rank >= 0) {
-        for (int64_t c = 0; c < depth_; ++c) {
+        for (int64_t c = 0; c < segment.window; ++c) {
           RETURN_IF_ERROR(PostReceive(segment, c));
         }
       }
@@ -148,8 +195,44 @@ class RelayRun {
       }
     }
     for (Segment& segment : segments_) {
-      for (int slot = 0; slot < depth_; ++slot) {
+      for (int slot = 0; slot < segment.window; ++slot) {
         RETURN_IF_ERROR(WaitSend(segment, slot));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // ProcessChunk for a direct segment: the chunk is in the tile already
+  // (sender) or arrives there; the receive of chunk c + window is posted
+  // as soon as chunk c is in, before anything else, so the peer always has
+  // `window` receives to write into.
+  absl::Status ProcessDirectChunk(Segment& segment, int64_t c) {
+    const int index = static_cast<int>(c % segment.window);
+    const absl::Span<uint8_t> data = SlotSpan(segment, c);
+    if (segment.source_rank >= 0) {
+      std::unique_ptr<CommRequest> receive = std::move(segment.receives[index]);
+      RETURN_IF_ERROR(receive->Wait());
+      if (c + segment.window < chunks_) {
+        RETURN_IF_ERROR(PostReceive(segment, c + segment.window));
+      }
+    }
+    if (segment.next_rank >= 0) {
+      RETURN_IF_ERROR(WaitSend(segment, index));
+      ASSIGN_OR_RETURN(
+          segment.sends[index],
+          env_.comm->StartSend(data, segment.next_rank,
+                               MessageTag(step_.id, segment.last + 1, c)));
+    }
+    // Local receivers after the one the chunk landed in.
+    const int first_copy =
+        segment.source_rank >= 0 ? segment.first + 1 : std::max(1, segment.first);
+    for (int p = first_copy; p <= segment.last; ++p) {
+      RETURN_IF_ERROR(destinations_[p]->UnpackSlice(step_.slice, ChunkBegin(c),
+                                                    ChunkEnd(c), data));
+    }
+    if (c == chunks_ - 1) {
+      for (int p = std::max(1, segment.first); p <= segment.last; ++p) {
+        HopDone(p);
       }
     }
     return absl::OkStatus();
@@ -166,14 +249,20 @@ class RelayRun {
   int64_t ChunkEnd(int64_t c) const {
     return std::min(elements_, (c + 1) * chunk_elements_);
   }
+  // Where chunk c lives on this segment: its range of the tile (direct)
+  // or its staging slot.
   absl::Span<uint8_t> SlotSpan(Segment& segment, int64_t c) {
-    return absl::MakeSpan(segment.slots[c % depth_].data(),
-                          (ChunkEnd(c) - ChunkBegin(c)) * element_size_);
+    const size_t bytes = (ChunkEnd(c) - ChunkBegin(c)) * element_size_;
+    if (segment.tile != nullptr) {
+      return segment.tile->bytes().subspan(
+          (segment.offset + ChunkBegin(c)) * element_size_, bytes);
+    }
+    return absl::MakeSpan(segment.slots[c % depth_].data(), bytes);
   }
 
   absl::Status PostReceive(Segment& segment, int64_t c) {
     ASSIGN_OR_RETURN(
-        segment.receives[c % depth_],
+        segment.receives[c % segment.window],
         env_.comm->StartRecv(SlotSpan(segment, c), segment.source_rank,
                              MessageTag(step_.id, segment.first, c)));
     return absl::OkStatus();
@@ -185,6 +274,7 @@ class RelayRun {
   }
 
   absl::Status ProcessChunk(Segment& segment, int64_t c) {
+    if (segment.tile != nullptr) return ProcessDirectChunk(segment, c);
     const int slot = static_cast<int>(c % depth_);
     const absl::Span<uint8_t> data = SlotSpan(segment, c);
     // 1. Get chunk c into its slot; the slot's previous send must be done.

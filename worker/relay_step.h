@@ -10,6 +10,10 @@
 // Up to `pipeline_depth` chunks per segment are in flight, so a relay
 // receives chunk c+1 while it forwards chunk c. A chain entirely on this
 // worker is plain tile-to-tile copies, no chunking.
+// Direct segments: where the slice is one contiguous range of the segment's
+// tile (the sender's at position 0, else the first local receiver's), chunks
+// are sent from and received into that tile, no staging; such a segment
+// keeps up to 16 receives posted, the next as soon as a chunk is in.
 //
 // Messages carry MessageTag(step, hop, chunk), hop p being the link into
 // chain position p, so concurrent steps and chunks never mix.

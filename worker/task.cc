@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "util/status_macros.h"
 #include "worker/program.h"
 
@@ -41,6 +42,11 @@ absl::StatusOr<v1::JobResult> Task::RunOnDevices(
   return job->Run(program, kv_);
 }
 
+Task::ConnectInfo Task::connect_info() const {
+  absl::MutexLock lock(&mu_);
+  return connect_info_;
+}
+
 v1::TaskProgress Task::progress() const {
   StepProgress done;
   {
@@ -69,31 +75,63 @@ absl::StatusOr<v1::JobResult> Task::Run() {
   // Before connecting: a worker that cannot hold the job fails at once, and
   // its peers are cancelled while they wait for it, before they allocate.
   RETURN_IF_ERROR(executor_.CheckMemory(program));
-  std::unique_ptr<GlooCommunicator> comm;
+  std::unique_ptr<GlooCommunicator> comm;  // this job's own
+  std::unique_ptr<CommunicatorLease> lease;  // or one from the cache
+  Communicator* used = nullptr;
   if (program.world_size > 1) {
     if (kv_ == nullptr) {
       return absl::FailedPreconditionError(
           "the job spans workers but this worker has no rendezvous store");
     }
-    GlooOptions gloo = options_.gloo;
-    gloo.peer_names = program.rank_workers;
-    absl::StatusOr<std::unique_ptr<GlooCommunicator>> created =
-        GlooCommunicator::Create(
-            *kv_, absl::StrCat("job/", program.job_id, "/gloo/"), program.rank,
-            program.world_size, gloo,
-            [this] { return cancellation_.cancelled(); });
-    // A cancelled rendezvous reports the reason it was cancelled for.
-    RETURN_IF_ERROR(cancellation_.status());
-    if (!created.ok()) return created.status();
-    comm = *std::move(created);
+    auto cancelled = [this] { return cancellation_.cancelled(); };
+    const absl::Time connect_start = absl::Now();
+    if (options_.communicators != nullptr && !program.rank_workers.empty()) {
+      CommunicatorRequest request;
+      request.job_id = program.job_id;
+      request.rank_workers = program.rank_workers;
+      request.rank = program.rank;
+      request.size = program.world_size;
+      request.gloo = options_.gloo;
+      absl::StatusOr<std::unique_ptr<CommunicatorLease>> acquired =
+          options_.communicators->Acquire(*kv_, request, cancelled);
+      if (acquired.ok()) lease = *std::move(acquired);
+      if (cancellation_.cancelled() || !acquired.ok()) {
+        // A lease granted just before a cancellation is dropped: the peers
+        // drop theirs too when this job fails.
+        options_.communicators->Release(std::move(lease), /*healthy=*/false);
+        RETURN_IF_ERROR(cancellation_.status());
+        return acquired.status();
+      }
+      used = &lease->comm();
+    } else {
+      GlooOptions gloo = options_.gloo;
+      gloo.peer_names = program.rank_workers;
+      absl::StatusOr<std::unique_ptr<GlooCommunicator>> created =
+          GlooCommunicator::Create(
+              *kv_, absl::StrCat("job/", program.job_id, "/gloo/"),
+              program.rank, program.world_size, gloo, cancelled);
+      // A cancelled rendezvous reports the reason it was cancelled for.
+      RETURN_IF_ERROR(cancellation_.status());
+      if (!created.ok()) return created.status();
+      comm = *std::move(created);
+      used = comm.get();
+    }
     absl::MutexLock lock(&mu_);
-    comm_ = comm.get();
+    comm_ = used;
+    connect_info_.how = lease != nullptr && lease->reused() ? "reused" : "new";
+    connect_info_.seconds = absl::ToDoubleSeconds(absl::Now() - connect_start);
   }
   // An Abort before comm_ was set has cancelled the executor already.
-  absl::StatusOr<v1::JobResult> result = executor_.Run(program, comm.get());
+  absl::StatusOr<v1::JobResult> result = executor_.Run(program, used);
   {
     absl::MutexLock lock(&mu_);
     comm_ = nullptr;
+  }
+  if (lease != nullptr) {
+    // After comm_ was cleared an Abort no longer reaches the communicator,
+    // so an abort that did shows in the cancellation (or aborted()).
+    options_.communicators->Release(
+        std::move(lease), result.ok() && !cancellation_.cancelled());
   }
   if (options_.closer != nullptr) options_.closer->Close(std::move(comm));
   return result;

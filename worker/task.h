@@ -1,6 +1,8 @@
 // Task: one job's run on this worker, from program to result: parse the
-// program, bootstrap the job's communicator through the rendezvous store
-// (keys "job/<job_id>/gloo/", only when world_size > 1), execute, close
+// program, get the job's communicator (only when world_size > 1): a cached
+// one the job's ranks agree on, or a new one bootstrapped through the
+// rendezvous store (keys "job/<job_id>/gloo/"), execute, then hand it back
+// to the cache (dropped there if the job failed or was aborted) or close it
 // (on TaskOptions::closer's thread where one is given).
 // Abort works in every phase (rendezvous, fill, steps, verification) and
 // ends the run promptly (executor.h). On CPU devices a program that cannot
@@ -29,6 +31,7 @@
 #include "meshcast/v1/plan.pb.h"
 #include "meshcast/v1/worker.pb.h"
 #include "worker/cancellation.h"
+#include "worker/communicator_cache.h"
 #include "worker/deferred_closer.h"
 #include "worker/device_backend.h"
 #include "worker/executor.h"
@@ -46,6 +49,11 @@ struct TaskOptions {
   // Where the job's communicator is closed once the result is in: off the
   // reporting path (Gloo takes 10-20 ms to close). Null: closed inline.
   std::shared_ptr<DeferredCloser> closer;
+  // Non-null: communicators come from (and go back to) this cache, agreed
+  // with the peers under "job/<job_id>/comm/" (communicator_cache.h), for
+  // programs that name their ranks' workers. Every worker of a cluster must
+  // use a cache or none alike.
+  std::shared_ptr<CommunicatorCache> communicators;
 };
 
 class Task {
@@ -61,6 +69,13 @@ class Task {
   ExecutorTimings timings() const;
   // How far the program is; any thread, any time (GetStatus).
   v1::TaskProgress progress() const;
+  // How the job got its communicator, for the log: "none" (one worker),
+  // "new" or "reused", and how long that took. Valid after Run.
+  struct ConnectInfo {
+    std::string how = "none";
+    double seconds = 0;
+  };
+  ConnectInfo connect_info() const;
 
  private:
   absl::StatusOr<v1::JobResult> RunOnDevices(const ParsedProgram& program);
@@ -73,6 +88,7 @@ class Task {
   mutable absl::Mutex mu_;
   Communicator* comm_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::unique_ptr<DeviceJob> device_job_ ABSL_GUARDED_BY(mu_);
+  ConnectInfo connect_info_ ABSL_GUARDED_BY(mu_);
   // Totals of the parsed program (0 before Run has parsed it).
   std::atomic<int> steps_total_{0};
   std::atomic<int64_t> bytes_total_{0};

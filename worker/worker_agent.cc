@@ -1,5 +1,9 @@
 #include "worker/worker_agent.h"
 
+#include <cstdint>
+#include <random>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "grpcpp/client_context.h"
@@ -7,11 +11,24 @@
 #include "worker/log.h"
 
 namespace meshcast::worker {
+namespace {
+
+// 64 random bits as hex: tells this run of the process from the next.
+WorkerAgentOptions WithIncarnation(WorkerAgentOptions options) {
+  if (options.incarnation.empty()) {
+    std::random_device device;
+    const uint64_t bits = (static_cast<uint64_t>(device()) << 32) ^ device();
+    options.incarnation = absl::StrFormat("%016x", bits);
+  }
+  return options;
+}
+
+}  // namespace
 
 WorkerAgent::WorkerAgent(std::shared_ptr<grpc::Channel> controller,
                          WorkerAgentOptions options)
     : stub_(v1::Controller::NewStub(std::move(controller))),
-      options_(std::move(options)) {
+      options_(WithIncarnation(std::move(options))) {
   if (options_.heartbeat_interval > absl::ZeroDuration()) {
     interval_ = options_.heartbeat_interval;
   }
@@ -79,6 +96,7 @@ bool WorkerAgent::Register() {
   info->set_num_devices(options_.num_devices);
   info->set_device_kind(options_.device_kind);
   info->set_memory_bytes(options_.memory_bytes);
+  info->set_incarnation(options_.incarnation);
   info->set_data_address(options_.data_address);
   v1::RegisterWorkerResponse response;
   grpc::Status status = stub_->RegisterWorker(&context, request, &response);

@@ -36,6 +36,9 @@ struct WorkerAgentOptions {
   // WorkerInfo.memory_bytes: host memory (cpu) or the GPUs' memory (cuda);
   // 0 = not reported.
   int64_t memory_bytes = 0;
+  // WorkerInfo.incarnation: this process's run; empty = a random one chosen
+  // when the agent is made.
+  std::string incarnation;
   // Heartbeat period; zero means what the controller's RegisterWorker
   // response says (1 s if it says nothing).
   absl::Duration heartbeat_interval = absl::ZeroDuration();

@@ -60,10 +60,22 @@ TEST(WorkerAgentTest, RegistersAgainWhenTheControllerForgetsIt) {
                     Options());
   agent.Start();
   ASSERT_TRUE(agent.WaitUntilRegistered(absl::Seconds(10)));
+  const std::string incarnation = controller.worker("node-a").incarnation();
+  EXPECT_EQ(incarnation.size(), 16u);
   controller.Forget();
   EXPECT_TRUE(Eventually([&] { return controller.registrations() == 2; }));
   EXPECT_EQ(controller.worker("node-a").name(), "node-a");
   EXPECT_TRUE(Eventually([&] { return agent.registrations() == 2; }));
+  // The same process registers with the same incarnation (the controller
+  // tells a lost answer from a restart by it); another agent gets its own.
+  EXPECT_EQ(controller.worker("node-a").incarnation(), incarnation);
+  WorkerAgent other(grpc::CreateChannel(controller.address(),
+                                        grpc::InsecureChannelCredentials()),
+                    Options());
+  other.Start();
+  EXPECT_TRUE(Eventually([&] {
+    return controller.worker("node-a").incarnation() != incarnation;
+  }));
 }
 
 TEST(WorkerAgentTest, WaitsForAControllerThatStartsLateAndComesBack) {

@@ -214,6 +214,19 @@ TEST_F(WorkerDaemonTest, SigtermDuringATaskAbortsItAndExits) {
   // Worker 1 is never asked: worker 0 waits in the rendezvous.
   std::thread run([&] { call = RunTask(*stubs_[0], job.ProgramFor(0)); });
   absl::SleepFor(absl::Milliseconds(300));
+  // While the task waits, the daemon pushes its progress (at once when it
+  // starts, then about every 250 ms); the idle worker 1 pushes nothing.
+  const std::vector<v1::ReportProgressRequest> reports =
+      controller_.progress_reports();
+  ASSERT_FALSE(reports.empty());
+  for (const v1::ReportProgressRequest& report : reports) {
+    EXPECT_EQ(report.worker(), "w0");
+    ASSERT_EQ(report.tasks_size(), 1);
+    EXPECT_EQ(report.tasks(0).job_id(), "interrupted-job");
+    EXPECT_FALSE(report.tasks(0).phase().empty());
+  }
+  EXPECT_EQ(reports.back().tasks(0).steps_total(), 1);
+  EXPECT_EQ(reports.back().tasks(0).steps_done(), 0);
   const absl::Time start = absl::Now();
   daemons_[0]->Signal(SIGTERM);
   const int status = daemons_[0]->Wait();

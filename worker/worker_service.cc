@@ -25,15 +25,20 @@ void Reject(WorkerMetrics* metrics, v1::RunTaskResponse* response,
   response->set_error(error);
 }
 
-WorkerServiceOptions WithExecutorMetrics(WorkerServiceOptions options) {
+WorkerServiceOptions WithDefaults(WorkerServiceOptions options) {
   options.task.executor.metrics = options.metrics;
+  if (options.cache_communicators && options.task.communicators == nullptr &&
+      options.task.device_backend == nullptr) {
+    options.task.communicators = std::make_shared<CommunicatorCache>(
+        options.communicator_cache, options.task.closer);
+  }
   return options;
 }
 
 }  // namespace
 
 WorkerService::WorkerService(WorkerServiceOptions options, KvStore* kv)
-    : options_(WithExecutorMetrics(std::move(options))), kv_(kv) {}
+    : options_(WithDefaults(std::move(options))), kv_(kv) {}
 
 grpc::Status WorkerService::RunTask(grpc::ServerContext* context,
                                     const v1::RunTaskRequest* request,
@@ -85,14 +90,16 @@ grpc::Status WorkerService::RunTask(grpc::ServerContext* context,
     return grpc::Status::OK;
   }
   const ExecutorTimings timings = task->timings();
+  const Task::ConnectInfo connect = task->connect_info();
   *response->mutable_result() = *result;
   Log(absl::StrFormat(
       "job %s: data plane %.3f s, %d bytes received, %d elements verified, "
-      "%d mismatches (set-up %.3f s, waiting for peers %.3f s, verify %.3f "
-      "s, %d tile bytes)",
+      "%d mismatches (communicator %s %.3f s, set-up %.3f s, waiting for "
+      "peers %.3f s, verify %.3f s, %d tile bytes)",
       job_id, result->seconds(), result->bytes_moved(),
-      result->elements_verified(), result->mismatches(), timings.setup_seconds,
-      timings.barrier_seconds, timings.verify_seconds, timings.tile_bytes));
+      result->elements_verified(), result->mismatches(), connect.how,
+      connect.seconds, timings.setup_seconds, timings.barrier_seconds,
+      timings.verify_seconds, timings.tile_bytes));
   if (result->mismatches() > 0) {
     response->set_ok(false);
     response->set_error(

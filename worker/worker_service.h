@@ -8,6 +8,8 @@
 //   If the controller cancels the call, the task is aborted.
 // - AbortTask aborts a running job (found=false if none by that id).
 // - GetStatus: name, devices, running jobs.
+// Communicators are kept across jobs on the same workers unless
+// WorkerServiceOptions::cache_communicators is false.
 // Each task's start and end are logged to stderr; with
 // WorkerServiceOptions::metrics set, every program's outcome is counted and
 // the executor reports its steps there (worker_metrics.h).
@@ -40,6 +42,12 @@ struct WorkerServiceOptions {
   // Optional; must outlive the service. Also handed to every task's
   // executor (task.executor.metrics).
   WorkerMetrics* metrics = nullptr;
+  // Keep communicators across jobs (communicator_cache.h): when
+  // task.communicators is null and the tasks run on CPU devices, the
+  // service makes a cache with `communicator_cache` (closing on
+  // task.closer). Every worker of a cluster must do alike.
+  bool cache_communicators = true;
+  CommunicatorCacheOptions communicator_cache;
 };
 
 class WorkerService final : public v1::Worker::Service {

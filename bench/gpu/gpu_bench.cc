@@ -1,8 +1,10 @@
 // gpu_bench: the GPU data plane's bandwidth, in tables shaped like
 // nccl-tests' output, each with a summary line.
 //
-//   gpu_bench [--sections=copy,reshard,nccl] [--max_bytes=1073741824]
-//             [--reshard_bytes=268435456] [--iters=20]
+//   gpu_bench [--sections=copy,reshard,nccl,collective]
+//             [--max_bytes=1073741824] [--reshard_bytes=268435456]
+//             [--iters=20] [--collective_max_bytes=268435456]
+//             [--collective_ranks=4]
 //
 // copy     cudaMemcpyAsync device to device on GPU 0, and the strided pack
 //          kernel, for growing sizes: copy rate (bytes / time), memory
@@ -20,6 +22,19 @@
 //          busbw = algbw, nccl-tests' broadcast factor 1), then a 1-to-m
 //          reshard (one relay chain from GPU 0 to all others, one worker
 //          thread per GPU, NCCL between them) against that busbw.
+// collective  every op of the `collective` job kind (all_reduce, all_gather,
+//          reduce_scatter, all_to_all, broadcast) planned by CollectiveKind,
+//          projected like the controller does and run by the GPU executor
+//          (the engine's GPU kernels, device_kernels.h): with 2+ GPUs one
+//          worker thread per GPU and NCCL between them, else
+//          --collective_ranks virtual devices of GPU 0. Sizes 1 MiB to
+//          --collective_max_bytes (x4), sized as nccl-tests sizes them; per
+//          size the mean step time over the iterations after the first (the
+//          slowest worker's CUDA-event time of each step), algbw = size /
+//          time and busbw = algbw x nccl-tests' factor (BusBandwidthFactor:
+//          all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all
+//          (n-1)/n; broadcast 1), and the verification's mismatches
+//          (VERIFY_MODE_SAMPLE for computed outputs, every moved element).
 //
 // Without a GPU it still plans the reshard cases (checking that code path)
 // and exits 0 with a message; errors exit 1.
@@ -36,6 +51,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
@@ -45,6 +61,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "controller/program_builder.h"
+#include "planner/kinds/collective/collective_kind.h"
 #include "planner/kinds/reshard/reshard_lowering.h"
 #include "planner/mesh.h"
 #include "planner/plan.h"
@@ -59,11 +76,17 @@
 #include "worker/cuda/device_executor.h"
 #include "worker/cuda/device_pattern.h"
 #include "worker/in_memory_kv_store.h"
+#include "worker/kv_store.h"
 #include "worker/nccl_communicator.h"
 #include "worker/program.h"
 
-ABSL_FLAG(std::string, sections, "copy,reshard,nccl",
-          "comma-separated sections to run: copy, reshard, nccl");
+ABSL_FLAG(std::string, sections, "copy,reshard,nccl,collective",
+          "comma-separated sections to run: copy, reshard, nccl, collective");
+ABSL_FLAG(int64_t, collective_max_bytes, int64_t{256} << 20,
+          "largest size of the collective sweep, bytes (nccl-tests' size)");
+ABSL_FLAG(int, collective_ranks, 4,
+          "ranks of the collective section on a machine with one GPU "
+          "(virtual devices of GPU 0); with 2+ GPUs, one rank per GPU");
 ABSL_FLAG(int64_t, max_bytes, int64_t{1} << 30,
           "largest buffer of the copy and NCCL sweeps, bytes");
 ABSL_FLAG(int64_t, reshard_bytes, int64_t{256} << 20,
@@ -531,25 +554,197 @@ absl::Status NcclSection(int gpus) {
   return absl::OkStatus();
 }
 
+// One collective job: planned by the kind, projected onto `workers` (one
+// per GPU, or one worker with every device), run by the GPU executor.
+struct CollectiveRun {
+  double seconds = 0;  // mean step time after the first iteration
+  int64_t mismatches = 0;
+  int64_t verified = 0;
+  int64_t step_bytes = 0;  // Step.bytes: what ran (nccl-tests' size)
+};
+
+struct PlannedCollective {
+  v1::Plan plan;
+  std::vector<v1::WorkerProgram> programs;  // by worker
+};
+
+// `workers` workers: one per rank (one GPU each), or one with every rank.
+absl::StatusOr<PlannedCollective> PlanCollective(const std::string& op,
+                                                 int64_t bytes, int ranks,
+                                                 int workers, int iterations) {
+  v1::JobSpec spec;
+  v1::CollectiveSpec* c = spec.mutable_collective();
+  c->set_op(op);
+  c->set_size(absl::StrCat(bytes));
+  c->mutable_mesh()->add_shape(1);
+  c->mutable_mesh()->add_shape(ranks);
+  c->set_dtype(v1::DTYPE_FLOAT32);
+  c->set_iterations(iterations);
+  const CollectiveKind kind;
+  RETURN_IF_ERROR(kind.Validate(spec));
+  const Topology topology = Topology::FromGbps(1, ranks, 400, 3600);
+  std::vector<int> devices(ranks);
+  for (int d = 0; d < ranks; ++d) devices[d] = d;
+  ASSIGN_OR_RETURN(PlannedJob planned,
+                   kind.Plan(spec, {DeviceMesh{{1, ranks}, devices}}, topology,
+                             PlanOptions()));
+  std::vector<WorkerSlot> slots(workers);
+  for (int w = 0; w < workers; ++w) {
+    slots[w].name = absl::StrCat("gpu", w);
+    slots[w].host_index = 0;
+    for (int d = 0; d < ranks; ++d) {
+      if (workers == 1 || d == w) slots[w].devices.push_back(d);
+    }
+  }
+  PlannedCollective result;
+  ASSIGN_OR_RETURN(result.programs,
+                   ProjectPlan(planned.plan,
+                               absl::StrCat("bench-", op, "-", bytes), slots));
+  result.plan = std::move(planned.plan);
+  return result;
+}
+
+absl::StatusOr<CollectiveRun> RunCollective(const std::string& op,
+                                            int64_t bytes, int ranks,
+                                            int gpus, int iterations) {
+  // With several GPUs: one worker per GPU (NCCL between them); else one
+  // worker with every device, virtual devices of GPU 0.
+  const int workers = gpus > 1 ? ranks : 1;
+  ASSIGN_OR_RETURN(PlannedCollective planned,
+                   PlanCollective(op, bytes, ranks, workers, iterations));
+  std::vector<v1::WorkerProgram>& programs = planned.programs;
+  std::vector<worker::ParsedProgram> parsed;
+  for (v1::WorkerProgram& program : programs) {
+    // The reference of a large computed output is a float64 loop on the
+    // host: a fixed sample suffices for a benchmark (moves stay full, on
+    // the GPU).
+    program.set_verify(v1::VERIFY_MODE_SAMPLE);
+    ASSIGN_OR_RETURN(worker::ParsedProgram one, worker::ParseProgram(program));
+    parsed.push_back(std::move(one));
+  }
+  worker::InMemoryKvStore kv;
+  std::vector<absl::StatusOr<v1::JobResult>> results(
+      workers, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      const std::string devices_flag =
+          workers == 1 ? absl::StrCat("cuda:0x", ranks)
+                       : absl::StrCat("cuda:", w);
+      absl::StatusOr<worker::DeviceSpec> device_spec =
+          worker::ParseDeviceSpec(devices_flag);
+      if (!device_spec.ok()) {
+        results[w] = device_spec.status();
+        return;
+      }
+      worker::cuda::CudaBackendOptions options;
+      options.lanes = 1;  // steps depend on each other: one lane suffices
+      worker::cuda::DeviceExecutor executor(*device_spec, options);
+      results[w] = executor.Run(parsed[w], workers > 1 ? &kv : nullptr);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  CollectiveRun run;
+  // Per step: the slowest worker's time.
+  absl::flat_hash_map<int, double> step_seconds;
+  for (int w = 0; w < workers; ++w) {
+    if (!results[w].ok()) {
+      return absl::Status(results[w].status().code(),
+                          absl::StrCat("worker ", w, ": ",
+                                       results[w].status().message()));
+    }
+    run.mismatches += results[w]->mismatches();
+    run.verified += results[w]->elements_verified();
+    for (const v1::StepResult& step : results[w]->steps()) {
+      double& slowest = step_seconds[step.step()];
+      slowest = std::max(slowest, step.seconds());
+    }
+  }
+  std::vector<int> ids;
+  for (const v1::Step& step : planned.plan.steps()) {
+    ids.push_back(step.id());
+    run.step_bytes = step.bytes();
+  }
+  double sum = 0;
+  int counted = 0;
+  for (size_t i = ids.size() > 1 ? 1 : 0; i < ids.size(); ++i) {
+    sum += step_seconds[ids[i]];
+    ++counted;
+  }
+  run.seconds = counted > 0 ? sum / counted : 0;
+  return run;
+}
+
+absl::Status CollectiveSection(int gpus) {
+  const int ranks = gpus > 1 ? gpus : absl::GetFlag(FLAGS_collective_ranks);
+  const int iterations = std::max(2, std::min(absl::GetFlag(FLAGS_iters), 10));
+  std::printf(
+      "#\n# Collectives through the engine (CollectiveKind plan, GPU "
+      "executor): %d ranks, %s, float32, %d iterations per size (the first "
+      "not timed); nccl-tests' size, algbw = size / time, busbw = algbw x "
+      "factor\n",
+      ranks,
+      gpus > 1 ? "one worker thread per GPU, NCCL between them"
+               : "virtual devices of GPU 0 (device memory only)",
+      iterations);
+  std::printf("# %-15s %12s %10s %12s %12s %10s\n", "op", "size(B)",
+              "time(us)", "algbw(GB/s)", "busbw(GB/s)", "mismatches");
+  int64_t total_mismatches = 0;
+  for (const std::string& op : CollectiveOpNames()) {
+    double best_busbw = 0, sum_busbw = 0;
+    int sizes = 0;
+    for (int64_t bytes = int64_t{1} << 20;
+         bytes <= absl::GetFlag(FLAGS_collective_max_bytes); bytes *= 4) {
+      ASSIGN_OR_RETURN(const CollectiveRun run,
+                       RunCollective(op, bytes, ranks, gpus, iterations));
+      const double algbw = run.seconds > 0 ? run.step_bytes / run.seconds : 0;
+      const double busbw = algbw * BusBandwidthFactor(op, ranks);
+      best_busbw = std::max(best_busbw, busbw);
+      sum_busbw += busbw;
+      ++sizes;
+      total_mismatches += run.mismatches;
+      std::printf("  %-15s %12lld %10.1f %12.2f %12.2f %10lld\n", op.c_str(),
+                  static_cast<long long>(run.step_bytes), run.seconds * 1e6,
+                  algbw / kGB, busbw / kGB,
+                  static_cast<long long>(run.mismatches));
+      std::fflush(stdout);
+    }
+    std::printf("# collective %s: avg busbw %.2f GB/s, best %.2f GB/s\n",
+                op.c_str(), sizes > 0 ? sum_busbw / sizes / kGB : 0.0,
+                best_busbw / kGB);
+  }
+  std::printf("# collective summary: %zu ops, %lld mismatches\n",
+              CollectiveOpNames().size(),
+              static_cast<long long>(total_mismatches));
+  if (total_mismatches != 0) {
+    return absl::DataLossError("a collective delivered wrong data");
+  }
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   std::vector<std::string> sections =
       absl::StrSplit(absl::GetFlag(FLAGS_sections), ',', absl::SkipEmpty());
   for (const std::string& section : sections) {
-    if (section != "copy" && section != "reshard" && section != "nccl") {
+    if (section != "copy" && section != "reshard" && section != "nccl" &&
+        section != "collective") {
       std::fprintf(stderr,
                    "gpu_bench: --sections: unknown section '%s' (allowed: "
-                   "copy, reshard, nccl)\n",
+                   "copy, reshard, nccl, collective)\n",
                    section.c_str());
       return 1;
     }
   }
   if (absl::GetFlag(FLAGS_max_bytes) < (int64_t{1} << 20) ||
       absl::GetFlag(FLAGS_iters) < 1 ||
-      absl::GetFlag(FLAGS_reshard_bytes) < (int64_t{1} << 20)) {
+      absl::GetFlag(FLAGS_reshard_bytes) < (int64_t{1} << 20) ||
+      absl::GetFlag(FLAGS_collective_max_bytes) < (int64_t{1} << 20) ||
+      absl::GetFlag(FLAGS_collective_ranks) < 2) {
     std::fprintf(stderr,
-                 "gpu_bench: --max_bytes and --reshard_bytes must be >= 1 MiB "
-                 "and --iters >= 1\n");
+                 "gpu_bench: --max_bytes, --reshard_bytes and "
+                 "--collective_max_bytes must be >= 1 MiB, --iters >= 1 and "
+                 "--collective_ranks >= 2\n");
     return 1;
   }
   auto wants = [&](const char* name) {
@@ -562,6 +757,20 @@ int Main(int argc, char** argv) {
   std::printf("# NCCL %d\n", version);
   const int gpus = GpuCount();
   if (gpus == 0) {
+    if (wants("collective")) {
+      // The collective plans, projected (checks that code path).
+      for (const std::string& op : CollectiveOpNames()) {
+        absl::StatusOr<PlannedCollective> planned = PlanCollective(
+            op, int64_t{1} << 20, absl::GetFlag(FLAGS_collective_ranks), 1, 2);
+        if (!planned.ok()) {
+          std::fprintf(stderr, "gpu_bench: collective %s: %s\n", op.c_str(),
+                       planned.status().ToString().c_str());
+          return 1;
+        }
+      }
+      std::printf("# collective: planned %zu ops (no GPU: not run)\n",
+                  CollectiveOpNames().size());
+    }
     if (wants("reshard")) {
       absl::Status planned = ReshardSection(nullptr);
       if (!planned.ok()) {
@@ -588,6 +797,7 @@ int Main(int argc, char** argv) {
   if (status.ok() && wants("copy")) status = CopySection(*info);
   if (status.ok() && wants("reshard")) status = ReshardSection(&*info);
   if (status.ok() && wants("nccl")) status = NcclSection(gpus);
+  if (status.ok() && wants("collective")) status = CollectiveSection(gpus);
   if (!status.ok()) {
     std::fprintf(stderr, "gpu_bench: %s\n", status.ToString().c_str());
     return 1;

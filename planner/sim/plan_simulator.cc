@@ -1,5 +1,6 @@
 #include "planner/sim/plan_simulator.h"
 
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -11,32 +12,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "planner/cost_model.h"
+#include "proto/dtype_convert.h"
 #include "util/status_macros.h"
 
 namespace meshcast {
 namespace {
-
-// Bytes per element of a dtype; 0 for DTYPE_UNSPECIFIED and unknown values.
-// (The proto-to-planner conversions live with gRPC; the simulator links the
-// messages only.)
-int ElementBytes(int dtype) {
-  switch (dtype) {
-    case v1::DTYPE_INT8:
-    case v1::DTYPE_UINT8:
-      return 1;
-    case v1::DTYPE_FLOAT16:
-    case v1::DTYPE_BFLOAT16:
-      return 2;
-    case v1::DTYPE_INT32:
-    case v1::DTYPE_FLOAT32:
-      return 4;
-    case v1::DTYPE_INT64:
-    case v1::DTYPE_FLOAT64:
-      return 8;
-    default:
-      return 0;
-  }
-}
 
 // Builds the flow problem of a plan, step by step, checking each step's
 // fields as it goes.
@@ -211,7 +191,7 @@ class PlanModeler {
                                           "(allowed 0..",
                                           plan_.tensors_size() - 1, ")"));
     }
-    const int size = ElementBytes(plan_.tensors(tensor).dtype());
+    const int size = DTypeProtoSize(plan_.tensors(tensor).dtype());
     if (size == 0) {
       return StepError(step, absl::StrCat("tensor ", tensor,
                                           " has no dtype (DTYPE_UNSPECIFIED)"));
@@ -587,6 +567,17 @@ double CollectiveLowerBoundSeconds(v1::Step::Op op,
       return 0;
   }
   return BoundFromLoads(loads, spans, topology);
+}
+
+absl::StatusOr<PlanSimulation> PredictPlan(v1::Plan& plan,
+                                           const Topology& topology) {
+  ASSIGN_OR_RETURN(PlanSimulation simulation, SimulatePlan(plan, topology));
+  plan.set_predicted_seconds(simulation.seconds);
+  plan.clear_predicted_step_start();
+  plan.clear_predicted_step_finish();
+  for (double t : simulation.step_start) plan.add_predicted_step_start(t);
+  for (double t : simulation.step_finish) plan.add_predicted_step_finish(t);
+  return simulation;
 }
 
 }  // namespace meshcast

@@ -3,7 +3,7 @@
 // collectives that no algorithm can beat.
 //
 //   ASSIGN_OR_RETURN(const PlanSimulation sim, SimulatePlan(plan, topology));
-//   plan.set_predicted_seconds(sim.seconds);
+//   RETURN_IF_ERROR(PredictPlan(plan, topology).status());  // into the plan
 //   const double bound = CollectiveLowerBoundSeconds(
 //       v1::Step::OP_ALL_REDUCE, mesh.devices, bytes, topology);
 //
@@ -110,6 +110,12 @@ struct PlanSimulation {
 
 absl::StatusOr<PlanSimulation> SimulatePlan(const v1::Plan& plan,
                                             const Topology& topology);
+
+// Simulates `plan` and writes the prediction into it: predicted_seconds and
+// predicted_step_start / predicted_step_finish (parallel to steps). What
+// every job kind does with a plan it built.
+absl::StatusOr<PlanSimulation> PredictPlan(v1::Plan& plan,
+                                           const Topology& topology);
 
 // Lower bound for one collective of `op` over `group_devices` (rank order)
 // moving `bytes` as Step.bytes defines them: no algorithm can beat it on

@@ -117,6 +117,23 @@ TEST(SimulatePlanTest, SingleSendIsSetupPlusBytesOverBandwidthPlusLatency) {
   EXPECT_NEAR(result.step_finish[0], result.seconds, 1e-15);
 }
 
+TEST(PredictPlanTest, WritesThePredictionIntoThePlan) {
+  PlanBuilder builder;
+  const int first = builder.Comm(v1::Step::OP_SEND_RECV, {0, 1}, 1'000'000);
+  builder.Compute(1, 1e9, {first});
+  // A stale prediction is replaced, not appended to.
+  builder.plan().add_predicted_step_start(42);
+  absl::StatusOr<PlanSimulation> result =
+      PredictPlan(builder.plan(), PlainTopology(2, 1));
+  ASSERT_TRUE(result.ok()) << result.status();
+  const v1::Plan& plan = builder.plan();
+  EXPECT_DOUBLE_EQ(plan.predicted_seconds(), result->seconds);
+  ASSERT_EQ(plan.predicted_step_start_size(), 2);
+  ASSERT_EQ(plan.predicted_step_finish_size(), 2);
+  EXPECT_DOUBLE_EQ(plan.predicted_step_start(1), result->step_start[1]);
+  EXPECT_GE(plan.predicted_step_start(1), plan.predicted_step_finish(0));
+}
+
 TEST(SimulatePlanTest, RingAllReduceOnOneHostLoadsEachPortOnce) {
   // n = 4: every rank sends 2(n-1)/n x 4 GB = 6 GB to the next at 100 GB/s;
   // 2(n-1) = 6 rounds of 2 us latency.

@@ -1,7 +1,10 @@
 #include "worker/cuda/device_buffer_set.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <vector>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -11,6 +14,8 @@
 #include "worker/cuda/device_copy.h"
 #include "worker/cuda/device_pattern.h"
 #include "worker/cuda/mismatch_report.h"
+#include "worker/kernels/initializer.h"
+#include "worker/kernels/reference.h"
 
 namespace meshcast::worker::cuda {
 
@@ -68,37 +73,44 @@ absl::StatusOr<DeviceBufferSet> DeviceBufferSet::Create(
         std::unique_ptr<DeviceTile> tile,
         DeviceTile::Create(gpu->second, program.tensors[buffer.tensor].dtype,
                            buffer.box));
-    set.tiles_[{buffer.device, buffer.tensor, buffer.role}] = std::move(tile);
+    if (buffer.role != BufferRole::kScratch) {
+      set.tiles_[{buffer.device, buffer.tensor, buffer.role}] = tile.get();
+    }
+    set.by_id_[buffer.id] = std::move(tile);
   }
   // Sources first: destinations copy from them (stream order on each GPU;
   // a device's tiles all live on one GPU).
   for (const BufferDesc& buffer : program.buffers) {
     RETURN_IF_ERROR(cancellation.status());
     if (buffer.role != BufferRole::kSource) continue;
-    const DeviceTile* tile =
-        set.Find(buffer.device, buffer.tensor, BufferRole::kSource);
+    const DeviceTile* tile = set.ById(buffer.id);
     if (tile->size_bytes() == 0) continue;
     ASSIGN_OR_RETURN(cudaStream_t stream, stream_of(tile->gpu()));
     ScopedCudaDevice on(tile->gpu());
     RETURN_IF_ERROR(on.status());
-    RETURN_IF_ERROR(FillBoxOnDevice(tile->data(), buffer.box,
-                                    program.tensors[buffer.tensor],
-                                    buffer.tensor, stream));
+    RETURN_IF_ERROR(FillInitializerOnDevice(
+        tile->data(), buffer.box, program.tensors[buffer.tensor],
+        buffer.tensor, program.InitOf(buffer.tensor), stream));
   }
   for (const BufferDesc& buffer : program.buffers) {
     RETURN_IF_ERROR(cancellation.status());
-    if (buffer.role != BufferRole::kDestination) continue;
-    DeviceTile* tile =
-        set.Find(buffer.device, buffer.tensor, BufferRole::kDestination);
+    if (buffer.role == BufferRole::kSource) continue;
+    DeviceTile* tile = set.ById(buffer.id);
     if (tile->size_bytes() == 0) continue;
     ASSIGN_OR_RETURN(cudaStream_t stream, stream_of(tile->gpu()));
+    // Poison shows an element nobody wrote; computed tensors start at zero
+    // (an accumulating GEMM adds to it), as on the CPU.
+    const bool poison = buffer.role == BufferRole::kDestination &&
+                        !program.IsComputed(buffer.tensor);
     {
       ScopedCudaDevice on(tile->gpu());
       RETURN_IF_ERROR(on.status());
-      RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(tile->data(), kPoisonByte,
-                                                 tile->size_bytes(), stream),
-                                 "poisoning a destination tile"));
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemsetAsync(tile->data(), poison ? kPoisonByte : 0,
+                          tile->size_bytes(), stream),
+          poison ? "poisoning a destination tile" : "zeroing a tile"));
     }
+    if (buffer.role != BufferRole::kDestination) continue;
     const DeviceTile* source =
         set.Find(buffer.device, buffer.tensor, BufferRole::kSource);
     if (source == nullptr) continue;
@@ -118,7 +130,12 @@ absl::StatusOr<DeviceBufferSet> DeviceBufferSet::Create(
 DeviceTile* DeviceBufferSet::Find(int device, int tensor,
                                   BufferRole role) const {
   auto it = tiles_.find(Key{device, tensor, role});
-  return it == tiles_.end() ? nullptr : it->second.get();
+  return it == tiles_.end() ? nullptr : it->second;
+}
+
+DeviceTile* DeviceBufferSet::ById(int id) const {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second.get();
 }
 
 absl::StatusOr<const DeviceTile*> DeviceBufferSet::SenderTile(
@@ -155,6 +172,42 @@ int DeviceBufferSet::GpuOf(int device) const {
 
 namespace {
 
+// Every element of a moved tensor with a RANDOM or ZEROS initializer
+// against InitialBits (worker/kernels/initializer.h).
+ComputedCheck CheckInitialBits(const std::vector<uint8_t>& bytes,
+                               const Box& box, const TensorSpec& spec,
+                               int tensor, const v1::Initializer& init) {
+  ComputedCheck check;
+  const int size = DTypeSize(spec.dtype);
+  const int64_t n = NumElements(box);
+  std::vector<int64_t> coord(box.size());
+  for (size_t d = 0; d < box.size(); ++d) coord[d] = box[d].begin;
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t global = 0;
+    for (size_t d = 0; d < box.size(); ++d) {
+      global = global * spec.shape[d] + coord[d];
+    }
+    uint64_t found = 0;
+    std::memcpy(&found, bytes.data() + e * size, size);
+    const uint64_t expected =
+        InitialBits(spec.dtype, tensor, init, global) &
+        (size == 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * size)) - 1);
+    ++check.elements;
+    if (found != expected) {
+      if (check.mismatches++ == 0) {
+        check.first_mismatch = absl::StrCat(
+            "global index ", global, ": expected bits 0x",
+            absl::Hex(expected), ", found 0x", absl::Hex(found));
+      }
+    }
+    for (int d = static_cast<int>(box.size()) - 1; d >= 0; --d) {
+      if (++coord[d] < box[d].end) break;
+      coord[d] = box[d].begin;
+    }
+  }
+  return check;
+}
+
 // Copies the tile's element `element` (a few bytes) to the host and
 // describes it. `stream` must be the one the verify kernel ran on.
 absl::StatusOr<std::string> DescribeFirstMismatch(
@@ -187,14 +240,34 @@ absl::StatusOr<std::string> DescribeFirstMismatch(
 
 absl::StatusOr<VerificationSummary> DeviceBufferSet::VerifyDestinations()
     const {
+  return VerifyDestinations(Cancellation());
+}
+
+absl::StatusOr<VerificationSummary> DeviceBufferSet::VerifyDestinations(
+    const Cancellation& cancellation) const {
   VerificationSummary summary;
+  const v1::VerifyMode mode = program_->verify;
+  if (mode == v1::VERIFY_MODE_OFF) return summary;
+  // The reference of computed tensors, from the whole plan, as the CPU
+  // verifier builds it.
+  std::unique_ptr<Reference> reference;
+  for (const BufferDesc& buffer : program_->buffers) {
+    if (buffer.role != BufferRole::kDestination ||
+        !program_->IsComputed(buffer.tensor) || reference != nullptr) {
+      continue;
+    }
+    if (program_->plan == nullptr) {
+      return absl::FailedPreconditionError(
+          "computed destinations but no plan to build their reference from");
+    }
+    ASSIGN_OR_RETURN(reference, Reference::Create(*program_->plan));
+  }
   absl::flat_hash_map<int, CudaStream> streams;
   for (const BufferDesc& buffer : program_->buffers) {
+    RETURN_IF_ERROR(cancellation.status());
     if (buffer.role != BufferRole::kDestination) continue;
-    const DeviceTile* tile =
-        Find(buffer.device, buffer.tensor, BufferRole::kDestination);
+    const DeviceTile* tile = ById(buffer.id);
     const TensorSpec& spec = program_->tensors[buffer.tensor];
-    summary.elements += tile->num_elements();
     if (tile->num_elements() == 0) continue;
     auto it = streams.find(tile->gpu());
     if (it == streams.end()) {
@@ -203,29 +276,63 @@ absl::StatusOr<VerificationSummary> DeviceBufferSet::VerifyDestinations()
     }
     ScopedCudaDevice on(tile->gpu());
     RETURN_IF_ERROR(on.status());
-    ASSIGN_OR_RETURN(const DeviceVerifyResult verified,
-                     VerifyBoxOnDevice(tile->data(), buffer.box, spec,
-                                       buffer.tensor, it->second.get()));
-    summary.mismatches += verified.mismatches;
-    if (verified.mismatches == 0 || !summary.first_mismatch.empty()) continue;
-    absl::StatusOr<std::string> first =
-        DescribeFirstMismatch(*tile, buffer, spec, verified, it->second.get());
-    summary.first_mismatch =
-        first.ok() ? *std::move(first)
-                   // Mismatches stay the job's verdict even when the first
-                   // cannot be described; an error here would hide them.
-                   : absl::StrCat(verified.mismatches, " mismatches in tile ",
-                                  BoxToString(buffer.box), " on device ",
-                                  buffer.device, " (GPU ", tile->gpu(),
-                                  "); the first could not be described: ",
-                                  first.status().message());
+    const v1::Initializer& init = program_->InitOf(buffer.tensor);
+    const bool computed = program_->IsComputed(buffer.tensor);
+    if (!computed && IsPatternInitializer(init)) {
+      summary.elements += tile->num_elements();
+      ASSIGN_OR_RETURN(const DeviceVerifyResult verified,
+                       VerifyBoxOnDevice(tile->data(), buffer.box, spec,
+                                         buffer.tensor, it->second.get()));
+      summary.mismatches += verified.mismatches;
+      if (verified.mismatches == 0 || !summary.first_mismatch.empty()) {
+        continue;
+      }
+      absl::StatusOr<std::string> first = DescribeFirstMismatch(
+          *tile, buffer, spec, verified, it->second.get());
+      summary.first_mismatch =
+          first.ok() ? *std::move(first)
+                     // Mismatches stay the job's verdict even when the first
+                     // cannot be described; an error here would hide them.
+                     : absl::StrCat(verified.mismatches, " mismatches in tile ",
+                                    BoxToString(buffer.box), " on device ",
+                                    buffer.device, " (GPU ", tile->gpu(),
+                                    "); the first could not be described: ",
+                                    first.status().message());
+      continue;
+    }
+    // On the host, with the CPU path's checks.
+    std::vector<uint8_t> bytes(tile->size_bytes());
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(bytes.data(), tile->data(), bytes.size(),
+                        cudaMemcpyDeviceToHost, it->second.get()),
+        "copying a destination tile to the host for verification"));
+    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(it->second.get()),
+                               "copying a destination tile to the host"));
+    ComputedCheck check;
+    if (computed) {
+      ASSIGN_OR_RETURN(check,
+                       VerifyComputed(bytes, buffer.box, spec, buffer.tensor,
+                                      *reference, mode, cancellation));
+    } else {
+      check = CheckInitialBits(bytes, buffer.box, spec, buffer.tensor, init);
+    }
+    summary.elements += check.elements;
+    summary.mismatches += check.mismatches;
+    summary.max_abs_error = std::max(summary.max_abs_error,
+                                     check.max_abs_error);
+    if (check.mismatches > 0 && summary.first_mismatch.empty()) {
+      summary.first_mismatch = absl::StrCat(
+          "device ", buffer.device, " tensor ", buffer.tensor, ": ",
+          check.first_mismatch, " (", check.mismatches,
+          " mismatches in tile ", BoxToString(buffer.box), ")");
+    }
   }
   return summary;
 }
 
 int64_t DeviceBufferSet::total_bytes() const {
   int64_t total = 0;
-  for (const auto& [key, tile] : tiles_) total += tile->size_bytes();
+  for (const auto& [id, tile] : by_id_) total += tile->size_bytes();
   return total;
 }
 

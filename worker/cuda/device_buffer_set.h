@@ -2,13 +2,23 @@
 // counterpart of worker/buffer_set.h (same contract, docs/dataplane.md).
 //
 // Create() allocates each tile with cudaMalloc on the GPU behind its
-// logical device, fills SOURCE tiles with the pattern kernel, poisons
-// DESTINATION tiles (0xFF bytes, as on CPU), and pre-copies into each
-// destination the part that the same device's source tile already holds.
-// VerifyDestinations runs the verify kernel over each destination tile,
-// which counts its mismatches and finds the first; for the first tile with
-// mismatches it copies only that element to the host and describes it as
-// the CPU verifier would (mismatch_report.h).
+// logical device and fills it as BufferSet does: SOURCE tiles with their
+// tensor's initializer (the pattern kernel, the RANDOM kernel built on
+// worker/kernels/initializer_core.h, or zeros: the host's bits), the
+// DESTINATION tiles of moved tensors with poison (0xFF bytes), those of
+// computed tensors and every SCRATCH tile with zeros; then it pre-copies
+// into each destination the part that the same device's source tile
+// already holds. Relays look tiles up by (device, tensor, role); the other
+// ops name their operands' buffers by id (ById).
+//
+// VerifyDestinations checks the destinations as the program's verify mode
+// says: tiles of moved PATTERN tensors on the GPU (the verify kernel counts
+// mismatches and finds the first; only that element is copied to the host
+// and described as the CPU verifier would, mismatch_report.h); computed
+// tensors on the host, after copying the tile back, with the CPU path's
+// reference and tolerance (worker/kernels/reference.h VerifyComputed: the
+// logic is written once); moved tensors of other initializers on the host
+// against InitialBits.
 //
 //   ASSIGN_OR_RETURN(DeviceBufferSet buffers,
 //                    DeviceBufferSet::Create(program, device_gpu, cancel));
@@ -71,8 +81,11 @@ class DeviceBufferSet {
   DeviceBufferSet(DeviceBufferSet&&) = default;
   DeviceBufferSet& operator=(DeviceBufferSet&&) = default;
 
-  // Null if the device has no tile of that tensor and role.
+  // Null if the device has no tile of that tensor and role (scratch tiles
+  // are found by id only).
   DeviceTile* Find(int device, int tensor, BufferRole role) const;
+  // The tile of local buffer `id`; null if there is none.
+  DeviceTile* ById(int id) const;
   // As BufferSet: FailedPrecondition naming the device and slice.
   absl::StatusOr<const DeviceTile*> SenderTile(int device, int tensor,
                                                const Box& slice) const;
@@ -81,9 +94,12 @@ class DeviceBufferSet {
   // CUDA ordinal of a local device; -1 if not local.
   int GpuOf(int device) const;
 
-  // Checks every destination element against the pattern, as
-  // BufferSet::VerifyDestinations does and with the same first_mismatch
-  // wording. Mismatches are a result; errors are CUDA failures.
+  // Checks the destinations as BufferSet::VerifyDestinations does (verify
+  // mode, reference, tolerance, first_mismatch wording). Mismatches are a
+  // result; errors are CUDA failures, a reference that cannot be built, or
+  // CANCELLED.
+  absl::StatusOr<VerificationSummary> VerifyDestinations(
+      const Cancellation& cancellation) const;
   absl::StatusOr<VerificationSummary> VerifyDestinations() const;
 
   int64_t total_bytes() const;
@@ -95,7 +111,9 @@ class DeviceBufferSet {
 
   const ParsedProgram* program_ = nullptr;
   absl::flat_hash_map<int, int> device_gpu_;
-  absl::flat_hash_map<Key, std::unique_ptr<DeviceTile>> tiles_;
+  // Every tile by buffer id; relays' lookups by (device, tensor, role).
+  absl::flat_hash_map<int, std::unique_ptr<DeviceTile>> by_id_;
+  absl::flat_hash_map<Key, DeviceTile*> tiles_;
 };
 
 }  // namespace meshcast::worker::cuda

@@ -7,14 +7,18 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "util/status_macros.h"
+#include "worker/cuda/collective_exchange.h"
 #include "worker/cuda/cuda_handles.h"
 #include "worker/cuda/device_buffer_set.h"
 #include "worker/cuda/device_copy.h"
+#include "worker/cuda/device_kernels.h"
 #include "worker/cuda/device_pattern.h"
 #include "worker/cuda/device_relay.h"
+#include "worker/cuda/device_step.h"
 #include "worker/log.h"
 
 namespace meshcast::worker::cuda {
@@ -117,6 +121,97 @@ absl::Status CreateTimedStep(const StepDesc& step, int primary_gpu,
   return absl::OkStatus();
 }
 
+std::string GatherBoxesKey(const ParsedProgram& program, int rank) {
+  return absl::StrCat("job/", program.job_id, "/gpu/gather_inputs/", rank);
+}
+
+// This worker's all-gather inputs that name whole buffers, published for
+// the other workers of the job (collective_exchange.h's encoding).
+absl::Status PublishGatherBoxes(const ParsedProgram& program, KvStore& kv) {
+  std::vector<std::pair<int, Box>> boxes;
+  bool gathers = false;
+  for (const StepDesc& step : program.steps) {
+    if (step.op != v1::Step::OP_ALL_GATHER) continue;
+    gathers = true;
+    for (const OperandDesc& input : step.inputs) {
+      if (input.local && input.whole_buffer) {
+        boxes.emplace_back(input.buffer, input.box);
+      }
+    }
+  }
+  if (!gathers) return absl::OkStatus();
+  return kv.Set(GatherBoxesKey(program, program.rank),
+                EncodeBufferBoxes(boxes));
+}
+
+// The boxes of other workers' whole-buffer all-gather inputs that the
+// program does not hold, from the workers that own them (which published
+// them before the NCCL barrier this follows).
+absl::StatusOr<absl::flat_hash_map<int, Box>> ReadGatherBoxes(
+    const ParsedProgram& program, KvStore& kv, absl::Duration timeout,
+    const Cancellation& cancellation) {
+  absl::flat_hash_map<int, Box> boxes;
+  std::set<int> owners;
+  absl::flat_hash_set<int> held;
+  for (const BufferDesc& buffer : program.other_buffers) held.insert(buffer.id);
+  for (const StepDesc& step : program.steps) {
+    if (step.op != v1::Step::OP_ALL_GATHER) continue;
+    for (size_t r = 0; r < step.inputs.size() && r < step.chain.size(); ++r) {
+      const OperandDesc& input = step.inputs[r];
+      if (input.known() || !input.box.empty() || held.contains(input.buffer)) {
+        continue;
+      }
+      owners.insert(program.RankOf(step.chain[r]));
+    }
+  }
+  for (int owner : owners) {
+    RETURN_IF_ERROR(cancellation.status());
+    const std::string key = GatherBoxesKey(program, owner);
+    absl::StatusOr<std::string> text = kv.Get(key, timeout);
+    if (!text.ok()) {
+      return absl::Status(text.status().code(),
+                          absl::StrCat("reading the all-gather input boxes of "
+                                       "worker rank ",
+                                       owner, " (", key,
+                                       "): ", text.status().message()));
+    }
+    ASSIGN_OR_RETURN(const auto decoded, DecodeBufferBoxes(*text));
+    for (const auto& [id, box] : decoded) boxes[id] = box;
+  }
+  return boxes;
+}
+
+// Bytes this worker's devices receive in `step` (JobResult.bytes_moved), as
+// the CPU executor counts them (worker/executor.cc): the slice for every
+// local receiver of a relay chain; Step.bytes for every local rank of a
+// collective; a local copy's slice; nothing for compute.
+int64_t DeliveredBytes(const ParsedProgram& program, const StepDesc& step) {
+  int64_t bytes = 0;
+  switch (step.op) {
+    case v1::Step::OP_BROADCAST:
+    case v1::Step::OP_SEND_RECV:
+      for (size_t p = 1; p < step.chain.size(); ++p) {
+        if (program.IsLocal(step.chain[p])) bytes += step.bytes;
+      }
+      return bytes;
+    case v1::Step::OP_ALL_GATHER:
+    case v1::Step::OP_ALL_REDUCE:
+    case v1::Step::OP_REDUCE_SCATTER:
+    case v1::Step::OP_ALL_TO_ALL:
+      for (int device : step.chain) {
+        if (program.IsLocal(device)) bytes += step.bytes;
+      }
+      return bytes;
+    case v1::Step::OP_LOCAL_COPY:
+      return step.outputs.empty() || !step.outputs[0].known()
+                 ? 0
+                 : NumElements(step.outputs[0].box) *
+                       DTypeSize(program.tensors[step.outputs[0].tensor].dtype);
+    default:
+      return 0;
+  }
+}
+
 // Seconds of every timed hop of a completed step (-1 where not timed or
 // unreadable: metrics must never fail a job).
 std::vector<double> HopSeconds(const TimedStep& timed, int primary_gpu) {
@@ -195,28 +290,18 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
     return absl::InvalidArgumentError(
         "GPU executor options: lanes and chunk_bytes must be >= 1");
   }
-  // The GPU backend runs relay chains only so far; the CPU engine's other
-  // ops (worker/engine/) have no GPU kernel yet.
+  // Every step's kernel, before any set-up: an op without a GPU kernel
+  // fails the job at once.
+  std::vector<const DeviceStepKernel*> kernels;
   for (const StepDesc& step : program.steps) {
-    if (step.op != v1::Step::OP_BROADCAST &&
-        step.op != v1::Step::OP_SEND_RECV) {
-      return absl::UnimplementedError(
-          absl::StrCat("step ", step.id, ": op ", v1::Step::Op_Name(step.op),
-                       " has no kernel on backend \"cuda\""));
+    absl::StatusOr<const DeviceStepKernel*> kernel =
+        CudaKernels().Find(step.op);
+    if (!kernel.ok()) {
+      return absl::Status(kernel.status().code(),
+                          absl::StrCat("step ", step.id, ": ",
+                                       kernel.status().message()));
     }
-  }
-  for (const BufferDesc& buffer : program.buffers) {
-    const v1::Initializer& init = program.InitOf(buffer.tensor);
-    if (buffer.role == BufferRole::kSource &&
-        init.kind() != v1::Initializer::KIND_PATTERN &&
-        init.kind() != v1::Initializer::KIND_UNSPECIFIED) {
-      return absl::UnimplementedError(
-          absl::StrCat("buffer ", buffer.id,
-                       ": the GPU backend fills only the pattern "
-                       "initializer, tensor ",
-                       buffer.tensor, " asks for ",
-                       v1::Initializer::Kind_Name(init.kind())));
-    }
+    kernels.push_back(*kernel);
   }
 
   // 1. Local devices, ascending, onto the logical devices of the spec.
@@ -252,11 +337,16 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
 
   // 3. NCCL, when the job spans workers (its creation is the barrier).
   std::unique_ptr<NcclCommunicator> nccl;
+  absl::flat_hash_map<int, Box> gather_boxes;
   if (program.world_size > 1) {
     if (kv == nullptr) {
       return absl::FailedPreconditionError(
           "the job spans workers but this worker has no rendezvous store");
     }
+    // All-gather inputs named without a slice: a program holds only its own
+    // buffers, so every worker publishes its inputs' boxes before the
+    // barrier and reads the ones it lacks after it.
+    RETURN_IF_ERROR(PublishGatherBoxes(program, *kv));
     NcclWorkerSetup setup;
     setup.worker_rank = program.rank;
     setup.world_size = program.world_size;
@@ -279,6 +369,10 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
                        created.status().message()));
     }
     nccl = *std::move(created);
+    // On failure the communicators' destructor aborts them.
+    ASSIGN_OR_RETURN(gather_boxes,
+                     ReadGatherBoxes(program, *kv, options_.rendezvous_timeout,
+                                     cancellation_));
     absl::MutexLock lock(&mu_);
     nccl_ = nccl.get();
   }
@@ -290,6 +384,7 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
   std::vector<CudaStream> streams;
   for (int l = 0; l < options_.lanes && failure.ok(); ++l) {
     lanes[l].index = l;
+    lanes[l].blas = std::make_shared<BlasHandles>();
     for (int gpu : gpus) {
       absl::StatusOr<CudaStream> stream = CudaStream::Create(gpu);
       if (!stream.ok()) {
@@ -306,17 +401,21 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
   env.buffers = &buffers;
   env.nccl = nccl.get();
   env.chunk_bytes = options_.chunk_bytes;
+  env.gather_boxes = &gather_boxes;
   std::vector<TimedStep> timed(n);
   std::vector<int> primary_gpu(n, -1);
   for (int i = 0; i < n && failure.ok(); ++i) {
-    absl::StatusOr<int> gpu = PrimaryGpu(program.steps[i], env);
+    absl::StatusOr<int> gpu = StepPrimaryGpu(program.steps[i], env);
     if (!gpu.ok()) {
       failure = gpu.status();
       break;
     }
     primary_gpu[i] = *gpu;
-    failure = CreateTimedStep(program.steps[i], *gpu, program, device_gpu,
-                              /*hops=*/metrics != nullptr, timed[i]);
+    // Hops are a relay chain's; other ops report the step alone.
+    failure = CreateTimedStep(
+        program.steps[i], *gpu, program, device_gpu,
+        /*hops=*/metrics != nullptr && IsRelayOp(program.steps[i].op),
+        timed[i]);
   }
   absl::flat_hash_map<int, int> index_of;
   for (int i = 0; i < n; ++i) index_of[program.steps[i].id] = i;
@@ -347,7 +446,7 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
         waits.push_back(timed[index_of.at(dep)].done.get());
       }
       absl::Status status =
-          EnqueueRelayStep(step, env, lanes[l], waits, timed[i].events);
+          (*kernels[i])(step, env, lanes[l], waits, timed[i].events);
       if (!status.ok()) Fail(status);
       absl::MutexLock lock(&mu);
       if (!status.ok()) {
@@ -454,6 +553,8 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
                                             "draining a step stream");
     if (failure.ok() && !drained.ok()) failure = drained;
   }
+  // cuBLAS handles go before the streams they are bound to.
+  for (DeviceLane& lane : lanes) lane.blas.reset();
   const absl::Time steps_end = absl::Now();
   {
     absl::MutexLock lock(&mu_);
@@ -484,15 +585,14 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
     step_result->set_worker(program.worker);
     step_result->set_bytes(step.bytes);
     step_result->set_seconds(seconds);
-    for (size_t p = 1; p < step.chain.size(); ++p) {
-      if (program.IsLocal(step.chain[p])) received_bytes += step.bytes;
-    }
+    received_bytes += DeliveredBytes(program, step);
   }
   result.set_bytes_moved(received_bytes);
   ASSIGN_OR_RETURN(const VerificationSummary verification,
-                   buffers.VerifyDestinations());
+                   buffers.VerifyDestinations(cancellation_));
   result.set_elements_verified(verification.elements);
   result.set_mismatches(verification.mismatches);
+  result.set_max_abs_error(verification.max_abs_error);
   const absl::Time verify_end = absl::Now();
   if (nccl != nullptr) {
     const absl::Status finalized = nccl->Finalize();

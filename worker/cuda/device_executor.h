@@ -13,17 +13,21 @@
 //  4. enqueues the steps: lanes of streams (one stream per GPU per lane,
 //     and one NCCL communicator per GPU per lane); step s goes to lane
 //     s.id % lanes, each lane's thread enqueues its steps in (stage, id)
-//     order, and a step waits on the GPU (cudaStreamWaitEvent) for the
-//     steps it depends on. Independent steps on different lanes overlap;
-//     every worker enqueues the steps of a lane in the same order, which
-//     keeps NCCL's order-based matching consistent and, since deps point to
-//     earlier (stage, id), cannot deadlock (docs/gpu.md);
+//     order with the kernel of its op from the GPU backend's table
+//     (device_kernels.h: relay chains, every collective, local copies,
+//     cuBLAS GEMM and elementwise compute), and a step waits on the GPU
+//     (cudaStreamWaitEvent) for the steps it depends on. Independent steps
+//     on different lanes overlap; every worker enqueues the steps of a lane
+//     in the same order, which keeps NCCL's order-based matching
+//     consistent and, since deps point to earlier (stage, id), cannot
+//     deadlock (docs/gpu.md);
 //  5. waits for every step's done event, polling NCCL's async errors, the
 //     cancellation and a no-progress bound (op_timeout); on any failure it
 //     aborts the NCCL communicators (ncclCommAbort), so kernels blocked on
 //     a dead peer return, and drains the streams;
-//  6. times each step with its CUDA events, verifies every destination
-//     element on the GPU, finalizes the communicators.
+//  6. times each step with its CUDA events, verifies the destinations
+//     (moved pattern data on the GPU, computed data on the host against the
+//     CPU path's reference: DeviceBufferSet), finalizes the communicators.
 //
 // With CudaBackendOptions::metrics set, the job reports to WorkerMetrics as
 // the CPU executor does: tile bytes while the tiles exist (the device-memory

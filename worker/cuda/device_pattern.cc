@@ -60,6 +60,39 @@ absl::Status FillBoxOnDevice(void* data, const Box& box, const TensorSpec& spec,
       "launching the pattern fill kernel");
 }
 
+bool IsPatternInitializer(const v1::Initializer& init) {
+  return init.kind() == v1::Initializer::KIND_PATTERN ||
+         init.kind() == v1::Initializer::KIND_UNSPECIFIED;
+}
+
+absl::Status FillInitializerOnDevice(void* data, const Box& box,
+                                     const TensorSpec& spec, int tensor_index,
+                                     const v1::Initializer& init,
+                                     cudaStream_t stream) {
+  switch (init.kind()) {
+    case v1::Initializer::KIND_UNSPECIFIED:
+    case v1::Initializer::KIND_PATTERN:
+      return FillBoxOnDevice(data, box, spec, tensor_index, stream);
+    case v1::Initializer::KIND_RANDOM: {
+      ASSIGN_OR_RETURN(const PatternTile tile, MakePatternTile(box, spec));
+      return CudaStatus(
+          LaunchFillRandom(data, tile, ToPatternType(spec.dtype), init.seed(),
+                           static_cast<uint32_t>(tensor_index), stream),
+          "launching the RANDOM initializer kernel");
+    }
+    case v1::Initializer::KIND_ZEROS:
+      return CudaStatus(
+          cudaMemsetAsync(data, 0, NumElements(box) * DTypeSize(spec.dtype),
+                          stream),
+          "zeroing a source tile");
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", tensor_index, ": initializer kind ",
+          static_cast<int>(init.kind()),
+          " is unknown; allowed: KIND_PATTERN, KIND_RANDOM, KIND_ZEROS"));
+  }
+}
+
 absl::StatusOr<DeviceVerifyResult> VerifyBoxOnDevice(const void* data,
                                                      const Box& box,
                                                      const TensorSpec& spec,

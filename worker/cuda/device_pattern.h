@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "meshcast/v1/plan.pb.h"
 #include "planner/tensor.h"
 #include "worker/cuda/pattern_kernels.h"
 
@@ -33,6 +34,18 @@ absl::Status CudaStatus(cudaError_t error, absl::string_view what);
 // box outside the tensor or a rank above kMaxPatternRank.
 absl::StatusOr<PatternTile> MakePatternTile(const Box& box,
                                             const TensorSpec& spec);
+
+// True for KIND_PATTERN and KIND_UNSPECIFIED (the resharding pattern).
+bool IsPatternInitializer(const v1::Initializer& init);
+
+// Fills `box` of tensor `tensor_index` with its initializer (plan.proto
+// Initializer): the pattern kernel, the RANDOM kernel (the bits of
+// worker/kernels/initializer_core.h, as the host's FillInitializer), or
+// zeros. INVALID_ARGUMENT for an unknown kind.
+absl::Status FillInitializerOnDevice(void* data, const Box& box,
+                                     const TensorSpec& spec, int tensor_index,
+                                     const v1::Initializer& init,
+                                     cudaStream_t stream);
 
 absl::Status FillBoxOnDevice(void* data, const Box& box, const TensorSpec& spec,
                              int tensor_index, cudaStream_t stream);

@@ -16,41 +16,6 @@
 namespace meshcast::worker::cuda {
 namespace {
 
-// Once per GPU per process: readies the default stream-ordered pool that
-// holds the staging slots. It is shared with the peer GPUs (NCCL's
-// direct-pointer path, see ShareDefaultMemPoolWithPeers), and
-// cudaMemPoolReuseAllowInternalDependencies is turned off. With that
-// attribute on (the default) cudaMallocAsync may hand out a block freed on
-// another stream by making the allocating stream wait for that stream: a
-// step's slot allocation on lane 1 could wait for whatever lane 0 had
-// enqueued up to the free of some other step's slot, NCCL kernels blocked
-// on remote peers included. Such an edge can make a step wait for a later
-// step of another lane, which the ordering argument of docs/gpu.md rules
-// out: that later step may itself be waiting, through a peer, for this one
-// (a deadlock), and at best the lanes stop overlapping. Reuse of completed
-// frees (opportunistic) and after an explicit event dependency stays on:
-// neither adds a wait.
-absl::Status PrepareStagingPool(int gpu) {
-  RETURN_IF_ERROR(ShareDefaultMemPoolWithPeers(gpu));
-  static absl::Mutex* const mu = new absl::Mutex;
-  static auto* const prepared = new absl::flat_hash_set<int>;
-  absl::MutexLock lock(mu);
-  if (prepared->contains(gpu)) return absl::OkStatus();
-  ScopedCudaDevice on(gpu);
-  RETURN_IF_ERROR(on.status());
-  cudaMemPool_t pool = nullptr;
-  RETURN_IF_ERROR(CudaStatus(cudaDeviceGetDefaultMemPool(&pool, gpu),
-                             absl::StrCat("default memory pool of GPU ", gpu)));
-  int allow = 0;
-  RETURN_IF_ERROR(CudaStatus(
-      cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies,
-                              &allow),
-      absl::StrCat("keeping GPU ", gpu,
-                   "'s memory pool from adding stream dependencies")));
-  prepared->insert(gpu);
-  return absl::OkStatus();
-}
-
 // A run of the chain (RelayRun) with what this worker needs to drive it.
 struct Run {
   RelayRun plan;
@@ -470,6 +435,41 @@ class StepEnqueuer {
 };
 
 }  // namespace
+
+// Once per GPU per process: readies the default stream-ordered pool that
+// holds the staging slots. It is shared with the peer GPUs (NCCL's
+// direct-pointer path, see ShareDefaultMemPoolWithPeers), and
+// cudaMemPoolReuseAllowInternalDependencies is turned off. With that
+// attribute on (the default) cudaMallocAsync may hand out a block freed on
+// another stream by making the allocating stream wait for that stream: a
+// step's slot allocation on lane 1 could wait for whatever lane 0 had
+// enqueued up to the free of some other step's slot, NCCL kernels blocked
+// on remote peers included. Such an edge can make a step wait for a later
+// step of another lane, which the ordering argument of docs/gpu.md rules
+// out: that later step may itself be waiting, through a peer, for this one
+// (a deadlock), and at best the lanes stop overlapping. Reuse of completed
+// frees (opportunistic) and after an explicit event dependency stays on:
+// neither adds a wait.
+absl::Status PrepareStagingPool(int gpu) {
+  RETURN_IF_ERROR(ShareDefaultMemPoolWithPeers(gpu));
+  static absl::Mutex* const mu = new absl::Mutex;
+  static auto* const prepared = new absl::flat_hash_set<int>;
+  absl::MutexLock lock(mu);
+  if (prepared->contains(gpu)) return absl::OkStatus();
+  ScopedCudaDevice on(gpu);
+  RETURN_IF_ERROR(on.status());
+  cudaMemPool_t pool = nullptr;
+  RETURN_IF_ERROR(CudaStatus(cudaDeviceGetDefaultMemPool(&pool, gpu),
+                             absl::StrCat("default memory pool of GPU ", gpu)));
+  int allow = 0;
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies,
+                              &allow),
+      absl::StrCat("keeping GPU ", gpu,
+                   "'s memory pool from adding stream dependencies")));
+  prepared->insert(gpu);
+  return absl::OkStatus();
+}
 
 absl::StatusOr<int> PrimaryGpu(const StepDesc& step,
                                const DeviceRelayEnvironment& env) {

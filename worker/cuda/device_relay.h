@@ -45,6 +45,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -64,13 +65,29 @@ struct DeviceRelayEnvironment {
   NcclCommunicator* nccl = nullptr;
   // Same on every worker of the job (NcclCommunicator checks it).
   int64_t chunk_bytes = int64_t{4} << 20;
+  // Boxes of other workers' all-gather input buffers that the program does
+  // not hold, by buffer id, learned at set-up (device_executor.cc); may be
+  // null.
+  const absl::flat_hash_map<int, Box>* gather_boxes = nullptr;
 };
+
+class BlasHandles;  // device_step.h
 
 // The streams of one lane: an NCCL lane index and one stream per local GPU.
 struct DeviceLane {
   int index = 0;
   absl::flat_hash_map<int, cudaStream_t> streams;  // CUDA ordinal -> stream
+  // The lane's cuBLAS handles (GEMM steps); may be null when no step of the
+  // job computes.
+  std::shared_ptr<BlasHandles> blas;
 };
+
+// Readies `gpu`'s default stream-ordered pool for staging memory
+// (cudaMallocAsync): shared with the peer GPUs, and kept from adding
+// stream dependencies between lanes (device_relay.cc says why). Once per
+// GPU per process; thread-safe. Every step kernel that stages memory calls
+// it first.
+absl::Status PrepareStagingPool(int gpu);
 
 // CUDA ordinal of the step's primary stream: the GPU of its first position
 // on this worker. `start` and `done` events must be created on it.

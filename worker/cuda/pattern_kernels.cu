@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "worker/cuda/pattern_kernels.h"
+#include "worker/kernels/initializer_core.h"
 
 namespace meshcast::worker::cuda {
 namespace {
@@ -48,6 +49,21 @@ __global__ void FillKernel(typename WordOf<PatternTypeSize(kType)>::Type* out,
   }
 }
 
+// The RANDOM initializer (initializer_core.h): the same bits as the host's
+// FillInitializer.
+template <PatternType kType>
+__global__ void FillRandomKernel(
+    typename WordOf<PatternTypeSize(kType)>::Type* out, PatternTile tile,
+    uint64_t seed, uint32_t tensor) {
+  using Word = typename WordOf<PatternTypeSize(kType)>::Type;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       e < tile.elements; e += stride) {
+    out[e] = static_cast<Word>(
+        RandomBits(kType, seed, GlobalIndex(tile, e), tensor));
+  }
+}
+
 template <PatternType kType>
 __global__ void VerifyKernel(
     const typename WordOf<PatternTypeSize(kType)>::Type* in, PatternTile tile,
@@ -87,6 +103,15 @@ cudaError_t Fill(void* data, const PatternTile& tile, uint32_t tensor,
   using Word = typename WordOf<PatternTypeSize(kType)>::Type;
   FillKernel<kType><<<Blocks(tile.elements), kThreads, 0, stream>>>(
       static_cast<Word*>(data), tile, tensor);
+  return cudaGetLastError();
+}
+
+template <PatternType kType>
+cudaError_t FillRandom(void* data, const PatternTile& tile, uint64_t seed,
+                       uint32_t tensor, cudaStream_t stream) {
+  using Word = typename WordOf<PatternTypeSize(kType)>::Type;
+  FillRandomKernel<kType><<<Blocks(tile.elements), kThreads, 0, stream>>>(
+      static_cast<Word*>(data), tile, seed, tensor);
   return cudaGetLastError();
 }
 
@@ -132,6 +157,18 @@ cudaError_t LaunchFillPattern(void* data, const PatternTile& tile,
 #define MESHCAST_FILL(t) Fill<t>(data, tile, tensor, stream)
   MESHCAST_DISPATCH_PATTERN_TYPE(type, MESHCAST_FILL);
 #undef MESHCAST_FILL
+}
+
+cudaError_t LaunchFillRandom(void* data, const PatternTile& tile,
+                             PatternType type, uint64_t seed, uint32_t tensor,
+                             cudaStream_t stream) {
+  if (tile.rank < 0 || tile.rank > kMaxPatternRank) {
+    return cudaErrorInvalidValue;
+  }
+  if (tile.elements == 0) return cudaSuccess;
+#define MESHCAST_FILL_RANDOM(t) FillRandom<t>(data, tile, seed, tensor, stream)
+  MESHCAST_DISPATCH_PATTERN_TYPE(type, MESHCAST_FILL_RANDOM);
+#undef MESHCAST_FILL_RANDOM
 }
 
 cudaError_t LaunchVerifyPattern(const void* data, const PatternTile& tile,

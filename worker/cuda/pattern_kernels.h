@@ -44,6 +44,13 @@ cudaError_t LaunchFillPattern(void* data, const PatternTile& tile,
 
 // first_mismatch of a tile without mismatches (all bits set, so that
 // cudaMemset to 0xFF initialises it).
+// Fills the tile with the RANDOM initializer of (seed, tensor): the bits of
+// worker/kernels/initializer_core.h's RandomBits, as the host's
+// FillInitializer writes them.
+cudaError_t LaunchFillRandom(void* data, const PatternTile& tile,
+                             PatternType type, uint64_t seed, uint32_t tensor,
+                             cudaStream_t stream);
+
 inline constexpr unsigned long long kNoMismatch = ~0ull;
 
 // What the verify kernel accumulates, in device memory. Before a launch the

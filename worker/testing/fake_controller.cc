@@ -76,6 +76,42 @@ grpc::Status FakeController::Heartbeat(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+std::vector<v1::ReportProgressRequest> FakeController::progress_reports()
+    const {
+  absl::MutexLock lock(&mu_);
+  return progress_reports_;
+}
+
+void FakeController::HoldProgressReports(bool hold) {
+  absl::MutexLock lock(&mu_);
+  hold_progress_ = hold;
+}
+
+void FakeController::set_progress_unimplemented(bool unimplemented) {
+  absl::MutexLock lock(&mu_);
+  progress_unimplemented_ = unimplemented;
+}
+
+grpc::Status FakeController::ReportProgress(
+    grpc::ServerContext* context, const v1::ReportProgressRequest* request,
+    v1::ReportProgressResponse*) {
+  absl::MutexLock lock(&mu_);
+  if (progress_unimplemented_) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "ReportProgress");
+  }
+  // Polled, so that a caller's cancellation ends the wait too.
+  while (hold_progress_ && !context->IsCancelled()) {
+    mu_.AwaitWithTimeout(absl::Condition(+[](bool* held) { return !*held; },
+                                         &hold_progress_),
+                         absl::Milliseconds(5));
+  }
+  if (context->IsCancelled()) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the caller");
+  }
+  progress_reports_.push_back(*request);
+  return grpc::Status::OK;
+}
+
 grpc::Status FakeController::KvSet(grpc::ServerContext*,
                                    const v1::KvSetRequest* request,
                                    v1::KvSetResponse*) {

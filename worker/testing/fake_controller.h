@@ -1,7 +1,9 @@
 // FakeController: an in-process Controller service for worker tests: the
 // rendezvous key-value API (backed by InMemoryKvStore), RegisterWorker and
-// Heartbeat with counters, and Forget() to simulate a controller that lost
-// its registry. Other RPCs are UNIMPLEMENTED.
+// Heartbeat with counters, Forget() to simulate a controller that lost
+// its registry, and ReportProgress that records every report (it can be
+// held to simulate a slow controller, or answer UNIMPLEMENTED like an older
+// one). Other RPCs are UNIMPLEMENTED.
 //
 //   FakeController controller;
 //   ASSERT_TRUE(controller.Start().ok());
@@ -43,12 +45,23 @@ class FakeController : public v1::Controller::Service {
   v1::WorkerInfo worker(const std::string& name) const;
   void set_heartbeat_seconds(double seconds);
 
+  // Every ReportProgress request received, in order.
+  std::vector<v1::ReportProgressRequest> progress_reports() const;
+  // While held, ReportProgress calls wait (until released or cancelled by
+  // the caller) before they are recorded.
+  void HoldProgressReports(bool hold);
+  // ReportProgress answers UNIMPLEMENTED (a controller without it).
+  void set_progress_unimplemented(bool unimplemented);
+
   grpc::Status RegisterWorker(grpc::ServerContext*,
                               const v1::RegisterWorkerRequest* request,
                               v1::RegisterWorkerResponse* response) override;
   grpc::Status Heartbeat(grpc::ServerContext*,
                          const v1::HeartbeatRequest* request,
                          v1::HeartbeatResponse* response) override;
+  grpc::Status ReportProgress(grpc::ServerContext* context,
+                              const v1::ReportProgressRequest* request,
+                              v1::ReportProgressResponse*) override;
   grpc::Status KvSet(grpc::ServerContext*, const v1::KvSetRequest* request,
                      v1::KvSetResponse*) override;
   grpc::Status KvGet(grpc::ServerContext*, const v1::KvGetRequest* request,
@@ -66,6 +79,10 @@ class FakeController : public v1::Controller::Service {
   int registrations_ ABSL_GUARDED_BY(mu_) = 0;
   int heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
   double heartbeat_seconds_ ABSL_GUARDED_BY(mu_) = 0.05;
+  std::vector<v1::ReportProgressRequest> progress_reports_
+      ABSL_GUARDED_BY(mu_);
+  bool hold_progress_ ABSL_GUARDED_BY(mu_) = false;
+  bool progress_unimplemented_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace meshcast::worker::testing

@@ -288,13 +288,7 @@ absl::StatusOr<PlannedJob> CollectiveKind::Plan(
   RETURN_IF_ERROR(meshes[0].Validate(topology));
   PlannedJob job;
   job.plan = CollectivePlanBuilder(request, meshes[0]).Build();
-  ASSIGN_OR_RETURN(const PlanSimulation simulation,
-                   SimulatePlan(job.plan, topology));
-  job.plan.set_predicted_seconds(simulation.seconds);
-  for (double t : simulation.step_start) job.plan.add_predicted_step_start(t);
-  for (double t : simulation.step_finish) {
-    job.plan.add_predicted_step_finish(t);
-  }
+  RETURN_IF_ERROR(PredictPlan(job.plan, topology).status());
   const int64_t bytes = job.plan.steps(0).bytes();
   job.plan.set_lower_bound_seconds(
       request.iterations * CollectiveLowerBoundSeconds(request.op->op,

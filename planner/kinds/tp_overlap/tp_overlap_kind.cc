@@ -207,12 +207,7 @@ absl::StatusOr<PlannedJob> TpOverlapKind::Plan(
   PlannedJob job;
   job.plan = BuildSequentialPlan(request, meshes[0].devices);
   ASSIGN_OR_RETURN(const PlanSimulation simulation,
-                   SimulatePlan(job.plan, topology));
-  job.plan.set_predicted_seconds(simulation.seconds);
-  for (double t : simulation.step_start) job.plan.add_predicted_step_start(t);
-  for (double t : simulation.step_finish) {
-    job.plan.add_predicted_step_finish(t);
-  }
+                   PredictPlan(job.plan, topology));
   // No schedule beats the longer of the GEMM alone and the collective alone.
   const v1::Step& comm = job.plan.steps(job.plan.steps_size() - 1);
   const double comm_bound = CollectiveLowerBoundSeconds(

@@ -1,0 +1,257 @@
+#include "worker/cuda/device_compute.h"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "util/status_macros.h"
+#include "worker/cuda/compute_kernels.h"
+#include "worker/cuda/cublas_loader.h"
+#include "worker/cuda/cuda_handles.h"
+#include "worker/cuda/device_pattern.h"
+#include "worker/kernels/compute.h"
+#include "worker/pattern.h"
+
+namespace meshcast::worker::cuda {
+namespace {
+
+// An operand as the kernels see it: dense, row-major over its box.
+struct Dense {
+  const DeviceTile* tile = nullptr;
+  Box box;
+  uint8_t* data = nullptr;
+  bool staged = false;  // `data` is a packed copy, not the tile itself
+};
+
+// Looks the operand up and makes it dense on the step's GPU: in place when
+// it is one contiguous segment of its tile, else a packed copy (filled
+// from the tile when `read`).
+absl::StatusOr<Dense> MakeDense(const OperandDesc& operand,
+                                const DeviceRelayEnvironment& env,
+                                const std::string& what, bool read,
+                                StepStream& s) {
+  Dense dense;
+  ASSIGN_OR_RETURN(dense.tile, OperandTile(operand, *env.buffers, what));
+  dense.box = operand.box;
+  ASSIGN_OR_RETURN(dense.data, ContiguousRegion(*dense.tile, operand.box));
+  if (dense.data != nullptr && dense.tile->gpu() == s.gpu()) return dense;
+  ASSIGN_OR_RETURN(dense.data,
+                   s.Allocate(NumElements(operand.box) *
+                              dense.tile->element_size()));
+  dense.staged = true;
+  if (read) {
+    RETURN_IF_ERROR(PackRegion(*dense.tile, operand.box, dense.data, s.gpu(), s));
+  }
+  return dense;
+}
+
+absl::Status CheckElements(const Dense& operand, const std::string& what,
+                           int64_t expected, const std::string& shape,
+                           const v1::GemmAttrs& g) {
+  const int64_t found = NumElements(operand.box);
+  if (found == expected) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "gemm m=", g.m(), " n=", g.n(), " k=", g.k(), ": ", what, " (", shape,
+      ") needs ", expected, " elements, its slice ", BoxToString(operand.box),
+      " has ", found));
+}
+
+absl::Status EnqueueGemm(const StepDesc& step,
+                         const DeviceRelayEnvironment& env,
+                         const DeviceLane& lane,
+                         absl::Span<const cudaEvent_t> waits,
+                         const StepEvents& events) {
+  const v1::GemmAttrs& g = step.compute.gemm();
+  if (step.inputs.size() != 2 || step.outputs.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gemm needs inputs [A, B] and outputs [C], has ", step.inputs.size(),
+        " inputs and ", step.outputs.size(), " outputs"));
+  }
+  constexpr int64_t kMaxDim = std::numeric_limits<int>::max();
+  if (g.m() < 0 || g.n() < 0 || g.k() < 0 || g.m() > kMaxDim ||
+      g.n() > kMaxDim || g.k() > kMaxDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gemm m=", g.m(), " n=", g.n(), " k=", g.k(),
+                     ": every dimension must be in [0, ", kMaxDim, "]"));
+  }
+  ASSIGN_OR_RETURN(const int gpu, StepPrimaryGpu(step, env));
+  if (lane.blas == nullptr) {
+    return absl::InternalError("the lane has no cuBLAS handles");
+  }
+  ASSIGN_OR_RETURN(StepStream s, StepStream::Begin(lane, gpu, waits, events));
+  ASSIGN_OR_RETURN(const Dense a,
+                   MakeDense(step.inputs[0], env, "inputs[0] (A)", true, s));
+  ASSIGN_OR_RETURN(const Dense b,
+                   MakeDense(step.inputs[1], env, "inputs[1] (B)", true, s));
+  ASSIGN_OR_RETURN(const Dense c, MakeDense(step.outputs[0], env,
+                                            "outputs[0] (C)", g.accumulate(),
+                                            s));
+  const DType dtype = c.tile->dtype();
+  if (a.tile->dtype() != dtype || b.tile->dtype() != dtype) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gemm operands must share one dtype: A is ", DTypeName(a.tile->dtype()),
+        ", B ", DTypeName(b.tile->dtype()), ", C ", DTypeName(dtype)));
+  }
+  RETURN_IF_ERROR(CheckElements(a, "A", g.m() * g.k(),
+                                g.trans_a() ? "k x m" : "m x k", g));
+  RETURN_IF_ERROR(CheckElements(b, "B", g.k() * g.n(),
+                                g.trans_b() ? "n x k" : "k x n", g));
+  RETURN_IF_ERROR(CheckElements(c, "C", g.m() * g.n(), "m x n", g));
+
+  cudaDataType_t type;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  switch (dtype) {
+    case DType::kFloat32:
+      type = CUDA_R_32F;
+      break;
+    case DType::kFloat64:
+      type = CUDA_R_64F;
+      compute = CUBLAS_COMPUTE_64F;
+      break;
+    case DType::kFloat16:
+      type = CUDA_R_16F;
+      break;
+    case DType::kBFloat16:
+      type = CUDA_R_16BF;
+      break;
+    default:
+      return absl::UnimplementedError(absl::StrCat(
+          "gemm in ", DTypeName(dtype),
+          " has no kernel (float16, bfloat16, float32, float64 only, as on "
+          "the CPU)"));
+  }
+  const int m = static_cast<int>(g.m()), n = static_cast<int>(g.n()),
+            k = static_cast<int>(g.k());
+  if (m > 0 && n > 0) {
+    if (k == 0) {
+      // alpha * (empty sum): C stays when accumulating, else zeros.
+      if (!g.accumulate()) {
+        ScopedCudaDevice on(gpu);
+        RETURN_IF_ERROR(on.status());
+        RETURN_IF_ERROR(CudaStatus(
+            cudaMemsetAsync(c.data, 0,
+                            int64_t{m} * n * c.tile->element_size(),
+                            s.stream()),
+            "zeroing C"));
+      }
+    } else {
+      ASSIGN_OR_RETURN(cublasHandle_t handle, lane.blas->Get(gpu, s.stream()));
+      ScopedCudaDevice on(gpu);
+      RETURN_IF_ERROR(on.status());
+      const double alpha = GemmAlpha(g);
+      const double beta = g.accumulate() ? 1.0 : 0.0;
+      const float alpha32 = static_cast<float>(alpha);
+      const float beta32 = static_cast<float>(beta);
+      const void* alpha_ptr =
+          compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&alpha)
+                                        : static_cast<const void*>(&alpha32);
+      const void* beta_ptr =
+          compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&beta)
+                                        : static_cast<const void*>(&beta32);
+      // Row-major C (m x n) is column-major C^T (n x m) = op(B)^T op(A)^T.
+      const cublasOperation_t op_b = g.trans_b() ? CUBLAS_OP_T : CUBLAS_OP_N;
+      const cublasOperation_t op_a = g.trans_a() ? CUBLAS_OP_T : CUBLAS_OP_N;
+      const int ldb = g.trans_b() ? k : n;
+      const int lda = g.trans_a() ? m : k;
+      ASSIGN_OR_RETURN(const CublasApi* blas, LoadCublas());
+      RETURN_IF_ERROR(CublasStatus(
+          blas->gemm_ex(handle, op_b, op_a, n, m, k, alpha_ptr, b.data, type,
+                       ldb, a.data, type, lda, beta_ptr, c.data, type, n,
+                       compute, CUBLAS_GEMM_DEFAULT),
+          absl::StrCat("cublasGemmEx m=", m, " n=", n, " k=", k, " ",
+                       DTypeName(dtype))));
+    }
+  }
+  if (c.staged) {
+    RETURN_IF_ERROR(UnpackRegion(c.data, gpu, c.box, *c.tile, s));
+  }
+  return s.End();
+}
+
+absl::Status EnqueueElementwise(const StepDesc& step,
+                                const DeviceRelayEnvironment& env,
+                                const DeviceLane& lane,
+                                absl::Span<const cudaEvent_t> waits,
+                                const StepEvents& events) {
+  const v1::ElementwiseAttrs& attrs = step.compute.elementwise();
+  size_t inputs = 0;
+  switch (attrs.kind()) {
+    case v1::ElementwiseAttrs::KIND_ADD:
+      inputs = 2;
+      break;
+    case v1::ElementwiseAttrs::KIND_SCALE:
+      inputs = 1;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("elementwise kind ", static_cast<int>(attrs.kind()),
+                       " is unknown; allowed: KIND_ADD, KIND_SCALE"));
+  }
+  const char* name =
+      attrs.kind() == v1::ElementwiseAttrs::KIND_ADD ? "add" : "scale";
+  if (step.inputs.size() != inputs || step.outputs.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "elementwise ", name, " needs ", inputs, " inputs and 1 output, has ",
+        step.inputs.size(), " and ", step.outputs.size()));
+  }
+  ASSIGN_OR_RETURN(const int gpu, StepPrimaryGpu(step, env));
+  ASSIGN_OR_RETURN(StepStream s, StepStream::Begin(lane, gpu, waits, events));
+  std::vector<Dense> in;
+  for (size_t i = 0; i < inputs; ++i) {
+    ASSIGN_OR_RETURN(Dense operand,
+                     MakeDense(step.inputs[i], env,
+                               absl::StrCat("inputs[", i, "]"), true, s));
+    in.push_back(operand);
+  }
+  ASSIGN_OR_RETURN(const Dense out,
+                   MakeDense(step.outputs[0], env, "outputs[0]", false, s));
+  const DType dtype = out.tile->dtype();
+  const int64_t count = NumElements(out.box);
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i].tile->dtype() != dtype || NumElements(in[i].box) != count) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "elementwise ", name, ": inputs[", i, "] is ",
+          NumElements(in[i].box), " ", DTypeName(in[i].tile->dtype()),
+          " elements, the output ", count, " ", DTypeName(dtype),
+          "; operands must match"));
+    }
+  }
+  {
+    ScopedCudaDevice on(gpu);
+    RETURN_IF_ERROR(on.status());
+    const PatternType type = ToPatternType(dtype);
+    RETURN_IF_ERROR(CudaStatus(
+        attrs.kind() == v1::ElementwiseAttrs::KIND_ADD
+            ? LaunchAdd(type, in[0].data, in[1].data, out.data, count,
+                        s.stream())
+            : LaunchScale(type, attrs.alpha(), in[0].data, out.data, count,
+                          s.stream()),
+        absl::StrCat("launching the elementwise ", name, " kernel")));
+  }
+  if (out.staged) {
+    RETURN_IF_ERROR(UnpackRegion(out.data, gpu, out.box, *out.tile, s));
+  }
+  return s.End();
+}
+
+}  // namespace
+
+absl::Status EnqueueCompute(const StepDesc& step,
+                            const DeviceRelayEnvironment& env,
+                            const DeviceLane& lane,
+                            absl::Span<const cudaEvent_t> waits,
+                            const StepEvents& events) {
+  switch (step.compute.op_case()) {
+    case v1::ComputeAttrs::kGemm:
+      return EnqueueGemm(step, env, lane, waits, events);
+    case v1::ComputeAttrs::kElementwise:
+      return EnqueueElementwise(step, env, lane, waits, events);
+    default:
+      return absl::InvalidArgumentError(
+          "compute names no op; allowed: gemm, elementwise");
+  }
+}
+
+}  // namespace meshcast::worker::cuda

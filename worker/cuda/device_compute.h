@@ -1,0 +1,45 @@
+// The GPU kernel of OP_COMPUTE: GEMM with cuBLAS (cublasGemmEx) and the
+// elementwise ops with CUDA kernels (compute_kernels.h), on the step's
+// device; the GPU counterpart of worker/engine/compute_step.h with the same
+// contract (plan.proto GemmAttrs, ElementwiseAttrs; compute.h).
+//
+// Each operand is row-major over its own box. An operand that is one
+// contiguous segment of its tile is used in place; any other slice is
+// packed into stream-ordered staging first (and an output slice unpacked
+// afterwards, after packing its old value when the GEMM accumulates).
+//
+// GEMM: C = alpha * op(A) * op(B) (+ C when accumulate), alpha 0 read as 1.
+// cuBLAS is column-major; a row-major m x n C is the column-major n x m
+// matrix C^T = op(B)^T op(A)^T, so the call passes B before A with n and m
+// swapped and each operand's transpose flag as given (a row-major matrix
+// read column-major is its own transpose): no copy. float32 and float64 in
+// their own precision (CUBLAS_COMPUTE_32F, _64F; TF32 is not enabled),
+// float16 and bfloat16 with float accumulation (CUBLAS_COMPUTE_32F), as the
+// CPU path and the reference's tolerance assume; integer dtypes are
+// UNIMPLEMENTED, as on the CPU.
+//
+// Elementwise: KIND_ADD (two inputs) and KIND_SCALE (one), with the host's
+// bits (element_core.h).
+//
+// Errors: INVALID_ARGUMENT for m, n, k outside [0, 2^31 - 1], operand sizes
+// that do not match them, an unknown kind or the wrong operand count;
+// FAILED_PRECONDITION for an operand without a tile here or mixed dtypes;
+// cuBLAS and CUDA errors.
+// Thread safety: one lane thread per call (device_step.h).
+#ifndef MESHCAST_WORKER_CUDA_DEVICE_COMPUTE_H_
+#define MESHCAST_WORKER_CUDA_DEVICE_COMPUTE_H_
+
+#include "absl/status/status.h"
+#include "worker/cuda/device_step.h"
+
+namespace meshcast::worker::cuda {
+
+absl::Status EnqueueCompute(const StepDesc& step,
+                            const DeviceRelayEnvironment& env,
+                            const DeviceLane& lane,
+                            absl::Span<const cudaEvent_t> waits,
+                            const StepEvents& events);
+
+}  // namespace meshcast::worker::cuda
+
+#endif  // MESHCAST_WORKER_CUDA_DEVICE_COMPUTE_H_

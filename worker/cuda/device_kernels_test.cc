@@ -1,0 +1,544 @@
+// The GPU backend's kernel table and every op's GPU kernel, each checked by
+// the executor's verification against the host's reference (computed
+// tensors: worker/kernels/reference.h within the dtype's tolerance; moved
+// ones bit for bit): collectives on virtual devices of one GPU
+// (cuda:0xN), GEMM against the reference with its tolerance, elementwise
+// ops, initializer bits against the host BufferSet's, the GEMM ->
+// reduce-scatter DAG, and, on a machine with two GPUs, every collective
+// across two workers over NCCL. The table test runs everywhere; the rest
+// skip without a GPU (two GPUs for the last).
+#include "worker/cuda/device_kernels.h"
+
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "worker/buffer_set.h"
+#include "worker/cuda/device_buffer_set.h"
+#include "worker/cuda/device_executor.h"
+#include "worker/cuda/device_pattern.h"
+#include "worker/in_memory_kv_store.h"
+#include "worker/testing/test_job.h"
+
+namespace meshcast::worker::cuda {
+namespace {
+
+using testing::TestJob;
+
+TEST(CudaKernelTableTest, EveryOpOfTheIrHasAKernel) {
+  for (int op = v1::Step::Op_MIN; op <= v1::Step::Op_MAX; ++op) {
+    if (!v1::Step::Op_IsValid(op) || op == v1::Step::OP_UNSPECIFIED) continue;
+    auto kernel = CudaKernels().Find(static_cast<v1::Step::Op>(op));
+    EXPECT_TRUE(kernel.ok()) << v1::Step::Op_Name(
+        static_cast<v1::Step::Op>(op));
+  }
+  auto none = CudaKernels().Find(v1::Step::OP_UNSPECIFIED);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(none.status().message().find("backend \"cuda\""),
+            std::string::npos)
+      << none.status();
+  DeviceKernelTable table;
+  const DeviceStepKernel ok = [](const StepDesc&, const DeviceRelayEnvironment&,
+                                 const DeviceLane&,
+                                 absl::Span<const cudaEvent_t>,
+                                 const StepEvents&) {
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(table.Register(v1::Step::OP_ALL_REDUCE, ok).ok());
+  EXPECT_EQ(table.Register(v1::Step::OP_ALL_REDUCE, ok).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(table.Register(v1::Step::OP_COMPUTE, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(table.Find(v1::Step::OP_COMPUTE).status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+CudaBackendOptions Options() {
+  CudaBackendOptions options;
+  options.chunk_bytes = 1000;
+  options.lanes = 3;
+  options.rendezvous_timeout = absl::Seconds(30);
+  options.op_timeout = absl::Seconds(30);
+  return options;
+}
+
+absl::StatusOr<v1::JobResult> RunWorker(const TestJob& job, int w, int gpu,
+                                        int devices, KvStore* kv = nullptr) {
+  absl::StatusOr<ParsedProgram> program = ParseProgram(job.ProgramFor(w));
+  if (!program.ok()) return program.status();
+  DeviceSpec spec = *ParseDeviceSpec(absl::StrCat("cuda:", gpu, "x", devices));
+  DeviceExecutor executor(spec, Options());
+  return executor.Run(*program, kv);
+}
+
+void ExpectVerified(const absl::StatusOr<v1::JobResult>& result,
+                    int64_t elements, double max_error = 0) {
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->mismatches(), 0);
+  EXPECT_EQ(result->elements_verified(), elements);
+  EXPECT_LE(result->max_abs_error(), max_error);
+}
+
+v1::Initializer Random(uint64_t seed) {
+  v1::Initializer init;
+  init.set_kind(v1::Initializer::KIND_RANDOM);
+  init.set_seed(seed);
+  return init;
+}
+
+Box Row(const std::vector<int64_t>& shape, int64_t r) {
+  Box box = {{r, r + 1}};
+  for (int64_t extent : shape) box.push_back({0, extent});
+  return box;
+}
+
+std::vector<int64_t> WithRows(int64_t n, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> in = {n};
+  in.insert(in.end(), shape.begin(), shape.end());
+  return in;
+}
+
+// IN = [n] + shape (row r on group[r]), OUT = shape: all of OUT on every
+// rank (all-reduce) or chunk r along dim 0 (reduce-scatter).
+void AddReduction(TestJob& job, v1::Step::Op op, const std::vector<int>& group,
+                  const std::vector<int64_t>& shape, DType dtype,
+                  v1::Reduction reduction, const v1::Initializer& init) {
+  const int n = static_cast<int>(group.size());
+  const int in = job.AddTensor({WithRows(n, shape), dtype});
+  job.SetInitializer(in, init);
+  const int out = job.AddTensor({shape, dtype});
+  v1::Step step;
+  step.set_op(op);
+  step.set_reduction(reduction);
+  for (int r = 0; r < n; ++r) {
+    *step.add_inputs() = TestJob::Operand(
+        job.AddBuffer(group[r], in, Row(shape, r), BufferRole::kSource));
+  }
+  for (int r = 0; r < n; ++r) {
+    const Box box = op == v1::Step::OP_ALL_REDUCE
+                        ? job.FullBox(out)
+                        : TestJob::ShardBox(shape, 0, n, r);
+    *step.add_outputs() = TestJob::Operand(
+        job.AddBuffer(group[r], out, box, BufferRole::kDestination));
+  }
+  job.AddStep(step, group);
+}
+
+// Shards along dim 0 gathered into a full copy on every rank.
+void AddAllGather(TestJob& job, const std::vector<int>& group, DType dtype,
+                  bool slices) {
+  const int n = static_cast<int>(group.size());
+  const std::vector<int64_t> shape = {10, 5};
+  const int t = job.AddTensor({shape, dtype});
+  job.SetInitializer(t, Random(9));
+  v1::Step step;
+  step.set_op(v1::Step::OP_ALL_GATHER);
+  for (int r = 0; r < n; ++r) {
+    const Box shard = TestJob::ShardBox(shape, 0, n, r);
+    *step.add_inputs() = TestJob::Operand(
+        job.AddBuffer(group[r], t, shard, BufferRole::kSource),
+        slices ? shard : Box{});
+  }
+  for (int r = 0; r < n; ++r) {
+    *step.add_outputs() = TestJob::Operand(
+        job.AddBuffer(group[r], t, job.FullBox(t), BufferRole::kDestination));
+  }
+  job.AddStep(step, group);
+}
+
+// n x n counts with zeros and different sizes both ways; returns the
+// elements of OUT.
+int64_t AddAllToAll(TestJob& job, const std::vector<int>& group, DType dtype) {
+  const int n = static_cast<int>(group.size());
+  std::vector<int64_t> counts(n * n);
+  for (int r = 0; r < n; ++r) {
+    for (int s = 0; s < n; ++s) counts[r * n + s] = (r * 3 + s * 5 + 1) % 6;
+  }
+  std::vector<int64_t> in_row(n + 1, 0), out_row(n + 1, 0);
+  for (int r = 0; r < n; ++r) {
+    in_row[r + 1] = in_row[r];
+    out_row[r + 1] = out_row[r];
+    for (int s = 0; s < n; ++s) {
+      in_row[r + 1] += counts[r * n + s];
+      out_row[r + 1] += counts[s * n + r];
+    }
+  }
+  const int64_t total = in_row[n];
+  const int in = job.AddTensor({{total}, dtype});
+  job.SetInitializer(in, Random(21));
+  const int out = job.AddTensor({{total}, dtype});
+  v1::Step step;
+  step.set_op(v1::Step::OP_ALL_TO_ALL);
+  for (int64_t c : counts) step.add_counts(c);
+  for (int r = 0; r < n; ++r) {
+    *step.add_inputs() = TestJob::Operand(job.AddBuffer(
+        group[r], in, {{in_row[r], in_row[r + 1]}}, BufferRole::kSource));
+  }
+  for (int s = 0; s < n; ++s) {
+    *step.add_outputs() = TestJob::Operand(
+        job.AddBuffer(group[s], out, {{out_row[s], out_row[s + 1]}},
+                      BufferRole::kDestination));
+  }
+  job.AddStep(step, group);
+  return total;
+}
+
+// Every rank r computes its partial product P[r] = A[r] B[r]; a
+// reduce-scatter sums them and leaves chunk r of OUT on rank r.
+int64_t AddGemmThenReduceScatter(TestJob& job, int n, DType dtype) {
+  const int64_t m = 6, k = 7, cols = 5;
+  const int a = job.AddTensor({{n, m, k}, dtype});
+  const int b = job.AddTensor({{n, k, cols}, dtype});
+  const int p = job.AddTensor({{n, m, cols}, dtype});
+  const int out = job.AddTensor({{m, cols}, dtype});
+  job.SetInitializer(a, Random(1));
+  job.SetInitializer(b, Random(2));
+  std::vector<int> group(n), gemms;
+  std::iota(group.begin(), group.end(), 0);
+  v1::Step reduce;
+  reduce.set_op(v1::Step::OP_REDUCE_SCATTER);
+  for (int r = 0; r < n; ++r) {
+    v1::Step gemm;
+    gemm.set_op(v1::Step::OP_COMPUTE);
+    gemm.set_device(r);
+    v1::GemmAttrs* attrs = gemm.mutable_compute()->mutable_gemm();
+    attrs->set_m(m);
+    attrs->set_n(cols);
+    attrs->set_k(k);
+    *gemm.add_inputs() = TestJob::Operand(
+        job.AddBuffer(r, a, Row({m, k}, r), BufferRole::kSource));
+    *gemm.add_inputs() = TestJob::Operand(
+        job.AddBuffer(r, b, Row({k, cols}, r), BufferRole::kSource));
+    const int product =
+        job.AddBuffer(r, p, Row({m, cols}, r), BufferRole::kDestination);
+    *gemm.add_outputs() = TestJob::Operand(product);
+    gemms.push_back(job.AddStep(gemm));
+    *reduce.add_inputs() = TestJob::Operand(product);
+  }
+  for (int r = 0; r < n; ++r) {
+    *reduce.add_outputs() = TestJob::Operand(
+        job.AddBuffer(r, out, TestJob::ShardBox({m, cols}, 0, n, r),
+                      BufferRole::kDestination));
+  }
+  for (int gemm : gemms) reduce.add_deps(gemm);
+  reduce.set_stage(1);
+  job.AddStep(reduce, group);
+  return n * m * cols + m * cols;
+}
+
+const DType kAllTypes[] = {DType::kInt8,    DType::kUInt8,   DType::kInt32,
+                           DType::kInt64,   DType::kFloat16, DType::kBFloat16,
+                           DType::kFloat32, DType::kFloat64};
+
+class DeviceKernelsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (GpuCount() == 0) {
+      GTEST_SKIP() << "no CUDA GPU visible (cudaGetDeviceCount reports none); "
+                      "GPU kernels not tested";
+    }
+  }
+};
+
+TEST_F(DeviceKernelsTest, AllReduceInEveryDTypeAndBothReductions) {
+  for (DType dtype : kAllTypes) {
+    for (v1::Reduction reduction : {v1::REDUCTION_SUM, v1::REDUCTION_MAX}) {
+      SCOPED_TRACE(
+          absl::StrCat(DTypeName(dtype), " ", v1::Reduction_Name(reduction)));
+      TestJob job(1, 3, absl::StrCat("ar-", DTypeName(dtype), reduction));
+      AddReduction(job, v1::Step::OP_ALL_REDUCE, {0, 1, 2}, {5, 3}, dtype,
+                   reduction, Random(11));
+      ExpectVerified(RunWorker(job, 0, 0, 3), 3 * 15, /*max_error=*/0.05);
+    }
+  }
+}
+
+// 91 elements over 4 virtual devices, the group in a shuffled order.
+TEST_F(DeviceKernelsTest, AllReduceUnevenLengthShuffledGroup) {
+  TestJob job(1, 4);
+  AddReduction(job, v1::Step::OP_ALL_REDUCE, {2, 0, 3, 1}, {13, 7},
+               DType::kFloat32, v1::REDUCTION_SUM, Random(7));
+  ExpectVerified(RunWorker(job, 0, 0, 4), 4 * 91, 1e-5);
+}
+
+TEST_F(DeviceKernelsTest, ReduceScatterUnevenChunks) {
+  TestJob job(1, 4);
+  // 10 rows over 4 ranks: chunks of 3, 3, 3 and 1 rows.
+  AddReduction(job, v1::Step::OP_REDUCE_SCATTER, {0, 1, 2, 3}, {10, 3},
+               DType::kBFloat16, v1::REDUCTION_SUM, Random(5));
+  ExpectVerified(RunWorker(job, 0, 0, 4), 30, 0.05);
+}
+
+TEST_F(DeviceKernelsTest, ReduceScatterWithAnEmptyChunkAndMax) {
+  TestJob job(1, 4);
+  AddReduction(job, v1::Step::OP_REDUCE_SCATTER, {0, 1, 2, 3}, {3, 2},
+               DType::kInt32, v1::REDUCTION_MAX, v1::Initializer());
+  ExpectVerified(RunWorker(job, 0, 0, 4), 6);
+}
+
+TEST_F(DeviceKernelsTest, AllGatherUnevenShards) {
+  for (DType dtype : {DType::kInt8, DType::kBFloat16, DType::kFloat64}) {
+    for (bool slices : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(dtype), slices ? " slices" : ""));
+      TestJob job(1, 4, absl::StrCat("ag-", DTypeName(dtype), slices));
+      AddAllGather(job, {0, 1, 2, 3}, dtype, slices);
+      ExpectVerified(RunWorker(job, 0, 0, 4), 4 * 50);
+    }
+  }
+}
+
+TEST_F(DeviceKernelsTest, AllToAllUnevenCounts) {
+  for (const std::vector<int>& group :
+       {std::vector<int>{0, 1, 2, 3}, std::vector<int>{2, 0, 3, 1}}) {
+    TestJob job(1, 4);
+    const int64_t total = AddAllToAll(job, group, DType::kFloat16);
+    ExpectVerified(RunWorker(job, 0, 0, 4), total);
+  }
+}
+
+// Only the copied rows hold the pattern; the rest stay poisoned, which
+// verification must count.
+TEST_F(DeviceKernelsTest, LocalCopyOfASlice) {
+  TestJob job(1, 2);
+  const int t = job.AddTensor({{10, 6}, DType::kInt32});
+  const int from = job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
+  const int to = job.AddBuffer(1, t, job.FullBox(t), BufferRole::kDestination);
+  v1::Step step;
+  step.set_op(v1::Step::OP_LOCAL_COPY);
+  *step.add_inputs() = TestJob::Operand(from, {{2, 7}, {0, 6}});
+  *step.add_outputs() = TestJob::Operand(to, {{2, 7}, {0, 6}});
+  job.AddStep(step);
+  auto result = RunWorker(job, 0, 0, 2);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->elements_verified(), 60);
+  EXPECT_EQ(result->mismatches(), 5 * 6);
+}
+
+// The check can fail: device 2 holds a destination of the all-reduce's
+// output but is not in the group, so nothing writes it.
+TEST_F(DeviceKernelsTest, AComputedDestinationNobodyWroteIsAMismatch) {
+  TestJob job(1, 3);
+  AddReduction(job, v1::Step::OP_ALL_REDUCE, {0, 1}, {4, 4}, DType::kFloat32,
+               v1::REDUCTION_SUM, Random(2));
+  job.AddBuffer(2, 1, job.FullBox(1), BufferRole::kDestination);
+  auto result = RunWorker(job, 0, 0, 3);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->elements_verified(), 3 * 16);
+  EXPECT_EQ(result->mismatches(), 16);
+  EXPECT_GT(result->max_abs_error(), 0);
+}
+
+// C = alpha op(A) op(B) (+ C) with cuBLAS in every float dtype, both
+// transposes, against the reference within the dtype's tolerance;
+// operands are slices of larger buffers (packed and unpacked).
+TEST_F(DeviceKernelsTest, GemmAgainstTheReference) {
+  const int64_t m = 9, n = 7, k = 33;
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32,
+                      DType::kFloat64}) {
+    for (int transposes = 0; transposes < 4; ++transposes) {
+      const bool ta = transposes & 1, tb = transposes & 2;
+      SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " trans_a=", ta,
+                                " trans_b=", tb));
+      TestJob job(1, 1, absl::StrCat("gemm-", DTypeName(dtype), transposes));
+      // A and B live in buffers two columns wider than the operand.
+      const std::vector<int64_t> a_shape =
+          ta ? std::vector<int64_t>{k, m + 2} : std::vector<int64_t>{m, k + 2};
+      const std::vector<int64_t> b_shape =
+          tb ? std::vector<int64_t>{n, k + 2} : std::vector<int64_t>{k, n + 2};
+      const int a = job.AddTensor({a_shape, dtype});
+      const int b = job.AddTensor({b_shape, dtype});
+      const int c = job.AddTensor({{m, n}, dtype});
+      job.SetInitializer(a, Random(31));
+      job.SetInitializer(b, Random(32));
+      v1::Step gemm;
+      gemm.set_op(v1::Step::OP_COMPUTE);
+      gemm.set_device(0);
+      v1::GemmAttrs* attrs = gemm.mutable_compute()->mutable_gemm();
+      attrs->set_m(m);
+      attrs->set_n(n);
+      attrs->set_k(k);
+      attrs->set_trans_a(ta);
+      attrs->set_trans_b(tb);
+      attrs->set_alpha(0.75);
+      *gemm.add_inputs() = TestJob::Operand(
+          job.AddBuffer(0, a, job.FullBox(a), BufferRole::kSource),
+          {{0, a_shape[0]}, {1, a_shape[1] - 1}});
+      *gemm.add_inputs() = TestJob::Operand(
+          job.AddBuffer(0, b, job.FullBox(b), BufferRole::kSource),
+          {{0, b_shape[0]}, {1, b_shape[1] - 1}});
+      *gemm.add_outputs() = TestJob::Operand(
+          job.AddBuffer(0, c, job.FullBox(c), BufferRole::kDestination));
+      job.AddStep(gemm);
+      // max_abs_error: the reference's tolerance bounds each element; the
+      // values are products of k terms in [-1, 1).
+      ExpectVerified(RunWorker(job, 0, 0, 1), m * n, 0.75 * k);
+    }
+  }
+}
+
+TEST_F(DeviceKernelsTest, ElementwiseAddThenScale) {
+  for (DType dtype : kAllTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    TestJob job(1, 1, absl::StrCat("ew-", DTypeName(dtype)));
+    const int x = job.AddTensor({{4, 5}, dtype});
+    const int y = job.AddTensor({{4, 5}, dtype});
+    const int sum = job.AddTensor({{4, 5}, dtype});
+    const int scaled = job.AddTensor({{4, 5}, dtype});
+    job.SetInitializer(x, Random(4));
+    job.SetInitializer(y, Random(5));
+    v1::Step add;
+    add.set_op(v1::Step::OP_COMPUTE);
+    add.set_device(0);
+    add.mutable_compute()->mutable_elementwise()->set_kind(
+        v1::ElementwiseAttrs::KIND_ADD);
+    *add.add_inputs() = TestJob::Operand(
+        job.AddBuffer(0, x, job.FullBox(x), BufferRole::kSource));
+    *add.add_inputs() = TestJob::Operand(
+        job.AddBuffer(0, y, job.FullBox(y), BufferRole::kSource));
+    const int sum_buffer =
+        job.AddBuffer(0, sum, job.FullBox(sum), BufferRole::kScratch);
+    *add.add_outputs() = TestJob::Operand(sum_buffer);
+    const int first = job.AddStep(add);
+    v1::Step scale;
+    scale.set_op(v1::Step::OP_COMPUTE);
+    scale.set_device(0);
+    scale.mutable_compute()->mutable_elementwise()->set_kind(
+        v1::ElementwiseAttrs::KIND_SCALE);
+    scale.mutable_compute()->mutable_elementwise()->set_alpha(-0.5);
+    *scale.add_inputs() = TestJob::Operand(sum_buffer);
+    *scale.add_outputs() = TestJob::Operand(job.AddBuffer(
+        0, scaled, job.FullBox(scaled), BufferRole::kDestination));
+    scale.add_deps(first);
+    job.AddStep(scale);
+    ExpectVerified(RunWorker(job, 0, 0, 1), 20, 0.01);
+  }
+}
+
+// RANDOM and ZEROS sources hold the host BufferSet's bits (the fill kernel
+// and FillInitializer share initializer_core.h), destinations of computed
+// tensors start at zero, of moved ones poisoned.
+TEST_F(DeviceKernelsTest, InitializerBitsEqualTheHosts) {
+  for (DType dtype : kAllTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    TestJob job(1, 2, absl::StrCat("init-", DTypeName(dtype)));
+    const std::vector<int64_t> shape = {9, 11};
+    const int random = job.AddTensor({shape, dtype});
+    const int zeros = job.AddTensor({shape, dtype});
+    job.SetInitializer(random, Random(77));
+    v1::Initializer zero;
+    zero.set_kind(v1::Initializer::KIND_ZEROS);
+    job.SetInitializer(zeros, zero);
+    for (int d = 0; d < 2; ++d) {
+      job.AddBuffer(d, random, TestJob::ShardBox(shape, 0, 2, d),
+                    BufferRole::kSource);
+      job.AddBuffer(d, zeros, TestJob::ShardBox(shape, 1, 2, d),
+                    BufferRole::kSource);
+      job.AddBuffer(d, random, TestJob::ShardBox(shape, 1, 2, d),
+                    BufferRole::kDestination);
+    }
+    auto program = ParseProgram(job.ProgramFor(0));
+    ASSERT_TRUE(program.ok()) << program.status();
+    Cancellation cancellation;
+    auto host = BufferSet::Create(*program, cancellation, 1);
+    ASSERT_TRUE(host.ok()) << host.status();
+    auto device = DeviceBufferSet::Create(*program, {{0, 0}, {1, 0}},
+                                          cancellation);
+    ASSERT_TRUE(device.ok()) << device.status();
+    for (const BufferDesc& buffer : program->buffers) {
+      const TileBuffer* want = host->ById(buffer.id);
+      const DeviceTile* got = device->ById(buffer.id);
+      ASSERT_NE(got, nullptr);
+      std::vector<uint8_t> bytes(got->size_bytes());
+      ASSERT_EQ(cudaMemcpy(bytes.data(), got->data(), bytes.size(),
+                           cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), want->bytes().begin()))
+          << "buffer " << buffer.id;
+    }
+    // Moved RANDOM data is verified on the host, bit for bit, like the
+    // CPU's: only the pre-copied overlap matches.
+    auto host_summary = host->VerifyDestinations(1);
+    auto device_summary = device->VerifyDestinations();
+    ASSERT_TRUE(device_summary.ok()) << device_summary.status();
+    EXPECT_EQ(device_summary->elements, host_summary->elements);
+    EXPECT_EQ(device_summary->mismatches, host_summary->mismatches);
+  }
+}
+
+// The DAG of the issue on four virtual devices of one GPU: GEMMs, then a
+// reduce-scatter of their products.
+TEST_F(DeviceKernelsTest, GemmThenReduceScatterOnFourVirtualDevices) {
+  TestJob job(1, 4, "gemm-rs");
+  const int64_t elements = AddGemmThenReduceScatter(job, 4, DType::kFloat32);
+  ExpectVerified(RunWorker(job, 0, 0, 4), elements, 1e-4);
+}
+
+// Two workers in threads, one GPU each with two virtual devices, NCCL
+// between them: every collective across workers (groups that alternate
+// between them), and the GEMM -> reduce-scatter DAG.
+TEST_F(DeviceKernelsTest, EveryCollectiveAcrossTwoWorkersOverNccl) {
+  if (GpuCount() < 2) {
+    GTEST_SKIP() << "needs 2 GPUs (NCCL allows one rank per GPU); "
+                 << GpuCount() << " visible";
+  }
+  struct Case {
+    std::string name;
+    std::function<int64_t(TestJob&)> build;  // returns elements verified
+  };
+  const std::vector<Case> cases = {
+      {"all_reduce",
+       [](TestJob& job) {
+         AddReduction(job, v1::Step::OP_ALL_REDUCE, {0, 2, 1, 3}, {13, 7},
+                      DType::kFloat32, v1::REDUCTION_SUM, Random(3));
+         return int64_t{4 * 91};
+       }},
+      {"reduce_scatter",
+       [](TestJob& job) {
+         AddReduction(job, v1::Step::OP_REDUCE_SCATTER, {0, 2, 1, 3}, {10, 3},
+                      DType::kInt32, v1::REDUCTION_MAX, Random(5));
+         return int64_t{30};
+       }},
+      {"all_gather",
+       [](TestJob& job) {
+         // Whole-buffer inputs: the workers learn each other's input
+         // boxes through the rendezvous store.
+         AddAllGather(job, {0, 2, 1, 3}, DType::kBFloat16, /*slices=*/false);
+         return int64_t{4 * 50};
+       }},
+      {"all_to_all",
+       [](TestJob& job) {
+         return AddAllToAll(job, {2, 0, 1, 3}, DType::kFloat64);
+       }},
+      {"gemm_reduce_scatter",
+       [](TestJob& job) {
+         return AddGemmThenReduceScatter(job, 4, DType::kFloat32);
+       }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TestJob job(2, 2, absl::StrCat("nccl-", c.name));
+    const int64_t elements = c.build(job);
+    InMemoryKvStore kv;
+    std::vector<absl::StatusOr<v1::JobResult>> results(
+        2, absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (int w = 0; w < 2; ++w) {
+      threads.emplace_back(
+          [&, w] { results[w] = RunWorker(job, w, /*gpu=*/w, 2, &kv); });
+    }
+    for (std::thread& thread : threads) thread.join();
+    int64_t verified = 0;
+    for (int w = 0; w < 2; ++w) {
+      ASSERT_TRUE(results[w].ok()) << "worker " << w << ": "
+                                   << results[w].status();
+      EXPECT_EQ(results[w]->mismatches(), 0) << "worker " << w;
+      verified += results[w]->elements_verified();
+    }
+    EXPECT_EQ(verified, elements);
+  }
+}
+
+}  // namespace
+}  // namespace meshcast::worker::cuda

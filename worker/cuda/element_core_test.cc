@@ -1,0 +1,205 @@
+// Host-only (no GPU): the element arithmetic the GPU kernels run
+// (element_core.h) gives the CPU backend's bits, for every dtype, on random
+// and special values (signed zeros, infinities, NaN, subnormals, the
+// largest finite values, integer extremes); and the RANDOM initializer's
+// shared core gives FillInitializer's bits.
+#include "worker/cuda/element_core.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/kernels/compute.h"
+#include "worker/kernels/element.h"
+#include "worker/kernels/initializer.h"
+#include "worker/kernels/initializer_core.h"
+#include "worker/kernels/reduce.h"
+
+namespace meshcast::worker::cuda {
+namespace {
+
+const DType kAllTypes[] = {DType::kInt8,    DType::kUInt8,   DType::kInt32,
+                           DType::kInt64,   DType::kFloat16, DType::kBFloat16,
+                           DType::kFloat32, DType::kFloat64};
+
+uint64_t Bits(DType dtype, const std::vector<uint8_t>& bytes, int64_t i) {
+  const int size = DTypeSize(dtype);
+  uint64_t bits = 0;
+  std::memcpy(&bits, bytes.data() + i * size, size);
+  return bits;
+}
+
+void SetBits(DType dtype, std::vector<uint8_t>& bytes, int64_t i,
+             uint64_t bits) {
+  const int size = DTypeSize(dtype);
+  std::memcpy(bytes.data() + i * size, &bits, size);
+}
+
+// `n` elements: random bits, then every value of `specials` stored in the
+// dtype, so that each special meets random values and every other special.
+std::vector<uint8_t> Elements(DType dtype, int64_t n, uint64_t seed) {
+  std::mt19937_64 random(seed);
+  std::vector<uint8_t> bytes(n * DTypeSize(dtype));
+  for (int64_t i = 0; i < n; ++i) SetBits(dtype, bytes, i, random());
+  const double specials[] = {0.0,
+                             -0.0,
+                             1.0,
+                             -1.5,
+                             std::numeric_limits<double>::infinity(),
+                             -std::numeric_limits<double>::infinity(),
+                             std::numeric_limits<double>::quiet_NaN(),
+                             65504.0,
+                             3.0e38,
+                             1.0e300,
+                             6.0e-8,
+                             1.0e-40,
+                             127.0,
+                             -128.0,
+                             255.0,
+                             2147483647.0,
+                             -9.2e18};
+  int64_t i = 0;
+  for (double value : specials) {
+    for (int repeat = 0; repeat < 19 && i < n; ++repeat, i += 7) {
+      StoreElement(dtype, bytes.data() + i * DTypeSize(dtype), value);
+    }
+  }
+  return bytes;
+}
+
+TEST(ElementCoreTest, ReduceBitsMatchesReduceInto) {
+  constexpr int64_t kCount = 1 << 14;
+  for (DType dtype : kAllTypes) {
+    for (v1::Reduction reduction : {v1::REDUCTION_SUM, v1::REDUCTION_MAX}) {
+      const std::vector<uint8_t> in = Elements(dtype, kCount, 1);
+      const std::vector<uint8_t> start = Elements(dtype, kCount, 2);
+      std::vector<uint8_t> host = start;
+      ASSERT_TRUE(ReduceInto(reduction, dtype, in, absl::MakeSpan(host)).ok());
+      const PatternType type = KernelPatternType(dtype);
+      int64_t differ = 0;
+      for (int64_t i = 0; i < kCount; ++i) {
+        const uint64_t core =
+            ReduceBits(type, reduction == v1::REDUCTION_MAX,
+                       Bits(dtype, start, i), Bits(dtype, in, i));
+        if (core != Bits(dtype, host, i)) {
+          if (differ++ < 3) {
+            ADD_FAILURE() << DTypeName(dtype) << " "
+                          << v1::Reduction_Name(reduction) << " element " << i
+                          << ": core 0x" << std::hex << core << ", host 0x"
+                          << Bits(dtype, host, i);
+          }
+        }
+      }
+      EXPECT_EQ(differ, 0) << DTypeName(dtype) << " "
+                           << v1::Reduction_Name(reduction);
+    }
+  }
+}
+
+TEST(ElementCoreTest, AddAndScaleBitsMatchRunElementwise) {
+  constexpr int64_t kCount = 1 << 13;
+  const double alphas[] = {0.5,     -3.0,   2.0,      1.0e10,
+                           0.1,     -0.0,   1.0e-300, 9.3e18,
+                           -2.5e19, 1.0e30, 7.0};
+  for (DType dtype : kAllTypes) {
+    const PatternType type = KernelPatternType(dtype);
+    const std::vector<uint8_t> a = Elements(dtype, kCount, 3);
+    const std::vector<uint8_t> b = Elements(dtype, kCount, 4);
+    std::vector<uint8_t> host(a.size());
+    v1::ElementwiseAttrs add;
+    add.set_kind(v1::ElementwiseAttrs::KIND_ADD);
+    ASSERT_TRUE(RunElementwise(add, dtype, {a, b}, absl::MakeSpan(host)).ok());
+    int64_t differ = 0;
+    for (int64_t i = 0; i < kCount; ++i) {
+      differ += AddBits(type, Bits(dtype, a, i), Bits(dtype, b, i)) !=
+                Bits(dtype, host, i);
+    }
+    EXPECT_EQ(differ, 0) << DTypeName(dtype) << " ADD";
+    for (double alpha : alphas) {
+      v1::ElementwiseAttrs scale;
+      scale.set_kind(v1::ElementwiseAttrs::KIND_SCALE);
+      scale.set_alpha(alpha);
+      ASSERT_TRUE(
+          RunElementwise(scale, dtype, {a}, absl::MakeSpan(host)).ok());
+      differ = 0;
+      for (int64_t i = 0; i < kCount; ++i) {
+        const uint64_t core = ScaleBits(type, alpha, Bits(dtype, a, i));
+        if (core != Bits(dtype, host, i) && differ++ < 3) {
+          ADD_FAILURE() << DTypeName(dtype) << " SCALE " << alpha
+                        << " element " << i << ": core 0x" << std::hex << core
+                        << ", host 0x" << Bits(dtype, host, i);
+        }
+      }
+      EXPECT_EQ(differ, 0) << DTypeName(dtype) << " SCALE " << alpha;
+    }
+  }
+}
+
+TEST(ElementCoreTest, RoundingMatchesTheHostsConversion) {
+  std::mt19937_64 random(5);
+  for (int i = 0; i < 200000; ++i) {
+    // Doubles across the fp16 and bf16 ranges, subnormals included.
+    const double value = std::ldexp(
+        std::uniform_real_distribution<double>(-2, 2)(random),
+        static_cast<int>(random() % 300) - 150);
+    ASSERT_EQ(CoreRoundToFloatBits(value, 5, 10), RoundToFloatBits(value, 5, 10))
+        << value;
+    ASSERT_EQ(CoreRoundToFloatBits(value, 8, 7), RoundToFloatBits(value, 8, 7))
+        << value;
+    const uint64_t half = random() & 0xFFFF;
+    const double h = CoreFloatBitsToDouble(half, 5, 10);
+    const double expected = FloatBitsToDouble(half, 5, 10);
+    ASSERT_TRUE(h == expected || (std::isnan(h) && std::isnan(expected)))
+        << half;
+    const double bf = CoreFloatBitsToDouble(half, 8, 7);
+    const double bf_expected = FloatBitsToDouble(half, 8, 7);
+    ASSERT_TRUE(bf == bf_expected ||
+                (std::isnan(bf) && std::isnan(bf_expected)))
+        << half;
+  }
+  for (double value : {0.0, 1.0e300, -1.0e300, 9.3e18, -9.3e18, 1.9e19,
+                       -1.9e19, 3.0e19, 1.0e25, -1.0e25, 0.75, -0.75,
+                       9223372036854775807.0, -9223372036854775808.0,
+                       std::numeric_limits<double>::quiet_NaN(),
+                       std::numeric_limits<double>::infinity()}) {
+    EXPECT_EQ(CoreDoubleToWrappedInt64(value), DoubleToWrappedInt64(value))
+        << value;
+  }
+}
+
+// The host side of the shared initializer core: FillInitializer writes
+// RandomBits for RANDOM and zeros for ZEROS, which is what the GPU fill
+// kernel (pattern_kernels.cu) computes from the same header. The GPU half
+// of this check is in device_kernels_test.
+TEST(ElementCoreTest, RandomInitializerIsTheSharedCore) {
+  for (DType dtype : kAllTypes) {
+    const TensorSpec spec{{6, 10}, dtype};
+    const Box box = {{1, 5}, {3, 9}};
+    v1::Initializer init;
+    init.set_kind(v1::Initializer::KIND_RANDOM);
+    init.set_seed(1234);
+    std::vector<uint8_t> bytes(NumElements(box) * DTypeSize(dtype));
+    ASSERT_TRUE(
+        FillInitializer(absl::MakeSpan(bytes), box, spec, 3, init).ok());
+    int64_t e = 0;
+    for (int64_t r = box[0].begin; r < box[0].end; ++r) {
+      for (int64_t c = box[1].begin; c < box[1].end; ++c, ++e) {
+        const uint64_t global = static_cast<uint64_t>(r * 10 + c);
+        uint64_t expected =
+            RandomBits(KernelPatternType(dtype), 1234, global, 3);
+        if (DTypeSize(dtype) < 8) {
+          expected &= (uint64_t{1} << (8 * DTypeSize(dtype))) - 1;
+        }
+        ASSERT_EQ(Bits(dtype, bytes, e), expected)
+            << DTypeName(dtype) << " element " << e;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace meshcast::worker::cuda

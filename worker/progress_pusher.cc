@@ -1,0 +1,170 @@
+#include "worker/progress_pusher.h"
+
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "grpcpp/client_context.h"
+#include "worker/log.h"
+#include "worker/worker_service.h"
+
+namespace meshcast::worker {
+
+// One ReportProgress call: what gRPC needs alive until the call completes.
+struct ProgressPusher::Call {
+  grpc::ClientContext context;
+  v1::ReportProgressRequest request;
+  v1::ReportProgressResponse response;
+};
+
+std::vector<v1::TaskProgress> RunningTaskProgress(WorkerService& service) {
+  // GetStatus reads no context; the in-process call copies the running
+  // tasks' counters under the service's lock, which no job holds for long.
+  v1::GetStatusRequest request;
+  v1::GetStatusResponse response;
+  service.GetStatus(nullptr, &request, &response);
+  return {response.tasks().begin(), response.tasks().end()};
+}
+
+std::string PhaseOf(const v1::TaskProgress& task) {
+  if (!task.phase().empty()) return task.phase();
+  if (task.steps_total() <= 0) return "setup";
+  if (task.steps_done() >= task.steps_total()) return "verify";
+  return "data";
+}
+
+ProgressPusher::ProgressPusher(std::shared_ptr<grpc::Channel> controller,
+                               ProgressSource source,
+                               ProgressPusherOptions options)
+    : stub_(v1::Controller::NewStub(std::move(controller))),
+      source_(std::move(source)),
+      options_(std::move(options)) {}
+
+ProgressPusher::~ProgressPusher() { Stop(); }
+
+void ProgressPusher::Start() {
+  absl::MutexLock lock(&mu_);
+  if (thread_.joinable() || stopping_) return;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void ProgressPusher::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    // A call not started yet is cancelled as it starts (gRPC keeps the
+    // request), so none outlives Stop by more than its cancellation.
+    if (in_flight_ != nullptr) in_flight_->context.TryCancel();
+  }
+  if (thread_.joinable()) thread_.join();
+  absl::MutexLock lock(&mu_);
+  // The call's completion touches this object: wait for it.
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return in_flight_ == nullptr;
+  };
+  mu_.Await(absl::Condition(&idle));
+}
+
+int ProgressPusher::reports_sent() const {
+  absl::MutexLock lock(&mu_);
+  return sent_;
+}
+
+int ProgressPusher::reports_dropped() const {
+  absl::MutexLock lock(&mu_);
+  return dropped_;
+}
+
+int ProgressPusher::reports_failed() const {
+  absl::MutexLock lock(&mu_);
+  return failed_;
+}
+
+bool ProgressPusher::disabled() const {
+  absl::MutexLock lock(&mu_);
+  return disabled_;
+}
+
+void ProgressPusher::Loop() {
+  // The phase of every task as last reported, by job id.
+  absl::flat_hash_map<std::string, std::string> reported;
+  absl::Time last_sent = absl::InfinitePast();
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_),
+                           options_.sample_interval);
+      if (stopping_ || disabled_) return;
+    }
+    std::vector<v1::TaskProgress> tasks = source_();
+    if (tasks.empty()) {
+      reported.clear();  // idle: nothing to say
+      continue;
+    }
+    bool changed = tasks.size() != reported.size();
+    for (v1::TaskProgress& task : tasks) {
+      task.set_phase(PhaseOf(task));
+      auto it = reported.find(task.job_id());
+      if (it == reported.end() || it->second != task.phase()) changed = true;
+    }
+    const absl::Time now = absl::Now();
+    if (!changed && now - last_sent < options_.push_interval) continue;
+    absl::flat_hash_map<std::string, std::string> phases;
+    for (const v1::TaskProgress& task : tasks) {
+      phases[task.job_id()] = task.phase();
+    }
+    if (!Send(std::move(tasks))) continue;  // the change stays due
+    reported = std::move(phases);
+    last_sent = now;
+  }
+}
+
+bool ProgressPusher::Send(std::vector<v1::TaskProgress> tasks) {
+  auto call = std::make_shared<Call>();
+  call->request.set_worker(options_.name);
+  for (v1::TaskProgress& task : tasks) {
+    *call->request.add_tasks() = std::move(task);
+  }
+  call->context.set_deadline(
+      absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return false;
+    if (in_flight_ != nullptr) {
+      ++dropped_;
+      return false;
+    }
+    in_flight_ = call;
+    ++sent_;
+  }
+  stub_->async()->ReportProgress(
+      &call->context, &call->request, &call->response,
+      // `call` stays alive until the callback is destroyed.
+      [this, call](grpc::Status status) { OnDone(status); });
+  return true;
+}
+
+void ProgressPusher::OnDone(const grpc::Status& status) {
+  absl::MutexLock lock(&mu_);
+  in_flight_.reset();
+  if (status.ok()) {
+    if (failing_) Log("progress reports reach the controller again");
+    failing_ = false;
+    return;
+  }
+  ++failed_;
+  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    disabled_ = true;
+    Log("the controller does not take progress reports (ReportProgress "
+        "unimplemented); it polls this worker instead");
+    return;
+  }
+  if (!failing_ && !stopping_) {
+    Log(absl::StrCat("progress report failed (", status.error_message(),
+                     "); dropping reports until the controller answers"));
+  }
+  failing_ = true;
+}
+
+}  // namespace meshcast::worker
