@@ -263,16 +263,17 @@ absl::StatusOr<VerificationSummary> BufferSet::VerifyDestinations(
   const Cancellation never;
   BufferSetOptions options = options_;
   options.threads = threads;
-  return Verify(never, options);
+  return Verify(never, options, nullptr);
 }
 
 absl::StatusOr<VerificationSummary> BufferSet::VerifyDestinations(
-    const Cancellation& cancellation) const {
-  return Verify(cancellation, options_);
+    const Cancellation& cancellation, VerificationProgress* counters) const {
+  return Verify(cancellation, options_, counters);
 }
 
 absl::StatusOr<VerificationSummary> BufferSet::Verify(
-    const Cancellation& cancellation, const BufferSetOptions& options) const {
+    const Cancellation& cancellation, const BufferSetOptions& options,
+    VerificationProgress* counters) const {
   VerificationSummary summary;
   const v1::VerifyMode mode = program_->verify;
   if (mode == v1::VERIFY_MODE_OFF) return summary;
@@ -317,8 +318,26 @@ absl::StatusOr<VerificationSummary> BufferSet::Verify(
       slices.push_back({static_cast<int>(d), std::move(piece)});
     }
   }
+  if (counters != nullptr) {
+    // What the checkers will count: a sampled tile checks at most
+    // kSampledElements (the computed check samples as many).
+    int64_t total = 0;
+    for (const VerifySlice& slice : slices) {
+      const int64_t n = NumElements(slice.piece.box);
+      total += mode == v1::VERIFY_MODE_SAMPLE ? std::min(n, kSampledElements)
+                                              : n;
+    }
+    counters->done.store(0, std::memory_order_relaxed);
+    counters->total.store(total, std::memory_order_relaxed);
+  }
   std::vector<VerifyResult> results(slices.size());
   std::vector<double> errors(slices.size(), 0);
+  // Counts slice i once it is checked, whichever way it was.
+  auto count = [&](int i) {
+    if (counters != nullptr) {
+      counters->done.fetch_add(results[i].elements, std::memory_order_relaxed);
+    }
+  };
   RETURN_IF_ERROR(ParallelFor(slices.size(), options.threads, [&](int i) {
     RETURN_IF_ERROR(options.slicing.Next(cancellation));
     const BufferDesc& buffer = *destinations[slices[i].destination];
@@ -336,11 +355,13 @@ absl::StatusOr<VerificationSummary> BufferSet::Verify(
       results[i].mismatches = computed.mismatches;
       results[i].first_mismatch = computed.first_mismatch;
       errors[i] = computed.max_abs_error;
+      count(i);
       return absl::OkStatus();
     }
     ASSIGN_OR_RETURN(results[i],
                      VerifyMoved(bytes, piece.box, spec, buffer.tensor,
                                  program_->InitOf(buffer.tensor), mode));
+    count(i);
     return absl::OkStatus();
   }));
   // Per tile: the sums of its slices, the first mismatch of its first

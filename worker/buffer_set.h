@@ -28,6 +28,7 @@
 #ifndef MESHCAST_WORKER_BUFFER_SET_H_
 #define MESHCAST_WORKER_BUFFER_SET_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -65,6 +66,16 @@ struct VerificationSummary {
   std::string first_mismatch;
 };
 
+// How far a verification is, for status polls from any thread: `total`
+// (elements it will check: every element, or the sample, of every
+// destination) is set before the first slice, and `done` grows by each
+// slice's checked elements as the slice finishes, reaching `total` at the
+// end.
+struct VerificationProgress {
+  std::atomic<int64_t> done{0};
+  std::atomic<int64_t> total{0};
+};
+
 class BufferSet {
  public:
   // `program` must outlive the set. CANCELLED (the reason) if
@@ -96,9 +107,10 @@ class BufferSet {
   // Checks the destinations (every element, a fixed sample of at most
   // kSampledElements per tile, or nothing: ParsedProgram::verify), slice by
   // slice with the options given to Create; CANCELLED once `cancellation`
-  // is set.
+  // is set. `counters` (optional) follow it slice by slice.
   absl::StatusOr<VerificationSummary> VerifyDestinations(
-      const Cancellation& cancellation) const;
+      const Cancellation& cancellation,
+      VerificationProgress* counters = nullptr) const;
   // The same, never cancelled, on `threads` threads.
   absl::StatusOr<VerificationSummary> VerifyDestinations(int threads = 4) const;
 
@@ -110,7 +122,8 @@ class BufferSet {
   BufferSet() = default;
 
   absl::StatusOr<VerificationSummary> Verify(
-      const Cancellation& cancellation, const BufferSetOptions& options) const;
+      const Cancellation& cancellation, const BufferSetOptions& options,
+      VerificationProgress* counters) const;
 
   const ParsedProgram* program_ = nullptr;
   BufferSetOptions options_;

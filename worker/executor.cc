@@ -85,10 +85,29 @@ ExecutorTimings Executor::timings() const {
   return timings_;
 }
 
+absl::string_view JobPhaseName(JobPhase phase) {
+  switch (phase) {
+    case JobPhase::kSetup:
+      return "setup";
+    case JobPhase::kConnect:
+      return "connect";
+    case JobPhase::kData:
+      return "data";
+    case JobPhase::kVerify:
+      return "verify";
+    case JobPhase::kUnknown:
+      break;
+  }
+  return "";
+}
+
 StepProgress Executor::progress() const {
   StepProgress progress;
   progress.steps_done = steps_done_.load(std::memory_order_relaxed);
   progress.bytes_done = bytes_done_.load(std::memory_order_relaxed);
+  progress.phase = phase_.load(std::memory_order_relaxed);
+  progress.verify_done = verify_.done.load(std::memory_order_relaxed);
+  progress.verify_total = verify_.total.load(std::memory_order_relaxed);
   return progress;
 }
 
@@ -109,6 +128,7 @@ absl::StatusOr<v1::JobResult> Executor::Run(const ParsedProgram& program,
   RETURN_IF_ERROR(cancellation_.status());
 
   const absl::Time setup_start = absl::Now();
+  phase_.store(JobPhase::kSetup, std::memory_order_relaxed);
   RETURN_IF_ERROR(CheckMemory(program));
   BufferSetOptions buffer_options;
   buffer_options.threads = options_.fill_threads;
@@ -124,6 +144,7 @@ absl::StatusOr<v1::JobResult> Executor::Run(const ParsedProgram& program,
   const ScopedBufferMemory memory(options_.metrics, program);
   const absl::Time setup_end = absl::Now();
   if (comm != nullptr && comm->size() > 1) {
+    phase_.store(JobPhase::kConnect, std::memory_order_relaxed);
     absl::Status barrier = Barrier(*comm);
     if (!barrier.ok()) {
       RETURN_IF_ERROR(cancellation_.status());
@@ -134,6 +155,7 @@ absl::StatusOr<v1::JobResult> Executor::Run(const ParsedProgram& program,
     }
   }
   const absl::Time steps_start = absl::Now();
+  phase_.store(JobPhase::kData, std::memory_order_relaxed);
 
   RelayEnvironment env;
   env.program = &program;
@@ -160,8 +182,9 @@ absl::StatusOr<v1::JobResult> Executor::Run(const ParsedProgram& program,
   RETURN_IF_ERROR(steps);
   result.set_seconds(absl::ToDoubleSeconds(steps_end - steps_start));
 
+  phase_.store(JobPhase::kVerify, std::memory_order_relaxed);
   ASSIGN_OR_RETURN(VerificationSummary verification,
-                   buffers.VerifyDestinations(cancellation_));
+                   buffers.VerifyDestinations(cancellation_, &verify_));
   result.set_elements_verified(verification.elements);
   result.set_mismatches(verification.mismatches);
   result.set_max_abs_error(verification.max_abs_error);

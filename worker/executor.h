@@ -38,6 +38,11 @@
 // pool never is, so no cycle of waits can form through it (only through the
 // cap, as before: max_concurrent_steps must exceed the steps that can be
 // ready at once on any worker).
+// progress() tells status polls what Run is doing (JobPhase): kSetup while
+// it checks memory, allocates and fills the tiles, kConnect while it waits
+// in the start barrier, kData while steps run, kVerify while it checks the
+// destinations, with the elements checked so far out of those to check
+// (updated per verified slice; a sampled tile counts its sample).
 // Thread safety: Run once; Abort from any thread, any time.
 #ifndef MESHCAST_WORKER_EXECUTOR_H_
 #define MESHCAST_WORKER_EXECUTOR_H_
@@ -48,9 +53,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "meshcast/v1/job.pb.h"
+#include "worker/buffer_set.h"
 #include "worker/cancellation.h"
 #include "worker/communicator.h"
 #include "worker/host_memory.h"
@@ -86,10 +93,30 @@ struct ExecutorTimings {
   std::string first_mismatch;
 };
 
-// Steps of a program finished so far, and their bytes.
+// What a job is doing now (TaskProgress.phase). The order a job goes
+// through them: kSetup, kConnect, kData, kVerify; a Task that connects
+// before the executor runs reports kSetup, kConnect, then the executor's
+// own kSetup (tiles) and kConnect (start barrier) again.
+enum class JobPhase {
+  kUnknown,  // not said (before Run; a device job that does not track it)
+  kSetup,    // parse, memory check, allocate and fill tiles
+  kConnect,  // communicator rendezvous or agreement, start barrier
+  kData,     // steps run
+  kVerify,   // destinations checked
+};
+
+// "setup", "connect", "data", "verify"; "" for kUnknown.
+absl::string_view JobPhaseName(JobPhase phase);
+
+// How far a program is: steps finished so far and their bytes, the phase,
+// and verification's counters (destination elements checked so far and to
+// check; 0 until verification starts, and with verification off).
 struct StepProgress {
   int steps_done = 0;
   int64_t bytes_done = 0;
+  JobPhase phase = JobPhase::kUnknown;
+  int64_t verify_done = 0;
+  int64_t verify_total = 0;
 };
 
 class Executor {
@@ -114,7 +141,9 @@ class Executor {
   ExecutorTimings timings() const;
   // Threads the step pool held at its peak (after Run; for tests).
   int peak_threads() const { return peak_threads_; }
-  // Steps that succeeded so far; any thread, any time (for status polls).
+  // Steps that succeeded so far, the phase (kUnknown before Run; it stays
+  // at the last one reached once Run returned) and the verify counters;
+  // any thread, any time (for status polls).
   StepProgress progress() const;
 
  private:
@@ -134,6 +163,8 @@ class Executor {
   ExecutorTimings timings_ ABSL_GUARDED_BY(mu_);
   std::atomic<int> steps_done_{0};
   std::atomic<int64_t> bytes_done_{0};
+  std::atomic<JobPhase> phase_{JobPhase::kUnknown};
+  VerificationProgress verify_;
   int peak_threads_ = 0;
 };
 

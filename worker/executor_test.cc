@@ -3,9 +3,11 @@
 #include <atomic>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "worker/gloo_communicator.h"
 #include "worker/in_memory_kv_store.h"
@@ -396,6 +398,181 @@ TEST(ExecutorTest, AbortDuringASlowTransferEndsBothWorkersPromptly) {
     EXPECT_LT(ended[w] - aborted, absl::Seconds(3)) << "worker " << w;
   }
   EXPECT_LT(chunks.load(), 2 * 256);
+}
+
+// The phases an executor goes through as a status poll sees them: each
+// Record() reads the phase under one lock and appends it when it differs
+// from the last one appended, so the list is in the order they came.
+class PhaseRecorder {
+ public:
+  explicit PhaseRecorder(const Executor& executor) : executor_(executor) {}
+  // Records the phase now and returns it; while verifying, also the
+  // counters.
+  JobPhase Record() {
+    absl::MutexLock lock(&mu_);
+    const StepProgress progress = executor_.progress();
+    if (phases_.empty() || phases_.back() != progress.phase) {
+      phases_.push_back(progress.phase);
+    }
+    if (progress.phase == JobPhase::kVerify) {
+      verify_done_.push_back(progress.verify_done);
+      verify_total_ = progress.verify_total;
+    }
+    return progress.phase;
+  }
+  std::vector<JobPhase> phases() {
+    absl::MutexLock lock(&mu_);
+    return phases_;
+  }
+  std::vector<int64_t> verify_done() {
+    absl::MutexLock lock(&mu_);
+    return verify_done_;
+  }
+  int64_t verify_total() {
+    absl::MutexLock lock(&mu_);
+    return verify_total_;
+  }
+
+ private:
+  const Executor& executor_;
+  absl::Mutex mu_;
+  std::vector<JobPhase> phases_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> verify_done_ ABSL_GUARDED_BY(mu_);
+  int64_t verify_total_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Two workers swap a 64 KiB tile each, in 4 KiB slices (16 per tile) and
+// chunks. Worker 0 records its phase before every slice (fill, relay
+// chunks, verification); the test holds it in the start barrier, where no
+// slice runs, by starting worker 1 only once worker 0 is seen there.
+TEST(ExecutorTest, ReportsEveryPhaseInOrderAndCountsVerification) {
+  TestJob job(2, 1);
+  const int a = job.AddTensor({{256, 256}, DType::kUInt8});
+  const int b = job.AddTensor({{256, 256}, DType::kUInt8});
+  job.AddBuffer(0, a, job.FullBox(a), BufferRole::kSource);
+  job.AddBuffer(1, a, job.FullBox(a), BufferRole::kDestination);
+  job.AddBuffer(1, b, job.FullBox(b), BufferRole::kSource);
+  job.AddBuffer(0, b, job.FullBox(b), BufferRole::kDestination);
+  job.AddTransfer(a, job.FullBox(a), {0, 1});
+  job.AddTransfer(b, job.FullBox(b), {1, 0});
+  std::vector<ParsedProgram> programs;
+  for (int w = 0; w < 2; ++w) {
+    auto program = ParseProgram(job.ProgramFor(w));
+    ASSERT_TRUE(program.ok()) << program.status();
+    programs.push_back(*std::move(program));
+  }
+  InMemoryKvStore kv;
+  std::unique_ptr<GlooCommunicator> comms[2];
+  std::thread connect0([&] {
+    comms[0] = *GlooCommunicator::Create(kv, "phases/", 0, 2, GlooOptions());
+  });
+  comms[1] = *GlooCommunicator::Create(kv, "phases/", 1, 2, GlooOptions());
+  connect0.join();
+
+  ExecutorOptions options;
+  options.relay.chunk_bytes = 4096;
+  options.slicing.bytes = 4096;
+  options.fill_threads = 2;  // each thread verifies several slices
+  Executor worker1(options);
+  PhaseRecorder* recorder = nullptr;
+  options.slicing.before_slice = [&recorder] { recorder->Record(); };
+  Executor worker0(options);
+  PhaseRecorder phases(worker0);
+  recorder = &phases;
+  EXPECT_EQ(phases.Record(), JobPhase::kUnknown);  // before Run
+
+  absl::StatusOr<v1::JobResult> results[2];
+  std::thread run0([&] { results[0] = worker0.Run(programs[0], comms[0].get()); });
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (phases.Record() != JobPhase::kConnect && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  std::thread run1([&] { results[1] = worker1.Run(programs[1], comms[1].get()); });
+  run0.join();
+  run1.join();
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_TRUE(results[w].ok()) << "worker " << w << ": " << results[w].status();
+    EXPECT_EQ(results[w]->mismatches(), 0);
+    EXPECT_EQ(results[w]->elements_verified(), 256 * 256);
+  }
+  phases.Record();
+  EXPECT_EQ(phases.phases(),
+            (std::vector<JobPhase>{JobPhase::kUnknown, JobPhase::kSetup,
+                                   JobPhase::kConnect, JobPhase::kData,
+                                   JobPhase::kVerify}));
+  // The counters grew slice by slice to every element of the tile.
+  const StepProgress done = worker0.progress();
+  EXPECT_EQ(done.phase, JobPhase::kVerify);
+  EXPECT_EQ(done.verify_total, 256 * 256);
+  EXPECT_EQ(done.verify_done, 256 * 256);
+  EXPECT_EQ(phases.verify_total(), 256 * 256);
+  const std::vector<int64_t> seen = phases.verify_done();
+  ASSERT_FALSE(seen.empty());
+  bool midway = false;
+  for (size_t i = 0; i < seen.size(); ++i) {
+    if (i > 0) {
+      EXPECT_GE(seen[i], seen[i - 1]);
+    }
+    EXPECT_EQ(seen[i] % 4096, 0) << "not whole slices: " << seen[i];
+    midway |= seen[i] > 0 && seen[i] < 256 * 256;
+  }
+  EXPECT_TRUE(midway) << "no count between 0 and the total was seen";
+}
+
+// One worker, no communicator: no connect phase; a sampled verification
+// counts its sample (kSampledElements of a tile), a full one every element,
+// and verification off counts nothing.
+TEST(ExecutorTest, VerifyCountersFollowTheVerifyMode) {
+  for (const auto& [mode, expected] :
+       std::vector<std::pair<v1::VerifyMode, int64_t>>{
+           {v1::VERIFY_MODE_FULL, 2 * 256 * 256},
+           {v1::VERIFY_MODE_SAMPLE, 2 * kSampledElements},
+           {v1::VERIFY_MODE_OFF, 0}}) {
+    SCOPED_TRACE(v1::VerifyMode_Name(mode));
+    TestJob job(1, 3);
+    const int t = job.AddTensor({{256, 256}, DType::kFloat16});
+    job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
+    job.AddBuffer(1, t, job.FullBox(t), BufferRole::kDestination);
+    job.AddBuffer(2, t, job.FullBox(t), BufferRole::kDestination);
+    job.AddTransfer(t, job.FullBox(t), {0, 1, 2});
+    job.set_verify(mode);
+    auto program = ParseProgram(job.ProgramFor(0));
+    ASSERT_TRUE(program.ok()) << program.status();
+    ExecutorOptions options;
+    options.slicing.bytes = 8192;
+    std::vector<JobPhase> phases;
+    Executor* target = nullptr;
+    absl::Mutex mu;
+    options.slicing.before_slice = [&] {
+      absl::MutexLock lock(&mu);
+      const JobPhase phase = target->progress().phase;
+      if (phases.empty() || phases.back() != phase) phases.push_back(phase);
+    };
+    Executor executor(options);
+    target = &executor;
+    auto result = executor.Run(*program, nullptr);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->elements_verified(), expected);
+    EXPECT_EQ(result->mismatches(), 0);
+    const StepProgress done = executor.progress();
+    EXPECT_EQ(done.phase, JobPhase::kVerify);
+    EXPECT_EQ(done.verify_total, expected);
+    EXPECT_EQ(done.verify_done, expected);
+    EXPECT_EQ(done.steps_done, 1);
+    // Fill and the local copies run slices; so does a verification that
+    // checks anything.
+    std::vector<JobPhase> want = {JobPhase::kSetup, JobPhase::kData};
+    if (mode != v1::VERIFY_MODE_OFF) want.push_back(JobPhase::kVerify);
+    EXPECT_EQ(phases, want);
+  }
+}
+
+TEST(JobPhaseNameTest, NamesEveryPhaseAsTheProtoDoes) {
+  EXPECT_EQ(JobPhaseName(JobPhase::kUnknown), "");
+  EXPECT_EQ(JobPhaseName(JobPhase::kSetup), "setup");
+  EXPECT_EQ(JobPhaseName(JobPhase::kConnect), "connect");
+  EXPECT_EQ(JobPhaseName(JobPhase::kData), "data");
+  EXPECT_EQ(JobPhaseName(JobPhase::kVerify), "verify");
 }
 
 }  // namespace

@@ -10,10 +10,12 @@
 // differs from the one last reported (a task not reported yet counts as a
 // change). Nothing is sent while the worker is idle.
 //
-// Each task's phase is its TaskProgress.phase when the task sets it;
-// otherwise PhaseOf infers one from its step counts ("setup" until the
-// program is parsed, "data" while steps remain, "verify" once every step
-// is done), which is all Task exposes today.
+// Each task's phase is its TaskProgress.phase, passed through as the task
+// set it (Task sets it exactly: task.h); only when it is empty (a device
+// job that does not track its phase) PhaseOf infers one from the step
+// counts ("setup" until the program is parsed, "data" while steps remain,
+// "verify" once every step is done). verify_done / verify_total go
+// through unchanged.
 //
 //   ProgressPusherOptions options;
 //   options.name = "node-a";  // the name the worker registered with

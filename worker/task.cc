@@ -48,22 +48,30 @@ Task::ConnectInfo Task::connect_info() const {
 }
 
 v1::TaskProgress Task::progress() const {
+  // The task's own phase first: once the executor (or device job) says one,
+  // that is newer, since the task hands over to it after connecting.
+  const JobPhase own = phase_.load(std::memory_order_relaxed);
   StepProgress done;
   {
     absl::MutexLock lock(&mu_);
     done = device_job_ != nullptr ? device_job_->progress()
                                   : executor_.progress();
   }
+  const JobPhase phase = done.phase != JobPhase::kUnknown ? done.phase : own;
   v1::TaskProgress progress;
   progress.set_job_id(program_.job_id());
   progress.set_steps_done(done.steps_done);
   progress.set_steps_total(steps_total_.load(std::memory_order_relaxed));
   progress.set_bytes_done(done.bytes_done);
   progress.set_bytes_total(bytes_total_.load(std::memory_order_relaxed));
+  progress.set_phase(std::string(JobPhaseName(phase)));
+  progress.set_verify_done(done.verify_done);
+  progress.set_verify_total(done.verify_total);
   return progress;
 }
 
 absl::StatusOr<v1::JobResult> Task::Run() {
+  phase_.store(JobPhase::kSetup, std::memory_order_relaxed);
   ASSIGN_OR_RETURN(const ParsedProgram program, ParseProgram(program_));
   int64_t bytes = 0;
   for (const StepDesc& step : program.steps) bytes += step.bytes;
@@ -71,7 +79,13 @@ absl::StatusOr<v1::JobResult> Task::Run() {
   steps_total_.store(static_cast<int>(program.steps.size()),
                      std::memory_order_relaxed);
   RETURN_IF_ERROR(cancellation_.status());
-  if (options_.device_backend != nullptr) return RunOnDevices(program);
+  if (options_.device_backend != nullptr) {
+    // The device job connects inside Run, out of the task's sight: from
+    // here the phase is whatever the job says, and none (the reader infers
+    // one from the step counts) if it does not track it.
+    phase_.store(JobPhase::kUnknown, std::memory_order_relaxed);
+    return RunOnDevices(program);
+  }
   // Before connecting: a worker that cannot hold the job fails at once, and
   // its peers are cancelled while they wait for it, before they allocate.
   RETURN_IF_ERROR(executor_.CheckMemory(program));
@@ -85,6 +99,8 @@ absl::StatusOr<v1::JobResult> Task::Run() {
     }
     auto cancelled = [this] { return cancellation_.cancelled(); };
     const absl::Time connect_start = absl::Now();
+    // Until the executor starts and reports its own set-up.
+    phase_.store(JobPhase::kConnect, std::memory_order_relaxed);
     if (options_.communicators != nullptr && !program.rank_workers.empty()) {
       CommunicatorRequest request;
       request.job_id = program.job_id;

@@ -11,6 +11,14 @@
 // With TaskOptions::device_backend set (GPU workers, docs/gpu.md) the job
 // runs on that backend instead of the CPU executor and Gloo.
 //
+// progress() names the phase exactly (TaskProgress.phase): "setup" from the
+// start of Run (parse, memory check), "connect" while the job's
+// communicator is bootstrapped or agreed with the peers, then the
+// executor's: "setup" (tiles allocated and filled), "connect" (start
+// barrier), "data" (steps), "verify" (with verify_done / verify_total). A
+// device job's phase is the one its DeviceJob::progress() says; empty if it
+// says none.
+//
 //   Task task(request.program(), &kv, options);
 //   absl::StatusOr<v1::JobResult> result = task.Run();   // blocks
 //   task.Abort("cancelled by the controller");           // any thread
@@ -67,7 +75,8 @@ class Task {
   const std::string& job_id() const { return program_.job_id(); }
   // Valid after Run returned a result.
   ExecutorTimings timings() const;
-  // How far the program is; any thread, any time (GetStatus).
+  // How far the program is; any thread, any time (GetStatus): steps and
+  // bytes, the phase and verification's counters (see the header).
   v1::TaskProgress progress() const;
   // How the job got its communicator, for the log: "none" (one worker),
   // "new" or "reused", and how long that took. Valid after Run.
@@ -92,6 +101,9 @@ class Task {
   // Totals of the parsed program (0 before Run has parsed it).
   std::atomic<int> steps_total_{0};
   std::atomic<int64_t> bytes_total_{0};
+  // The task's own phase (set-up, connecting); the executor's, once it
+  // reports one, takes over in progress().
+  std::atomic<JobPhase> phase_{JobPhase::kUnknown};
 };
 
 }  // namespace meshcast::worker

@@ -4,13 +4,17 @@
 #include <functional>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "worker/controller_kv_store.h"
+#include "worker/in_memory_kv_store.h"
 #include "worker/testing/fake_controller.h"
 #include "worker/testing/test_job.h"
 
@@ -364,6 +368,128 @@ TEST(TaskTest, ProgressCountsEveryFinishedStepAndItsBytes) {
   EXPECT_EQ(after.steps_total(), 2);
   EXPECT_EQ(after.bytes_done(), 2 * 16 * 8 * 4);
   EXPECT_EQ(after.bytes_total(), 2 * 16 * 8 * 4);
+  EXPECT_EQ(before.phase(), "");
+  EXPECT_EQ(after.phase(), "verify");
+  EXPECT_EQ(after.verify_done(), 2 * 16 * 8);
+  EXPECT_EQ(after.verify_total(), 2 * 16 * 8);
+}
+
+// The phases a task goes through as GetStatus sees them: each Record()
+// reads the task's progress under one lock and appends its phase when it
+// differs from the last one appended, so the list is in the order they
+// came.
+class TaskPhaseRecorder {
+ public:
+  std::string Record() {
+    absl::MutexLock lock(&mu_);
+    const std::string phase = task_->progress().phase();
+    if (phases_.empty() || phases_.back() != phase) phases_.push_back(phase);
+    return phase;
+  }
+  void set_task(const Task* task) { task_ = task; }
+  std::vector<std::string> phases() {
+    absl::MutexLock lock(&mu_);
+    return phases_;
+  }
+
+ private:
+  const Task* task_ = nullptr;
+  absl::Mutex mu_;
+  std::vector<std::string> phases_ ABSL_GUARDED_BY(mu_);
+};
+
+// Task 0 of a two-worker job records its phase at every memory check and
+// before every fill, copy, chunk and verify slice. The test holds it where
+// no slice runs: in the rendezvous (task 1 starts only once task 0 is seen
+// connecting) and in the start barrier (task 1 waits in its own set-up
+// until task 0 is seen there).
+TEST(TaskTest, ProgressNamesEveryPhaseInOrderAndCountsVerification) {
+  TestJob job = TwoWorkerBroadcast("job-phases");
+  InMemoryKvStore kv;
+  TaskOptions base;
+  base.gloo.rendezvous_timeout = absl::Seconds(10);
+  base.gloo.op_timeout = absl::Seconds(10);
+  base.executor.relay.chunk_bytes = 4096;
+  base.executor.slicing.bytes = 4096;
+  constexpr int64_t kPlenty = int64_t{1} << 40;
+
+  TaskPhaseRecorder recorder;
+  TaskOptions options0 = base;
+  options0.executor.available_memory = [&recorder] {
+    recorder.Record();
+    return kPlenty;
+  };
+  options0.executor.slicing.before_slice = [&recorder] { recorder.Record(); };
+  Task task0(job.ProgramFor(0), &kv, options0);
+  recorder.set_task(&task0);
+
+  // Task 1's second memory check is its executor's, after the rendezvous.
+  absl::Notification release;
+  std::atomic<int> checks{0};
+  TaskOptions options1 = base;
+  options1.executor.available_memory = [&] {
+    if (++checks == 2) release.WaitForNotificationWithTimeout(absl::Seconds(10));
+    return kPlenty;
+  };
+  Task task1(job.ProgramFor(1), &kv, options1);
+
+  EXPECT_EQ(recorder.Record(), "");  // before Run
+  absl::StatusOr<v1::JobResult> results[2];
+  std::thread run0([&] { results[0] = task0.Run(); });
+  auto await_phases = [&](size_t count) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      recorder.Record();
+      if (recorder.phases().size() >= count) return;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  };
+  await_phases(3);  // "", setup, connect (the rendezvous)
+  std::thread run1([&] { results[1] = task1.Run(); });
+  await_phases(5);  // ..., setup (tiles), connect (the barrier)
+  release.Notify();
+  run0.join();
+  run1.join();
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_TRUE(results[w].ok()) << "task " << w << ": " << results[w].status();
+    EXPECT_EQ(results[w]->mismatches(), 0);
+  }
+  recorder.Record();
+  EXPECT_EQ(recorder.phases(),
+            (std::vector<std::string>{"", "setup", "connect", "setup",
+                                      "connect", "data", "verify"}));
+  // Worker 0 holds one destination of 128 x 100, checked in full.
+  const v1::TaskProgress done = task0.progress();
+  EXPECT_EQ(done.phase(), "verify");
+  EXPECT_EQ(results[0]->elements_verified(), 128 * 100);
+  EXPECT_EQ(done.verify_total(), 128 * 100);
+  EXPECT_EQ(done.verify_done(), 128 * 100);
+  EXPECT_EQ(done.steps_done(), done.steps_total());
+}
+
+// GetStatus names the phase: a task whose peer never comes is connecting.
+TEST(WorkerServiceTest, GetStatusNamesTheTasksPhase) {
+  testing::FakeController controller;
+  ASSERT_TRUE(controller.Start().ok());
+  ServedWorker a("node-a", 2, controller.address());
+  TestJob job = TwoWorkerBroadcast("job-waiting");
+  v1::RunTaskResponse response;
+  std::thread run([&] { response = a.RunTask(job.ProgramFor(0)); });
+  v1::GetStatusResponse status;
+  for (int i = 0; i < 500 && (status.tasks_size() == 0 ||
+                              status.tasks(0).phase() != "connect");
+       ++i) {
+    grpc::ClientContext context;
+    ASSERT_TRUE(a.stub().GetStatus(&context, {}, &status).ok());
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(status.tasks_size(), 1);
+  EXPECT_EQ(status.tasks(0).phase(), "connect");
+  EXPECT_EQ(status.tasks(0).verify_done(), 0);
+  EXPECT_EQ(status.tasks(0).verify_total(), 0);
+  a.service().Shutdown("test over");
+  run.join();
+  EXPECT_FALSE(response.ok());
 }
 
 }  // namespace
