@@ -224,8 +224,11 @@ TEST_F(ProgressPusherTest, StopsPromptlyWithAReportInFlight) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_EQ(pusher->reports_sent(), 1);
   controller_.HoldProgressReports(false);
-  absl::SleepFor(absl::Milliseconds(50));
-  EXPECT_TRUE(controller_.progress_reports().empty());
+  // The held report may still be recorded once released (the server does
+  // not always see that its caller gave up); nothing is sent after Stop.
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_LE(controller_.progress_reports().size(), 1u);
+  EXPECT_EQ(pusher->reports_sent(), 1);
 }
 
 TEST_F(ProgressPusherTest, AControllerWithoutReportProgressDisablesIt) {
