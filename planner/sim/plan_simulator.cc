@@ -31,18 +31,41 @@ class PlanModeler {
   absl::StatusOr<PlanSimulation> Run() {
     RETURN_IF_ERROR(IndexPlan());
     RETURN_IF_ERROR(CheckAcyclic());
+    // A step is one task, or three in sequence (a hierarchical collective:
+    // local combine, ring between hosts, local distribution). Deps may name
+    // later steps, so every step's task range is fixed before any is added.
+    const int n = plan_.steps_size();
+    std::vector<int> first_task(n), last_task(n);
+    int tasks = 0;
+    for (int i = 0; i < n; ++i) {
+      first_task[i] = tasks;
+      tasks += TasksOf(plan_.steps(i));
+      last_task[i] = tasks - 1;
+    }
     std::vector<int> deps;
-    for (int i = 0; i < plan_.steps_size(); ++i) {
+    for (int i = 0; i < n; ++i) {
       const v1::Step& step = plan_.steps(i);
       deps.clear();
-      for (int dep : step.deps()) deps.push_back(step_index_.at(dep));
+      for (int dep : step.deps()) {
+        deps.push_back(last_task[step_index_.at(dep)]);
+      }
       RETURN_IF_ERROR(AddStep(step, deps));
+      if (problem_.num_tasks() != last_task[i] + 1) {
+        return absl::InternalError(absl::StrCat(
+            "plan step ", step.id(), ": modeled as ",
+            problem_.num_tasks() - first_task[i], " tasks, expected ",
+            last_task[i] - first_task[i] + 1));
+      }
     }
     ASSIGN_OR_RETURN(FlowSchedule schedule, RunFlows(problem_));
     PlanSimulation simulation;
     simulation.seconds = schedule.seconds;
-    simulation.step_start = std::move(schedule.start);
-    simulation.step_finish = std::move(schedule.finish);
+    simulation.step_start.resize(n);
+    simulation.step_finish.resize(n);
+    for (int i = 0; i < n; ++i) {
+      simulation.step_start[i] = schedule.start[first_task[i]];
+      simulation.step_finish[i] = schedule.finish[last_task[i]];
+    }
     return simulation;
   }
 
@@ -222,6 +245,147 @@ class PlanModeler {
     return elements * element_bytes;
   }
 
+  // The group's hosts in order of first appearance in the group (the
+  // engines' ring order of workers) and the group's devices on each, in
+  // rank order.
+  struct HostGroups {
+    std::vector<std::vector<int>> devices;
+    // Several hosts, several devices on at least one: the engines combine
+    // locally first, which a flat ring over all devices would not show.
+    bool Hierarchical() const {
+      if (devices.size() < 2) return false;
+      for (const std::vector<int>& local : devices) {
+        if (local.size() > 1) return true;
+      }
+      return false;
+    }
+  };
+
+  // The group's devices must be valid (IndexPlan checks them).
+  HostGroups GroupByHost(const v1::CommGroup& group) const {
+    HostGroups hosts;
+    std::vector<int> slot(topology_.num_hosts, -1);
+    for (int device : group.devices()) {
+      const int host = topology_.HostOf(device);
+      if (slot[host] < 0) {
+        slot[host] = static_cast<int>(hosts.devices.size());
+        hosts.devices.emplace_back();
+      }
+      hosts.devices[slot[host]].push_back(device);
+    }
+    return hosts;
+  }
+
+  // How many flow tasks AddStep adds for `step` (run after IndexPlan; an
+  // unknown group counts 1, AddStep then fails on it).
+  int TasksOf(const v1::Step& step) const {
+    switch (step.op()) {
+      case v1::Step::OP_ALL_GATHER:
+      case v1::Step::OP_REDUCE_SCATTER:
+      case v1::Step::OP_ALL_REDUCE: {
+        const auto it = group_index_.find(step.group());
+        if (it == group_index_.end()) return 1;
+        return GroupByHost(plan_.groups(it->second)).Hierarchical() ? 3 : 1;
+      }
+      default:
+        return 1;
+    }
+  }
+
+  // One hop flow of `amount` bytes from `from` to `to` (none when 0); returns
+  // the hop's latency.
+  double AddHopFlow(int from, int to, double amount) {
+    uses_.clear();
+    const HopLink link = AppendHop(topology_, resources_, from, to, uses_);
+    if (amount > 0) problem_.AddFlow(amount, uses_);
+    return link.latency;
+  }
+
+  // A collective over several hosts with several devices on some, as both
+  // engines run it (worker/engine/collectives.h,
+  // worker/cuda/device_collectives.h): three tasks in sequence, the first
+  // paying the setup. k_w = the group's devices on host w (its first one is
+  // the host's leader), h hosts, n ranks, B = step.bytes.
+  //  1. Local combine, on every host at once: all-reduce and reduce-scatter
+  //     reduce the k_w inputs into the leader (k_w - 1 flows of B into it);
+  //     all-gather copies every local input (B/n) into every other local
+  //     output, the leader's bundle included.
+  //  2. Ring between the leaders in host order, every hop crossing hosts:
+  //     all-reduce 2(h-1)/h B per hop (reduce-scatter then all-gather of h
+  //     equal pieces); reduce-scatter: host w sends every piece but its own
+  //     (its ranks' chunks), (n - k_w)/n B; all-gather: host w forwards
+  //     every bundle but its successor's, (n - k_{w+1})/n B. Tail: its
+  //     rounds (2(h-1) or h-1) x the inter-host latency.
+  //  3. Local distribution from the leader: all-reduce B to every other
+  //     local rank; reduce-scatter its chunk B/n; all-gather the other
+  //     hosts' inputs, (n - k_w)/n B.
+  // Local phases end one intra-host latency after their last byte.
+  void AddHierarchicalCollective(v1::Step::Op op, const HostGroups& hosts,
+                                 int n, double bytes,
+                                 absl::Span<const int> deps) {
+    const int h = static_cast<int>(hosts.devices.size());
+    const double share = bytes / n;  // one rank's chunk
+    auto local_count = [&](int w) {
+      return static_cast<int>(hosts.devices[w].size());
+    };
+    // 1. Local combine.
+    const int combine =
+        problem_.AddTask(topology_.transfer_setup_seconds, deps);
+    double latency = 0;
+    for (const std::vector<int>& local : hosts.devices) {
+      if (local.size() < 2) continue;
+      if (op == v1::Step::OP_ALL_GATHER) {
+        for (int from : local) {
+          for (int to : local) {
+            if (from == to) continue;
+            latency = std::max(latency, AddHopFlow(from, to, share));
+          }
+        }
+      } else {
+        for (size_t r = 1; r < local.size(); ++r) {
+          latency = std::max(latency, AddHopFlow(local[r], local[0], bytes));
+        }
+      }
+    }
+    problem_.SetTail(latency);
+    // 2. Ring between the hosts' leaders.
+    const int ring_task = problem_.AddTask(0, {combine});
+    latency = 0;
+    for (int w = 0; w < h; ++w) {
+      const int next = (w + 1) % h;
+      double amount = 0;
+      switch (op) {
+        case v1::Step::OP_ALL_REDUCE:
+          amount = 2 * bytes * (h - 1) / h;
+          break;
+        case v1::Step::OP_REDUCE_SCATTER:
+          amount = share * (n - local_count(w));
+          break;
+        default:  // OP_ALL_GATHER
+          amount = share * (n - local_count(next));
+          break;
+      }
+      latency = std::max(latency, AddHopFlow(hosts.devices[w][0],
+                                             hosts.devices[next][0], amount));
+    }
+    problem_.SetTail((op == v1::Step::OP_ALL_REDUCE ? 2 : 1) * (h - 1) *
+                     latency);
+    // 3. Local distribution.
+    problem_.AddTask(0, {ring_task});
+    latency = 0;
+    for (int w = 0; w < h; ++w) {
+      const std::vector<int>& local = hosts.devices[w];
+      const double amount = op == v1::Step::OP_ALL_REDUCE ? bytes
+                            : op == v1::Step::OP_REDUCE_SCATTER
+                                ? share
+                                : share * (n - local_count(w));
+      for (size_t r = 1; r < local.size(); ++r) {
+        latency = std::max(latency, AddHopFlow(local[0], local[r], amount));
+      }
+    }
+    problem_.SetTail(latency);
+  }
+
   // A flow on one device's compute resource of `seconds` device-seconds.
   void AddDeviceWork(int device, double seconds) {
     if (seconds <= 0) return;
@@ -261,6 +425,13 @@ class PlanModeler {
         ASSIGN_OR_RETURN(const v1::CommGroup* group,
                          GroupOf(step, 1, 1 << 30));
         const int n = group->devices_size();
+        const HostGroups hosts = GroupByHost(*group);
+        if (hosts.Hierarchical()) {
+          AddHierarchicalCollective(step.op(), hosts, n, bytes, deps);
+          return absl::OkStatus();
+        }
+        // Inside one host, or one device per host: a ring in rank order
+        // (between hosts, exactly the engines' ring of workers).
         const int rounds =
             (step.op() == v1::Step::OP_ALL_REDUCE ? 2 : 1) * (n - 1);
         const double amount = bytes * rounds / n;

@@ -22,10 +22,31 @@
 //    bytes over every hop; tail = each hop's latency + one pipeline chunk per
 //    hop after the first. So a ReshardPlan and its one-broadcast-per-transfer
 //    Plan simulate to the same times.
-//  - OP_ALL_GATHER, OP_REDUCE_SCATTER: a ring in rank order, n flows (rank r
-//    to rank r+1 mod n) of (n-1)/n x B each; OP_ALL_REDUCE: 2(n-1)/n x B
-//    each. The ring runs n-1 (all-reduce: 2(n-1)) rounds in lock step, each
-//    ending with a hop, so tail = rounds x the largest latency of its hops.
+//  - OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_ALL_REDUCE inside one host, or
+//    with one device on each host: a ring in rank order, n flows (rank r to
+//    rank r+1 mod n) of (n-1)/n x B each (all-reduce: 2(n-1)/n x B). The
+//    ring runs n-1 (all-reduce: 2(n-1)) rounds in lock step, each ending
+//    with a hop, so tail = rounds x the largest latency of its hops.
+//  - The same over h >= 2 hosts with several devices on some: hierarchical,
+//    as both engines run them (worker/engine/collectives.h,
+//    worker/cuda/device_collectives.h). Hosts in order of first appearance
+//    in the group, k_w devices on host w, the first its leader; three flow
+//    tasks in sequence (each starts when the previous ends; the step starts
+//    with the first and finishes with the last; setup paid once):
+//     1. local combine on every host at once: all-reduce, reduce-scatter:
+//        k_w - 1 flows of B into the leader (the local reduction);
+//        all-gather: every local input (B/n) to every other local rank;
+//     2. a ring between the leaders (every hop crosses hosts): all-reduce
+//        2(h-1)/h x B per hop; reduce-scatter: host w sends the other
+//        hosts' chunks, (n-k_w)/n x B; all-gather: host w forwards every
+//        bundle but its successor's, (n-k_{w+1})/n x B; tail = its rounds
+//        (2(h-1), or h-1) x the inter-host latency;
+//     3. local distribution from the leader to its k_w - 1 other ranks:
+//        all-reduce B each, reduce-scatter B/n each, all-gather the other
+//        hosts' (n-k_w)/n x B each.
+//    Local phases end one intra-host latency after their last byte. So each
+//    NIC carries what the lower bound below requires of it, not the flat
+//    ring's 2(n-1)/n x B.
 //  - OP_ALL_TO_ALL: one flow r -> s per nonzero counts[r*n+s], r != s, of
 //    count x the element size of the output tensor (that of outputs[0]'s
 //    buffer, else of step.tensor); all pairs go at once, so tail = the
@@ -85,7 +106,8 @@
 // n x n; a non-finite or negative flops; an unspecified op or dtype; a
 // dependency cycle.
 //
-// Speed: O(plan size) to build, then the flow engine's O(active flows x path
+// Speed: O(plan size) to build (a hierarchical all-gather: k_w^2 flows per
+// host), then the flow engine's O(active flows x path
 // length x log) per event.
 //
 // Thread safety: pure functions.
