@@ -18,39 +18,6 @@
 #include "worker/engine/kernel_registry.h"
 
 namespace meshcast::worker {
-namespace {
-
-// Bytes this worker's devices receive in `step` (JobResult.bytes_moved):
-// the slice for every local receiver of a relay chain; for collectives what
-// each local rank's output gets (Step.bytes); a local copy's slice.
-int64_t DeliveredBytes(const ParsedProgram& program, const StepDesc& step) {
-  int64_t bytes = 0;
-  switch (step.op) {
-    case v1::Step::OP_BROADCAST:
-    case v1::Step::OP_SEND_RECV:
-      for (size_t p = 1; p < step.chain.size(); ++p) {
-        if (program.IsLocal(step.chain[p])) bytes += step.bytes;
-      }
-      return bytes;
-    case v1::Step::OP_ALL_GATHER:
-    case v1::Step::OP_ALL_REDUCE:
-    case v1::Step::OP_REDUCE_SCATTER:
-    case v1::Step::OP_ALL_TO_ALL:
-      for (int device : step.chain) {
-        if (program.IsLocal(device)) bytes += step.bytes;
-      }
-      return bytes;
-    case v1::Step::OP_LOCAL_COPY:
-      return step.outputs.empty() || !step.outputs[0].known()
-                 ? 0
-                 : NumElements(step.outputs[0].box) *
-                       DTypeSize(program.tensors[step.outputs[0].tensor].dtype);
-    default:
-      return 0;
-  }
-}
-
-}  // namespace
 
 void Executor::Abort(absl::string_view reason) {
   cancellation_.Cancel(reason);
@@ -370,7 +337,7 @@ absl::Status Executor::RunSteps(const ParsedProgram& program,
     step_result->set_start_seconds(starts[i]);
     step_result->set_end_seconds(ends[i]);
     step_result->set_device(program.FirstLocalDevice(step));
-    received_bytes += DeliveredBytes(program, step);
+    received_bytes += LocalDeliveredBytes(program, step);
   }
   result.set_bytes_moved(received_bytes);
   return absl::OkStatus();

@@ -525,4 +525,32 @@ absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& proto) {
   return program;
 }
 
+int64_t LocalDeliveredBytes(const ParsedProgram& program,
+                            const StepDesc& step) {
+  int64_t bytes = 0;
+  switch (step.op) {
+    case v1::Step::OP_BROADCAST:
+    case v1::Step::OP_SEND_RECV:
+      for (size_t p = 1; p < step.chain.size(); ++p) {
+        if (program.IsLocal(step.chain[p])) bytes += step.bytes;
+      }
+      return bytes;
+    case v1::Step::OP_ALL_GATHER:
+    case v1::Step::OP_ALL_REDUCE:
+    case v1::Step::OP_REDUCE_SCATTER:
+    case v1::Step::OP_ALL_TO_ALL:
+      for (int device : step.chain) {
+        if (program.IsLocal(device)) bytes += step.bytes;
+      }
+      return bytes;
+    case v1::Step::OP_LOCAL_COPY:
+      return step.outputs.empty() || !step.outputs[0].known()
+                 ? 0
+                 : NumElements(step.outputs[0].box) *
+                       DTypeSize(program.tensors[step.outputs[0].tensor].dtype);
+    default:
+      return 0;
+  }
+}
+
 }  // namespace meshcast::worker

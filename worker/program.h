@@ -138,6 +138,13 @@ struct ParsedProgram {
 
 absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& program);
 
+// Bytes this worker's devices receive in `step` (its share of
+// JobResult.bytes_moved), the same on every backend: the slice for every
+// local receiver of a relay chain; Step.bytes for every local rank of a
+// collective; a local copy's slice; nothing for compute.
+int64_t LocalDeliveredBytes(const ParsedProgram& program,
+                            const StepDesc& step);
+
 }  // namespace meshcast::worker
 
 #endif  // MESHCAST_WORKER_PROGRAM_H_

@@ -181,37 +181,6 @@ absl::StatusOr<absl::flat_hash_map<int, Box>> ReadGatherBoxes(
   return boxes;
 }
 
-// Bytes this worker's devices receive in `step` (JobResult.bytes_moved), as
-// the CPU executor counts them (worker/executor.cc): the slice for every
-// local receiver of a relay chain; Step.bytes for every local rank of a
-// collective; a local copy's slice; nothing for compute.
-int64_t DeliveredBytes(const ParsedProgram& program, const StepDesc& step) {
-  int64_t bytes = 0;
-  switch (step.op) {
-    case v1::Step::OP_BROADCAST:
-    case v1::Step::OP_SEND_RECV:
-      for (size_t p = 1; p < step.chain.size(); ++p) {
-        if (program.IsLocal(step.chain[p])) bytes += step.bytes;
-      }
-      return bytes;
-    case v1::Step::OP_ALL_GATHER:
-    case v1::Step::OP_ALL_REDUCE:
-    case v1::Step::OP_REDUCE_SCATTER:
-    case v1::Step::OP_ALL_TO_ALL:
-      for (int device : step.chain) {
-        if (program.IsLocal(device)) bytes += step.bytes;
-      }
-      return bytes;
-    case v1::Step::OP_LOCAL_COPY:
-      return step.outputs.empty() || !step.outputs[0].known()
-                 ? 0
-                 : NumElements(step.outputs[0].box) *
-                       DTypeSize(program.tensors[step.outputs[0].tensor].dtype);
-    default:
-      return 0;
-  }
-}
-
 // Seconds of every timed hop of a completed step (-1 where not timed or
 // unreadable: metrics must never fail a job).
 std::vector<double> HopSeconds(const TimedStep& timed, int primary_gpu) {
@@ -585,7 +554,7 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
     step_result->set_worker(program.worker);
     step_result->set_bytes(step.bytes);
     step_result->set_seconds(seconds);
-    received_bytes += DeliveredBytes(program, step);
+    received_bytes += LocalDeliveredBytes(program, step);
   }
   result.set_bytes_moved(received_bytes);
   ASSIGN_OR_RETURN(const VerificationSummary verification,
