@@ -1,7 +1,7 @@
 // reshard_plan_bench: the cross-mesh resharding paper's public microbenchmark
 // suite under the planner's cost model, and the planner's own speed.
 //
-// Suite: cases 1-7 and 9 of DESIGN.md plus the 1-to-m broadcasts, under two
+// Suite: cases 1-7 and 9 of docs/conventions.md plus the 1-to-m broadcasts, under two
 // host models (the paper's testbed: 4 GPUs and a 10 Gbps NIC per host; and
 // 8 GPUs with a 100 Gbps NIC). The source mesh starts at host 0 and the
 // destination mesh on the next free host. For every case it prints each

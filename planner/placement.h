@@ -1,9 +1,9 @@
-// Placement: lays a job's source and destination meshes out on the cluster
-// and tracks which devices running jobs hold. The controller's job queue and
-// `meshctl plan` (offline, on an idle cluster) share these rules, so an
-// unpinned mesh lands on the same devices in both.
+// Placement: lays a job's meshes out on the cluster and tracks which devices
+// running jobs hold. The controller's job queue and `meshctl plan` (offline,
+// on an idle cluster) share these rules, so an unpinned mesh lands on the
+// same devices in both.
 //
-// Placement rules (DESIGN.md, issue 3; any number of meshes since issue 10):
+// Placement rules (docs/conventions.md; any number of meshes per job):
 //  - A mesh the controller places is 1-D (n = 1 x n) or 2-D (rows x cols):
 //    one mesh row per host, `cols` free devices of that host (lowest ids
 //    first), hosts in ascending order.

@@ -125,7 +125,7 @@ TEST(StrategyNamesTest, ConcreteStrategiesInTableOrder) {
 }
 
 // ---------------------------------------------------------------------------
-// The public suite (DESIGN.md): source mesh at host 0, destination on the
+// The public suite (docs/conventions.md): source mesh at host 0, destination on the
 // next disjoint hosts.
 
 struct PublicCase {

@@ -2,7 +2,7 @@
 // between them, as the planner and the cost model see them.
 //
 // Devices are numbered host-major: device d sits on host d / devices_per_host
-// (DESIGN.md, "Cluster ids"). Every host has one NIC with the same egress and
+// (docs/conventions.md, "Devices and meshes"). Every host has one NIC with the same egress and
 // ingress bandwidth; every device has one port into the host's fabric
 // (NVLink, or memory copies for CPU devices) with the same bandwidth each way.
 // Bandwidths are in bytes per second, latencies in seconds.

@@ -15,7 +15,7 @@
 //          --intra-gbps / --inter-gbps`, so the controller's predictions are
 //          for this machine. --memcpy_gbps / --tcp_gbps give figures measured
 //          earlier instead (the script measures before the cluster starts).
-// reshard  public cases of DESIGN.md scaled to --size_mib, every strategy in
+// reshard  public cases of docs/conventions.md scaled to --size_mib, every strategy in
 //          one run: warm-up jobs, then --repeat jobs per row, the median's
 //          data-plane time (as the workers report it), bandwidth, and the
 //          controller's prediction for the live topology, with their ratio.
@@ -98,7 +98,7 @@ ABSL_FLAG(int, link_repeats, 3, "runs per link figure (median shown)");
 ABSL_FLAG(double, size_mib, 64,
           "the suite's 2 GiB tensor scaled to this many MiB (1-to-m: half)");
 ABSL_FLAG(std::string, cases, "case1,case2,case3,case4,case7,1-to-m(2,2)",
-          "comma-separated case names of DESIGN.md, or all");
+          "comma-separated case names of docs/conventions.md, or all");
 ABSL_FLAG(std::string, strategies, "all",
           "comma-separated strategies, or all (send_recv, local_allgather, "
           "broadcast, broadcast_lb, meshcast)");

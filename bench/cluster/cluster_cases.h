@@ -1,4 +1,4 @@
-// The cross-mesh resharding suite of DESIGN.md (the paper's public
+// The cross-mesh resharding suite of docs/conventions.md (the paper's public
 // microbenchmark), scaled down for a local cluster, and the reshard job
 // specs cluster_bench submits for it.
 //
@@ -48,7 +48,7 @@ struct ClusterCase {
   std::string MeshesText() const;
 };
 
-// Every case of DESIGN.md (case1-7, case9, the seven 1-to-m targets), with
+// Every case of docs/conventions.md (case1-7, case9, the seven 1-to-m targets), with
 // the 2 GiB tensor scaled to about size_mib MiB. size_mib must be > 0.
 std::vector<ClusterCase> ScaledPublicCases(double size_mib);
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """netcluster_bench: measured resharding on an emulated multi-host cluster.
 
-Runs the public cases of DESIGN.md (the cross-mesh resharding paper's suite),
+Runs the public cases of docs/conventions.md (the cross-mesh resharding paper's suite),
 scaled down, and two reshardings inside one host, for every strategy on a
 cluster of network namespaces with rate-limited links (scripts/netcluster.sh),
 and prints, per case and strategy, the measured time next to the cost model's
@@ -49,7 +49,7 @@ ROW_FORMAT = "%-13s %7s %-15s %9s %9s %9s %9s %8s %8s %7s %6s %s"
 
 
 def public_cases(size_mib):
-    """The DESIGN.md suite with tensors scaled from 2 GiB to size_mib.
+    """The suite of docs/conventions.md with tensors scaled from 2 GiB to size_mib.
 
     Meshes are (hosts, devices per host); the source mesh starts at host 0,
     the destination at the next free host, as in bench/reshard_plan_bench.

@@ -13,7 +13,7 @@ MESHCTL, MESHCAST_CONTROLLER_BIN, MESHCAST_WORKER_BIN.
 
 The expected element counts are computed here, independently of the
 planner: the sum over destination devices of the size of each device's
-tile, with the DESIGN.md rule (a dimension of length L split n ways uses
+tile, with the chunking rule of docs/conventions.md (a dimension of length L split n ways uses
 chunk = ceil(L/n); shard k covers [k*chunk, min((k+1)*chunk, L))).
 """
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""(a) Every public case of DESIGN.md (cases 1-7, 9 and 1-to-m), scaled down
-to a few MiB, with every strategy, through `meshctl submit --wait` on a local
+"""(a) Every public case of docs/conventions.md (cases 1-7, 9 and 1-to-m),
+scaled down to a few MiB, with every strategy, through `meshctl submit --wait` on a local
 cluster of 5 workers x 4 CPU devices. Each job must SUCCEED with 0
 mismatches and verify exactly the destination elements computed here.
 

@@ -21,7 +21,7 @@
 // Metrics: gemm_seconds (slowest rank's GEMM), comm_seconds (the
 // collective), total_seconds (their sum along the DAG as measured: the
 // data-plane time), overlap_efficiency = (t_gemm + t_comm - t_total) /
-// min(t_gemm, t_comm) (DESIGN: 0 for sequential, up to 1).
+// min(t_gemm, t_comm) (docs/conventions.md: 0 for sequential, up to 1).
 //
 // Thread safety: stateless.
 #ifndef MESHCAST_PLANNER_KINDS_TP_OVERLAP_TP_OVERLAP_KIND_H_
