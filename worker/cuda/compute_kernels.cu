@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "worker/cuda/element_core.h"
+#include "worker/kernels/element_core.h"
 
 namespace meshcast::worker::cuda {
 namespace {

@@ -1,6 +1,6 @@
 // CUDA kernels for the element arithmetic of the GPU backend: the combine
 // step of reducing collectives and the elementwise compute ops, with the
-// bits of worker/cuda/element_core.h (the host's rules, reduce.h and
+// bits of worker/kernels/element_core.h (the host's rules, reduce.h and
 // compute.h). Plain C++ and the CUDA runtime API, so nvcc compiles it
 // without Abseil; worker/cuda/device_compute.h and device_collectives.h
 // wrap it with absl::Status.

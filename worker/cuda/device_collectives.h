@@ -36,7 +36,8 @@
 // reduces after each is collective_exchange.h's (pure, simulated for random
 // groups by a host test); this file maps it onto staging memory, NCCL and
 // copies. Reductions (sum, max) run the kernel of compute_kernels.h in every dtype
-// (the host's bits, element_core.h). Every worker issues the step's NCCL
+// (the host's bits, worker/kernels/element_core.h). Every worker issues the
+// step's NCCL
 // groups in the same order and, per pair of workers, the operations in the
 // same order, which NCCL's order-based matching needs; the executor keeps
 // the steps of a lane in one agreed order (docs/gpu.md).

@@ -19,7 +19,7 @@
 // UNIMPLEMENTED, as on the CPU.
 //
 // Elementwise: KIND_ADD (two inputs) and KIND_SCALE (one), with the host's
-// bits (element_core.h).
+// bits (worker/kernels/element_core.h).
 //
 // Errors: INVALID_ARGUMENT for m, n, k outside [0, 2^31 - 1], operand sizes
 // that do not match them, an unknown kind or the wrong operand count;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "util/status_macros.h"
 #include "worker/kernels/element.h"
+#include "worker/kernels/element_core.h"
 
 namespace meshcast::worker {
 namespace {
@@ -70,13 +71,7 @@ void GemmHalf(const v1::GemmAttrs& g, DType dtype, const uint8_t* a,
 }  // namespace
 
 int64_t ScaleInteger(int64_t value, double alpha) {
-  if (alpha == std::trunc(alpha) && alpha >= -9223372036854775808.0 &&
-      alpha < 9223372036854775808.0) {
-    return static_cast<int64_t>(static_cast<uint64_t>(value) *
-                                static_cast<uint64_t>(
-                                    static_cast<int64_t>(alpha)));
-  }
-  return DoubleToWrappedInt64(alpha * static_cast<double>(value));
+  return CoreScaleInteger(value, alpha);
 }
 
 absl::Status RunGemm(const v1::GemmAttrs& g, DType dtype,

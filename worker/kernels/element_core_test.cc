@@ -3,7 +3,7 @@
 // and special values (signed zeros, infinities, NaN, subnormals, the
 // largest finite values, integer extremes); and the RANDOM initializer's
 // shared core gives FillInitializer's bits.
-#include "worker/cuda/element_core.h"
+#include "worker/kernels/element_core.h"
 
 #include <cmath>
 #include <cstdint>
@@ -19,7 +19,7 @@
 #include "worker/kernels/initializer_core.h"
 #include "worker/kernels/reduce.h"
 
-namespace meshcast::worker::cuda {
+namespace meshcast::worker {
 namespace {
 
 const DType kAllTypes[] = {DType::kInt8,    DType::kUInt8,   DType::kInt32,
@@ -202,4 +202,4 @@ TEST(ElementCoreTest, RandomInitializerIsTheSharedCore) {
 }
 
 }  // namespace
-}  // namespace meshcast::worker::cuda
+}  // namespace meshcast::worker

@@ -1,8 +1,9 @@
-// Element arithmetic of the GPU kernels (reductions, elementwise add and
-// scale) in a form that compiles for host and CUDA device code alike, so
-// that a GPU kernel and the host produce the same bits and a host test can
-// prove it without a GPU (element_core_test.cc compares every function here
-// with worker/kernels/reduce.h and compute.h, the CPU backend's kernels).
+// Element arithmetic (fp16/bf16 rounding, integer wrap-around, reductions,
+// elementwise add and scale) written once for host and CUDA device code:
+// the CPU kernels (element.h, compute.h) use its conversions and the GPU
+// kernels (worker/cuda/compute_kernels.h) all of it, so both produce the
+// same bits; element_core_test.cc proves it against reduce.h and compute.h
+// without a GPU.
 //
 //   const uint64_t r = ReduceBits(PatternType::kFloat16, /*max=*/false,
 //                                 inout_bits, in_bits);
@@ -21,8 +22,8 @@
 //    int64 multiplies with wrap-around, any other alpha multiplies in double
 //    and truncates toward zero, wrapping modulo 2^64).
 // Thread safety: pure functions.
-#ifndef MESHCAST_WORKER_CUDA_ELEMENT_CORE_H_
-#define MESHCAST_WORKER_CUDA_ELEMENT_CORE_H_
+#ifndef MESHCAST_WORKER_KERNELS_ELEMENT_CORE_H_
+#define MESHCAST_WORKER_KERNELS_ELEMENT_CORE_H_
 
 #include <cmath>
 #include <cstdint>
@@ -30,7 +31,7 @@
 
 #include "worker/pattern_core.h"
 
-namespace meshcast::worker::cuda {
+namespace meshcast::worker {
 
 MESHCAST_HOST_DEVICE inline uint64_t CoreDoubleBits(double value) {
 #if defined(__CUDA_ARCH__)
@@ -293,6 +294,6 @@ MESHCAST_HOST_DEVICE inline uint64_t ScaleBits(PatternType type, double alpha,
   return 0;
 }
 
-}  // namespace meshcast::worker::cuda
+}  // namespace meshcast::worker
 
-#endif  // MESHCAST_WORKER_CUDA_ELEMENT_CORE_H_
+#endif  // MESHCAST_WORKER_KERNELS_ELEMENT_CORE_H_
