@@ -1,29 +1,10 @@
-#include <algorithm>
-
 #include "worker/cuda/pattern_kernels.h"
+
+#include "worker/cuda/kernel_launch.h"
 #include "worker/kernels/initializer_core.h"
 
 namespace meshcast::worker::cuda {
 namespace {
-
-template <int kSize>
-struct WordOf;
-template <>
-struct WordOf<1> {
-  using Type = uint8_t;
-};
-template <>
-struct WordOf<2> {
-  using Type = uint16_t;
-};
-template <>
-struct WordOf<4> {
-  using Type = uint32_t;
-};
-template <>
-struct WordOf<8> {
-  using Type = unsigned long long;
-};
 
 // Global row-major index of tile element `e`.
 __device__ uint64_t GlobalIndex(const PatternTile& tile, int64_t e) {
@@ -90,18 +71,11 @@ __global__ void VerifyKernel(
   }
 }
 
-constexpr int kThreads = 256;
-
-int Blocks(int64_t elements) {
-  const int64_t needed = (elements + kThreads - 1) / kThreads;
-  return static_cast<int>(std::clamp<int64_t>(needed, 1, 65535));
-}
-
 template <PatternType kType>
 cudaError_t Fill(void* data, const PatternTile& tile, uint32_t tensor,
                  cudaStream_t stream) {
   using Word = typename WordOf<PatternTypeSize(kType)>::Type;
-  FillKernel<kType><<<Blocks(tile.elements), kThreads, 0, stream>>>(
+  FillKernel<kType><<<LaunchBlocks(tile.elements), kLaunchThreads, 0, stream>>>(
       static_cast<Word*>(data), tile, tensor);
   return cudaGetLastError();
 }
@@ -110,7 +84,7 @@ template <PatternType kType>
 cudaError_t FillRandom(void* data, const PatternTile& tile, uint64_t seed,
                        uint32_t tensor, cudaStream_t stream) {
   using Word = typename WordOf<PatternTypeSize(kType)>::Type;
-  FillRandomKernel<kType><<<Blocks(tile.elements), kThreads, 0, stream>>>(
+  FillRandomKernel<kType><<<LaunchBlocks(tile.elements), kLaunchThreads, 0, stream>>>(
       static_cast<Word*>(data), tile, seed, tensor);
   return cudaGetLastError();
 }
@@ -119,33 +93,12 @@ template <PatternType kType>
 cudaError_t Verify(const void* data, const PatternTile& tile, uint32_t tensor,
                    VerifyCounters* counters, cudaStream_t stream) {
   using Word = typename WordOf<PatternTypeSize(kType)>::Type;
-  VerifyKernel<kType><<<Blocks(tile.elements), kThreads, 0, stream>>>(
+  VerifyKernel<kType><<<LaunchBlocks(tile.elements), kLaunchThreads, 0, stream>>>(
       static_cast<const Word*>(data), tile, tensor, counters);
   return cudaGetLastError();
 }
 
 }  // namespace
-
-#define MESHCAST_DISPATCH_PATTERN_TYPE(type, CALL) \
-  switch (type) {                                  \
-    case PatternType::kInt8:                       \
-      return CALL(PatternType::kInt8);             \
-    case PatternType::kUInt8:                      \
-      return CALL(PatternType::kUInt8);            \
-    case PatternType::kInt32:                      \
-      return CALL(PatternType::kInt32);            \
-    case PatternType::kInt64:                      \
-      return CALL(PatternType::kInt64);            \
-    case PatternType::kFloat16:                    \
-      return CALL(PatternType::kFloat16);          \
-    case PatternType::kBFloat16:                   \
-      return CALL(PatternType::kBFloat16);         \
-    case PatternType::kFloat32:                    \
-      return CALL(PatternType::kFloat32);          \
-    case PatternType::kFloat64:                    \
-      return CALL(PatternType::kFloat64);          \
-  }                                                \
-  return cudaErrorInvalidValue
 
 cudaError_t LaunchFillPattern(void* data, const PatternTile& tile,
                               PatternType type, uint32_t tensor,
@@ -183,6 +136,5 @@ cudaError_t LaunchVerifyPattern(const void* data, const PatternTile& tile,
 #undef MESHCAST_VERIFY
 }
 
-#undef MESHCAST_DISPATCH_PATTERN_TYPE
 
 }  // namespace meshcast::worker::cuda
