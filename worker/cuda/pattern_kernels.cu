@@ -84,8 +84,9 @@ template <PatternType kType>
 cudaError_t FillRandom(void* data, const PatternTile& tile, uint64_t seed,
                        uint32_t tensor, cudaStream_t stream) {
   using Word = typename WordOf<PatternTypeSize(kType)>::Type;
-  FillRandomKernel<kType><<<LaunchBlocks(tile.elements), kLaunchThreads, 0, stream>>>(
-      static_cast<Word*>(data), tile, seed, tensor);
+  FillRandomKernel<kType>
+      <<<LaunchBlocks(tile.elements), kLaunchThreads, 0, stream>>>(
+          static_cast<Word*>(data), tile, seed, tensor);
   return cudaGetLastError();
 }
 
@@ -93,8 +94,9 @@ template <PatternType kType>
 cudaError_t Verify(const void* data, const PatternTile& tile, uint32_t tensor,
                    VerifyCounters* counters, cudaStream_t stream) {
   using Word = typename WordOf<PatternTypeSize(kType)>::Type;
-  VerifyKernel<kType><<<LaunchBlocks(tile.elements), kLaunchThreads, 0, stream>>>(
-      static_cast<const Word*>(data), tile, tensor, counters);
+  VerifyKernel<kType>
+      <<<LaunchBlocks(tile.elements), kLaunchThreads, 0, stream>>>(
+          static_cast<const Word*>(data), tile, tensor, counters);
   return cudaGetLastError();
 }
 
