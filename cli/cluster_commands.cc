@@ -37,6 +37,7 @@
 #include "cli/job_format.h"
 #include "cli/local_prometheus.h"
 #include "cli/worker_devices.h"
+#include "security/cluster_credentials.h"
 #include "util/status_macros.h"
 
 namespace meshcast::cli {
@@ -273,6 +274,7 @@ class Launcher {
         ControllerClient::Options options;
         options.connect_timeout = absl::Seconds(1);
         options.call_timeout = absl::Seconds(3);
+        ASSIGN_OR_RETURN(options.credentials, ClusterCredentials(file_));
         absl::StatusOr<std::unique_ptr<ControllerClient>> connected =
             ControllerClient::Connect(file_.controller, options);
         if (connected.ok()) client = *std::move(connected);
@@ -370,12 +372,24 @@ std::string UsageText(const ClusterFile& file, const std::string& device_kind,
       file.controller, " (pid ", file.processes[0].pid, ")\n", "  workers     ",
       DevicesText(file, device_kind), "\n", "  logs        ", file.dir,
       "/logs\n", "  database    ", file.database, "\n");
+  absl::StrAppend(
+      &out, "  security    ",
+      file.insecure
+          ? "NONE (--insecure): no TLS, no authentication\n"
+          : absl::StrCat("TLS with the CA ", file.tls_ca, ", admin token ",
+                         file.token_file,
+                         "\n              (meshctl uses them for this "
+                         "cluster; elsewhere pass --tls_ca and --token_file)\n"));
   if (monitoring != nullptr) {
     absl::StrAppend(&out, MonitoringText(file, *monitoring));
   }
   absl::StrAppend(
       &out, "\n", "Use it:\n", "  export MESHCAST_CONTROLLER=", file.controller,
-      "\n", "  meshctl cluster\n",
+      "\n",
+      file.insecure ? ""
+                    : absl::StrCat("  export MESHCAST_TLS_CA=", file.tls_ca,
+                                   " MESHCAST_TOKEN_FILE=", file.token_file,
+                                   "\n"), "  meshctl cluster\n",
       "  meshctl submit reshard --shape 64x64x256 --dtype int32 \\\n",
       "    --src-mesh ", mesh, " --src-spec S0RR --dst-mesh ", mesh,
       " --dst-spec RS0R", file.workers >= 2 ? "" : " --allow-overlap",
@@ -397,6 +411,53 @@ std::string AbsoluteBinary(const std::string& path) {
   char resolved[PATH_MAX];
   if (realpath(path.c_str(), resolved) != nullptr) return resolved;
   return path;
+}
+
+// meshcast daemons not in cluster.json that belong to the cluster anyway
+// (restarted by hand): a meshcast-controller or meshcast-worker whose
+// command line names the cluster directory (its --db, port, certificate or
+// metrics files) or, for a worker, the recorded controller address. Found
+// by scanning /proc/<pid>/cmdline; Linux only (elsewhere: none).
+struct StrayDaemon {
+  int pid = 0;
+  bool controller = false;
+};
+std::vector<StrayDaemon> FindStrayDaemons(const std::string& dir,
+                                          const std::string& controller,
+                                          const std::set<int>& known) {
+  std::error_code error;
+  const std::string canonical =
+      std::filesystem::weakly_canonical(dir, error).string();
+  std::vector<StrayDaemon> found;
+  for (auto it = std::filesystem::directory_iterator("/proc", error);
+       !error && it != std::filesystem::directory_iterator();
+       it.increment(error)) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(it->path().filename().string(), &pid) ||
+        pid == getpid() || known.count(pid) > 0) {
+      continue;
+    }
+    std::ifstream file(it->path() / "cmdline", std::ios::binary);
+    const std::string cmdline((std::istreambuf_iterator<char>(file)),
+                              std::istreambuf_iterator<char>());
+    std::vector<std::string> argv = absl::StrSplit(cmdline, '\0');
+    if (argv.empty()) continue;
+    const std::string program =
+        std::filesystem::path(argv[0]).filename().string();
+    const bool is_controller = program == "meshcast-controller";
+    if (!is_controller && program != "meshcast-worker") continue;
+    bool ours = false;
+    for (size_t i = 1; i < argv.size() && !ours; ++i) {
+      const std::string& arg = argv[i];
+      // The absolute directory only: a relative one would match others.
+      ours = (!canonical.empty() &&
+              absl::StrContains(arg, absl::StrCat(canonical, "/"))) ||
+             (!is_controller && !controller.empty() &&
+              arg == absl::StrCat("--controller=", controller));
+    }
+    if (ours) found.push_back({pid, is_controller});
+  }
+  return found;
 }
 
 bool IsExecutable(const std::string& path) {
@@ -530,6 +591,7 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
   std::string controller_flags;
   std::string worker_flags;
   bool monitoring = false;
+  bool insecure = false;
   int prometheus_port = 0;
   std::string prometheus_binary = kDefaultPrometheusBinary;
   double scrape_interval_seconds = 1;
@@ -577,6 +639,10 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
                "with --monitoring: scrape and rule evaluation interval");
   flags.Choice("output", &output, {"table", "json"},
                "table: how to use the cluster; json: the cluster.json record");
+  flags.Bool("insecure", &insecure,
+             "no TLS and no tokens (anyone on this machine can use the\n"
+             "cluster); by default DIR/tls holds a CA, certificates for\n"
+             "every daemon and an admin token, and everything uses them");
   const absl::Status parsed = flags.Parse(args);
   if (flags.help_requested()) return CommandResult{kExitOk, flags.Usage(), ""};
   if (!parsed.ok()) return Fail(kCommand, kExitUsage, parsed.message());
@@ -700,6 +766,43 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
   file.devices_per_worker = devices->count;
   file.started_unix = NowUnix();
 
+  // TLS and tokens unless --insecure (docs/security.md).
+  std::vector<std::string> worker_names;
+  for (int i = 0; i < workers; ++i) {
+    worker_names.push_back(absl::StrCat("worker-", i));
+  }
+  std::vector<std::string> controller_security = {"--insecure"};
+  std::vector<std::vector<std::string>> worker_security(
+      workers, std::vector<std::string>{"--insecure"});
+  std::string warning;
+  if (insecure) {
+    warning =
+        "meshctl up: WARNING: --insecure: no TLS and no authentication; any "
+        "local process can register workers, run tasks and cancel jobs\n";
+  } else {
+    absl::StatusOr<security::ClusterCredentialFiles> credentials =
+        security::WriteClusterCredentials(*dir + "/tls", worker_names);
+    if (!credentials.ok()) {
+      return Fail(kCommand, kExitFailure,
+                  absl::StrCat("cannot write the cluster's certificates: ",
+                               credentials.status().message()));
+    }
+    controller_security = {
+        absl::StrCat("--tls_cert=", credentials->controller.cert),
+        absl::StrCat("--tls_key=", credentials->controller.key),
+        absl::StrCat("--tls_ca=", credentials->ca_cert),
+        absl::StrCat("--tokens_file=", credentials->tokens)};
+    for (int i = 0; i < workers; ++i) {
+      worker_security[i] = {
+          absl::StrCat("--tls_cert=", credentials->workers[i].cert),
+          absl::StrCat("--tls_key=", credentials->workers[i].key),
+          absl::StrCat("--tls_ca=", credentials->ca_cert)};
+    }
+    file.insecure = false;
+    file.tls_ca = credentials->ca_cert;
+    file.token_file = credentials->admin_token;
+  }
+
   std::remove(PortFile(*dir).c_str());
   std::vector<std::string> controller_args = {
       absl::StrCat("--listen=127.0.0.1:", controller_port),
@@ -714,6 +817,8 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
     controller_args.push_back(
         absl::StrCat("--heartbeat_seconds=", heartbeat_seconds));
   }
+  controller_args.insert(controller_args.end(), controller_security.begin(),
+                         controller_security.end());
   if (monitoring) {
     std::remove(MetricsPortFile(*dir, "controller").c_str());
     for (std::string& flag : MetricsFlags(*dir, "controller")) {
@@ -740,11 +845,13 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
   file.processes[0].args[0] = absl::StrCat("--listen=", file.controller);
 
   for (int i = 0; i < workers; ++i) {
-    const std::string name = absl::StrCat("worker-", i);
+    const std::string& name = worker_names[i];
     std::vector<std::string> worker_args = {
         absl::StrCat("--controller=", file.controller), "--listen=127.0.0.1:0",
         absl::StrCat("--name=", name),
         absl::StrCat("--devices=", devices->spec), "--data_address=127.0.0.1"};
+    worker_args.insert(worker_args.end(), worker_security[i].begin(),
+                       worker_security[i].end());
     if (monitoring) {
       std::remove(MetricsPortFile(*dir, name).c_str());
       for (std::string& flag : MetricsFlags(*dir, name)) {
@@ -798,6 +905,7 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
   }
   launcher.Commit();
   CommandResult result;
+  result.err = warning;
   result.out = output == "json"
                    ? ClusterFileToJson(file)
                    : UsageText(file, device_kind, setup ? &*setup : nullptr);
@@ -816,7 +924,10 @@ CommandResult RunDownCommand(const std::vector<std::string>& args,
           "up': SIGTERM to the controller (it fails its unfinished jobs with\n"
           "\"controller shut down\"), then to the workers, then to the local\n"
           "Prometheus of 'up --monitoring'; SIGKILL to any still running\n"
-          "after --grace seconds. Removes cluster.json; logs, the job\n"
+          "after --grace seconds. Daemons of the cluster restarted by hand\n"
+          "are stopped too: any meshcast-controller or meshcast-worker\n"
+          "whose command line names DIR (or, for a worker, the recorded\n"
+          "controller address). Removes cluster.json; logs, the job\n"
           "database and Prometheus's data stay, so a later 'meshctl up' on\n"
           "the same directory lists the old jobs.\n\n",
           kExitCodesHelp));
@@ -860,6 +971,18 @@ CommandResult RunDownCommand(const std::vector<std::string>& args,
       workers.push_back(process.pid);
     }
   }
+  // Daemons of this cluster restarted by hand are not in cluster.json.
+  std::set<int> known;
+  for (const ClusterProcess& process : file->processes) {
+    known.insert(process.pid);
+  }
+  int strays = 0;
+  for (const StrayDaemon& stray :
+       FindStrayDaemons(file->dir.empty() ? dir : file->dir, file->controller,
+                        known)) {
+    (stray.controller ? controllers : workers).push_back(stray.pid);
+    ++strays;
+  }
   const absl::Duration grace = absl::Seconds(grace_seconds);
   std::vector<int> killed;
   for (const std::vector<int>* group : {&controllers, &workers, &prometheus}) {
@@ -878,6 +1001,10 @@ CommandResult RunDownCommand(const std::vector<std::string>& args,
                             controllers.size(), " controller and ",
                             workers.size(), " worker process(es)");
   if (!prometheus.empty()) absl::StrAppend(&result.out, " and Prometheus");
+  if (strays > 0) {
+    absl::StrAppend(&result.out, " (", strays,
+                    " not in cluster.json: started by hand)");
+  }
   if (already_stopped > 0) {
     absl::StrAppend(&result.out, ", ", already_stopped, " had already exited");
   }

@@ -54,8 +54,12 @@ class ClusterCommandsTest : public ::testing::Test {
         "--dir", root_ + "/cluster", "--bin-dir", root_ + "/bin", "--timeout",
         "3",     "--workers",        "2"};
     args.insert(args.end(), extra.begin(), extra.end());
+    // The fake controller speaks plaintext; TLS: UpTurnsTlsOnByDefault.
+    if (secure_) return RunUpCommand(args, context_);
+    args.push_back("--insecure");
     return RunUpCommand(args, context_);
   }
+  bool secure_ = false;
 
   // The text of a file a stand-in script writes; `up` may return before a
   // script it did not wait for got there, so wait (bounded) for a line.
@@ -492,6 +496,50 @@ TEST_F(ClusterCommandsTest, DownStopsWhatUpRecorded) {
   for (const ClusterProcess& process : file.processes) {
     EXPECT_FALSE(CheckProcess(process.pid).alive);
   }
+}
+
+TEST_F(ClusterCommandsTest, UpTurnsTlsOnByDefault) {
+  FakeController fake;
+  fake.SetCluster(TwoWorkers(4));
+  FakeDaemons(fake);
+  secure_ = true;
+  // The plaintext fake controller never answers a TLS client: `up` times
+  // out, but only after starting every daemon with its certificate.
+  const CommandResult result = Up({"--timeout", "1"});
+  EXPECT_EQ(result.exit_code, kExitFailure);
+  const std::string tls =
+      std::filesystem::canonical(root_ + "/cluster").string() + "/tls";
+  const std::string controller = ReadFile(root_ + "/controller.args");
+  for (const std::string& flag :
+       {"--tls_cert=" + tls + "/controller.crt",
+        "--tls_key=" + tls + "/controller.key", "--tls_ca=" + tls + "/ca.crt",
+        "--tokens_file=" + tls + "/tokens"}) {
+    EXPECT_THAT(controller, HasSubstr(flag));
+  }
+  EXPECT_THAT(controller, Not(HasSubstr("--insecure")));
+  const std::string worker = ReadFile(root_ + "/worker-1.args");
+  EXPECT_THAT(worker, HasSubstr("--tls_cert=" + tls + "/worker-1.crt"));
+  EXPECT_THAT(worker, HasSubstr("--tls_key=" + tls + "/worker-1.key"));
+  EXPECT_THAT(worker, Not(HasSubstr("--insecure")));
+  struct stat st;
+  ASSERT_EQ(stat((tls + "/admin.token").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST_F(ClusterCommandsTest, UpInsecureWarnsAndRecordsIt) {
+  FakeController fake;
+  fake.SetCluster(TwoWorkers(4));
+  FakeDaemons(fake);
+  const CommandResult result = Up({"--output", "json"});
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_THAT(result.err, HasSubstr("WARNING: --insecure"));
+  EXPECT_THAT(ReadFile(root_ + "/controller.args"), HasSubstr("--insecure"));
+  absl::StatusOr<ClusterFile> file = ReadClusterFile(root_ + "/cluster");
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_TRUE(file->insecure);
+  RecordSleepAsBinaries();
+  EXPECT_EQ(RunDownCommand({"--dir", root_ + "/cluster"}, context_).exit_code,
+            kExitOk);
 }
 
 }  // namespace

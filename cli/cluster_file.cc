@@ -37,6 +37,11 @@ std::string ClusterFileToJson(const ClusterFile& file) {
   out["started_unix"] = file.started_unix;
   if (!file.prometheus.empty()) out["prometheus"] = file.prometheus;
   out["processes"] = std::move(processes);
+  out["security"] = Json{{"insecure", file.insecure},
+                         {"tls_ca", file.tls_ca},
+                         {"tls_cert", file.tls_cert},
+                         {"tls_key", file.tls_key},
+                         {"token_file", file.token_file}};
   return out.dump(2) + "\n";
 }
 
@@ -71,6 +76,19 @@ absl::StatusOr<ClusterFile> ClusterFileFromJson(const std::string& text) {
   }
   if (file.controller.empty()) {
     return absl::InvalidArgumentError("no \"controller\" address");
+  }
+  if (json.contains("security") && json["security"].is_object()) {
+    const Json& security = json["security"];
+    // Anything but an explicit false keeps the safe reading: a damaged
+    // record must not make meshctl send its token in the clear (without
+    // tls_ca it sends none).
+    file.insecure = !(security.contains("insecure") &&
+                      security["insecure"].is_boolean() &&
+                      !security["insecure"].get<bool>());
+    text_field(security, "tls_ca", &file.tls_ca);
+    text_field(security, "tls_cert", &file.tls_cert);
+    text_field(security, "tls_key", &file.tls_key);
+    text_field(security, "token_file", &file.token_file);
   }
   if (json.contains("processes") && json["processes"].is_array()) {
     for (const Json& p : json["processes"]) {

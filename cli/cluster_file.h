@@ -23,10 +23,15 @@
 //                   "binary": "/abs/meshcast-controller",
 //                   "args": ["--listen", ...],
 //                   "metrics": "127.0.0.1:40001"},   // --monitoring only
-//                  ...]}
+//                  ...],
+//    "security": {"insecure": false,                 // `up --insecure`: true
+//                 "tls_ca": "/abs/.meshcast/tls/ca.crt",
+//                 "tls_cert": "", "tls_key": "",     // client cert, optional
+//                 "token_file": "/abs/.meshcast/tls/admin.token"}}
 //
-// Keys added later ("devices", "prometheus", "metrics") are optional when
-// reading, so a record written by an older meshctl still reads.
+// Keys added later ("devices", "prometheus", "metrics", "security") are
+// optional when reading, so a record written by an older meshctl still
+// reads; a record without "security" is a plaintext cluster (insecure).
 //
 // Thread safety: pure functions and value types; concurrent writers of the
 // same directory race (the last rename wins).
@@ -70,6 +75,13 @@ struct ClusterFile {
   // Base URL of the local Prometheus (`up --monitoring`), else empty.
   std::string prometheus;
   std::vector<ClusterProcess> processes;  // controller first
+  // How clients reach the controller (docs/security.md): the CA that
+  // verifies it and the admin token `up` generated, or plaintext.
+  bool insecure = true;
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string token_file;
 };
 
 // D/cluster.json.

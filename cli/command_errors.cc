@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "util/text_safety.h"
 
 namespace meshcast::cli {
 
@@ -26,9 +27,10 @@ int ExitCodeForStatus(const absl::Status& status) {
 CommandResult Fail(absl::string_view command, int exit_code,
                    absl::string_view message) {
   // One line per problem: a multi-line message (e.g. from a server) is
-  // joined so that scripts can read stderr line by line.
-  const std::string one_line =
-      absl::StrReplaceAll(message, {{"\r\n", "; "}, {"\n", "; "}});
+  // joined so that scripts can read stderr line by line; what remains of
+  // control characters (a server's message may carry any) is escaped.
+  const std::string one_line = EscapeForTerminal(
+      absl::StrReplaceAll(message, {{"\r\n", "; "}, {"\n", "; "}}));
   CommandResult result;
   result.exit_code = exit_code;
   result.err = absl::StrCat(command, ": ", one_line, "\n");

@@ -62,12 +62,18 @@ absl::StatusOr<std::unique_ptr<ControllerClient>> ControllerClient::Connect(
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   // A proxy from the environment must not capture loopback traffic.
   args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+  const bool tls = options.credentials != nullptr;
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      address, grpc::InsecureChannelCredentials(), args);
+      address,
+      tls ? options.credentials : grpc::InsecureChannelCredentials(), args);
   if (!channel->WaitForConnected(DeadlineAfter(options.connect_timeout))) {
     return absl::UnavailableError(absl::StrCat(
         "cannot reach the controller at ", address, " within ",
         SecondsText(options.connect_timeout),
+        tls ? " over TLS (is --tls_ca the cluster's CA, and does the "
+              "controller's certificate name this host?)"
+            : " in plaintext (if the controller uses TLS, pass --tls_ca and "
+              "--token_file, or --dir of the cluster 'meshctl up' made)",
         "; start a local cluster with 'meshctl up', or point --controller / "
         "MESHCAST_CONTROLLER at a running controller"));
   }

@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "grpcpp/security/credentials.h"
 #include "meshcast/v1/controller.grpc.pb.h"
 
 namespace meshcast::cli {
@@ -38,6 +39,9 @@ class ControllerClient {
     absl::Duration connect_timeout = absl::Seconds(3);
     // Deadline of each unary call.
     absl::Duration call_timeout = absl::Seconds(60);
+    // TLS and the bearer token (security/tls_credentials.h); null:
+    // plaintext.
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
   };
 
   // Checks `address` is host:port, then waits up to connect_timeout for a

@@ -12,11 +12,20 @@
 namespace meshcast::cli {
 namespace {
 
+// The timing rules are checked apart from transport security, which the
+// daemon requires to be chosen explicitly (TLS flags or --insecure).
+ControllerFlags WithTransportChosen(ControllerFlags flags) {
+  flags.insecure = true;
+  return flags;
+}
+
 TEST(ControllerRulesTest, DefaultsAreTheControllers) {
   const ControllerFlags defaults;
   EXPECT_EQ(defaults.lease_seconds, kControllerDefaultLeaseSeconds);
   EXPECT_EQ(defaults.heartbeat_seconds, kControllerDefaultHeartbeatSeconds);
-  EXPECT_TRUE(ConfigFromFlags(defaults).ok());
+  EXPECT_TRUE(ConfigFromFlags(WithTransportChosen(defaults)).ok());
+  // Chosen by nobody, it is refused.
+  EXPECT_FALSE(ConfigFromFlags(defaults).ok());
 }
 
 TEST(ControllerRulesTest, LeaseAndHeartbeatVerdictsMatch) {
@@ -27,7 +36,8 @@ TEST(ControllerRulesTest, LeaseAndHeartbeatVerdictsMatch) {
       ControllerFlags flags;
       if (lease > 0) flags.lease_seconds = lease;
       if (heartbeat > 0) flags.heartbeat_seconds = heartbeat;
-      const bool controller_ok = ConfigFromFlags(flags).ok();
+      const bool controller_ok =
+          ConfigFromFlags(WithTransportChosen(flags)).ok();
       const absl::Status meshctl =
           CheckLeaseAndHeartbeat(lease, heartbeat, "");
       EXPECT_EQ(meshctl.ok(), controller_ok)

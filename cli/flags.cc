@@ -33,9 +33,21 @@ FlagSet::FlagSet(std::string command, std::string description)
 
 void FlagSet::Add(Flag flag) { flags_.push_back(std::move(flag)); }
 
+// Flag names match with '-' and '_' taken as the same character, so that
+// --tls_ca and --tls-ca both work, as they do for the daemons.
+static bool SameFlagName(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const char x = a[i] == '_' ? '-' : a[i];
+    const char y = b[i] == '_' ? '-' : b[i];
+    if (x != y) return false;
+  }
+  return true;
+}
+
 FlagSet::Flag* FlagSet::Find(absl::string_view name) {
   for (Flag& flag : flags_) {
-    if (flag.name == name) return &flag;
+    if (SameFlagName(flag.name, name)) return &flag;
   }
   return nullptr;
 }

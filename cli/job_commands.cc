@@ -33,6 +33,7 @@
 #include "planner/tensor.h"
 #include "proto/dtype_convert.h"
 #include "util/status_macros.h"
+#include "util/text_safety.h"
 
 namespace meshcast::cli {
 namespace {
@@ -179,8 +180,10 @@ std::optional<CommandResult> StartJobIdCommand(
 
 // Final line of a job that ended: "job ID SUCCEEDED: message".
 std::string FinalLine(const v1::Job& job) {
-  return absl::StrCat("job ", job.id(), " ", JobStateName(job.state()),
-                      job.message().empty() ? "" : ": ", job.message());
+  return absl::StrCat("job ", EscapeForTerminal(job.id()), " ",
+                      JobStateName(job.state()),
+                      job.message().empty() ? "" : ": ",
+                      EscapeForTerminal(job.message()));
 }
 
 // Follows a job until it ends, streaming one line per event when `stream`,
@@ -516,7 +519,8 @@ CommandResult RunSubmitCommand(const std::vector<std::string>& args,
     return result;
   }
   if (!json) {
-    context.Stream(absl::StrCat("job ", job->id(), " submitted: ",
+    context.Stream(absl::StrCat("job ", EscapeForTerminal(job->id()),
+                                " submitted: ",
                                 DescribeSpec(spec), "\n"));
   }
   absl::StatusOr<v1::Job> final_job =

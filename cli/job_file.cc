@@ -207,8 +207,11 @@ absl::StatusOr<v1::DeviceMesh> ParseMeshText(const std::string& text,
   return mesh;
 }
 
-absl::StatusOr<JobFile> ParseJobSpecText(const std::string& text, bool json,
-                                         const std::string& label) {
+namespace {
+
+absl::StatusOr<JobFile> ParseJobSpecTextOrThrow(const std::string& text,
+                                                bool json,
+                                                const std::string& label) {
   JobFile file;
   file.label = label;
   // The compact form reads YAML scalars as text (its documented behaviour);
@@ -245,6 +248,21 @@ absl::StatusOr<JobFile> ParseJobSpecText(const std::string& text, bool json,
   RETURN_IF_ERROR(ReadCompactJob(root, label, &file.reshard));
   if (root.contains("name")) file.name = file.reshard.name;
   return file;
+}
+
+}  // namespace
+
+absl::StatusOr<JobFile> ParseJobSpecText(const std::string& text, bool json,
+                                         const std::string& label) {
+  // The JSON and YAML libraries report some problems by exception (e.g. a
+  // YAML escape that decodes to bytes that are not UTF-8, found by
+  // fuzz/job_file_fuzz); none may leave this module.
+  try {
+    return ParseJobSpecTextOrThrow(text, json, label);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(label, ": cannot be read: ", e.what()));
+  }
 }
 
 absl::StatusOr<JobFile> LoadJobSpecFile(const std::string& path) {

@@ -106,6 +106,38 @@ TEST(JobFileTest, CompactReshardFormStillReads) {
   EXPECT_EQ(file->reshard.Origin("src_mesh"), "job.yaml: reshard.src_mesh");
 }
 
+// Found by fuzz/job_file_fuzz: a byte that is not UTF-8 inside a YAML
+// scalar used to escape as an uncaught exception (meshctl aborted).
+TEST(JobFileTest, InvalidUtf8IsAnErrorNamingTheFile) {
+  for (const bool json : {false, true}) {
+    const std::string text =
+        json ? "{\"name\": \"tp\xff\"}" : "name: tp\ntp_overlap: {m: \xff" "64}\n";
+    absl::StatusOr<JobFile> file = ParseJobSpecText(text, json, "job.yaml");
+    ASSERT_FALSE(file.ok());
+    EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(file.status().message()),
+                StartsWith("job.yaml: is not valid UTF-8"));
+  }
+}
+
+// Found by fuzz/job_file_fuzz: streams on which the YAML library reports
+// empty documents forever (it used to exhaust memory) end with an answer.
+TEST(JobFileTest, MalformedYamlStreamsEnd) {
+  for (const std::string text :
+       {std::string(","), std::string("a: 1\n,\n"),
+        std::string(",\xd9\x91: 3M, k: 128, mesh: n 64,\xd9\x91: 3M, k: "
+                    "128, mesh: ntial}\n"),
+        // A NUL inside a flow mapping: the YAML library hands back text
+        // that is not UTF-8, which the JSON library then throws on.
+        std::string("n: x\nkind: retp_ovdshard\nreshard\0N{shap,\x17dtypee6 "
+                    ":4x6RS0, dtype: float32}\n2}\n", 77)}) {
+    absl::StatusOr<JobFile> file = ParseJobSpecText(text, false, "job.yaml");
+    if (!file.ok()) {
+      EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
+    }
+  }
+}
+
 TEST(JobFileTest, ErrorsNameTheFileAndKey) {
   // A compact-form error keeps its documented wording.
   absl::StatusOr<JobFile> file = ParseJobSpecText(

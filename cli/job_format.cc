@@ -22,6 +22,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "planner/kinds/job_kind.h"
 #include "proto/dtype_convert.h"
+#include "util/text_safety.h"
 
 namespace meshcast::cli {
 namespace {
@@ -64,9 +65,9 @@ std::string Percent(double progress) {
   return absl::StrFormat("%.0f%%", std::clamp(progress, 0.0, 1.0) * 100);
 }
 
+// Escaped for the terminal and cut with an ellipsis (util/text_safety.h).
 std::string Truncate(const std::string& text, size_t width) {
-  if (text.size() <= width) return text;
-  return text.substr(0, width - 3) + "...";
+  return TruncateForColumn(text, width);
 }
 
 OrderedJson MeshRequestToJson(const v1::DeviceMesh& mesh) {
@@ -162,7 +163,8 @@ std::string RenderMetrics(const v1::JobResult& result) {
     if (!notes.empty()) {
       absl::StrAppend(&text, "  (", absl::StrJoin(notes, ", "), ")");
     }
-    rows.emplace_back(label, std::move(text));
+    // Metric names come from the workers and the kind: escaped.
+    rows.emplace_back(EscapeForTerminal(label), std::move(text));
   }
   size_t width = 0;
   for (const auto& row : rows) width = std::max(width, row.first.size());
@@ -446,6 +448,7 @@ OrderedJson JobToJson(const v1::Job& job, bool details) {
                   {"name", job.spec().name()},
                   {"state", JobStateName(job.state())},
                   {"message", job.message()},
+                  {"owner", job.owner()},
                   {"progress", job.progress()},
                   {"created_unix", job.created_unix()},
                   {"started_unix", job.started_unix()},
@@ -578,8 +581,10 @@ OrderedJson PlanTransfersToJson(const v1::Plan& plan) {
 
 std::string RenderJobDetails(const v1::Job& job, double now_unix) {
   std::string out;
+  // Values hold ids, names and messages from the controller: escaped.
   const auto line = [&out](absl::string_view key, const std::string& value) {
-    absl::StrAppend(&out, key, std::string(12 - key.size(), ' '), value, "\n");
+    absl::StrAppend(&out, key, std::string(12 - key.size(), ' '),
+                    EscapeForTerminal(value), "\n");
   };
   line("id:", job.id());
   if (!job.spec().name().empty()) line("name:", job.spec().name());
@@ -677,7 +682,7 @@ std::string RenderEvent(const v1::JobEvent& event) {
   return absl::StrCat(
       FormatClock(event.time_unix() > 0 ? event.time_unix() : NowUnix()), "  ",
       state, " ", absl::StrFormat("%4s", Percent(event.progress())), "  ",
-      event.message(), "\n");
+      EscapeForTerminal(event.message()), "\n");
 }
 
 std::string RenderCluster(const v1::GetClusterResponse& cluster,

@@ -157,7 +157,7 @@ TEST(JobFormatTest, HumanViews) {
   EXPECT_THAT(list, HasSubstr("50%"));
   EXPECT_THAT(list, HasSubstr("10s ago"));
   EXPECT_THAT(list, HasSubstr("9.000 s"));  // running: until now
-  EXPECT_THAT(list, HasSubstr("x..."));     // long messages cut
+  EXPECT_THAT(list, HasSubstr("x\xE2\x80\xA6"));  // long messages cut
   EXPECT_THAT(list, Not(HasSubstr(std::string(100, 'x'))));
   EXPECT_THAT(RenderJobList({}, 0), HasSubstr("no jobs yet"));
 
@@ -205,6 +205,44 @@ TEST(JobFormatTest, Cluster) {
   EXPECT_EQ(json["workers"][0]["state"], "lost");
   EXPECT_EQ(json["workers"][0]["memory_bytes"], 0);  // not reported
   EXPECT_EQ(json["workers"][1]["memory_bytes"], int64_t{24} << 30);
+}
+
+// Names, messages and addresses come from the network: no control
+// character reaches the terminal, and table cells stay bounded.
+TEST(JobFormatTest, UntrustedTextIsEscaped) {
+  const std::string kClear = "\x1b[2J";  // "clear the screen"
+  v1::Job job = SucceededJob();
+  job.set_id("j-1" + kClear);
+  job.mutable_spec()->set_name("n\x1b]0;owned\x07");
+  job.set_message("failed:\r\x1b[31mforged line\n");
+  (*job.mutable_result()->mutable_metrics())["evil\x1b[5m_seconds"] = 1;
+  const std::string details = RenderJobDetails(job, 1010);
+  EXPECT_THAT(details, HasSubstr("id:         j-1\\x1B[2J\n"));
+  EXPECT_THAT(details, HasSubstr("name:       n\\x1B]0;owned\\x07\n"));
+  EXPECT_THAT(details,
+              HasSubstr("message:    failed:\\x0D\\x1B[31mforged line\\x0A\n"));
+  EXPECT_THAT(details, HasSubstr("evil\\x1B[5m"));
+  const std::string list = RenderJobList({job}, 1010);
+  v1::JobEvent event;
+  event.set_message("step\x1b[1A\x1b[2K done");
+  const std::string line = RenderEvent(event);
+  EXPECT_THAT(line, HasSubstr("step\\x1B[1A\\x1B[2K done\n"));
+
+  v1::GetClusterResponse cluster;
+  v1::WorkerInfo* worker = cluster.add_workers();
+  worker->set_name("w\x1b[8m" + std::string(200, 'n'));
+  worker->set_address("10.0.0.1:1\x9b");  // not valid UTF-8 after \x1b
+  worker->set_num_devices(1);
+  const std::string text = RenderCluster(cluster, "127.0.0.1:1", 1000);
+  EXPECT_THAT(text, HasSubstr("w\\x1B[8mnnn"));
+  EXPECT_THAT(text, HasSubstr("10.0.0.1:1\\x9B"));
+  EXPECT_THAT(text, Not(HasSubstr(std::string(200, 'n'))));  // cut
+  for (const std::string& out : {details, list, line, text}) {
+    for (char c : out) {
+      EXPECT_TRUE(c == '\n' || static_cast<unsigned char>(c) >= 0x20)
+          << "control byte " << static_cast<int>(c) << " in:\n" << out;
+    }
+  }
 }
 
 TEST(JobFormatTest, TopologyShowsCpuCostsOnlyWhenSet) {

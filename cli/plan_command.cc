@@ -134,6 +134,9 @@ struct PlanOptions {
   // CPU-side costs; 0 = unlimited host copy rate / no setup time.
   double host_copy_gbps = 0;
   double transfer_setup_us = 0;
+  // Compute rates of every device (DeviceRatesFor): cpu (default), h100,
+  // h200; they time OP_COMPUTE steps (tp_overlap's GEMMs).
+  std::string device_kind = "cpu";
   std::string shape;
   std::string dtype = "float32";
   std::string src_mesh;
@@ -173,6 +176,9 @@ void RegisterFlags(FlagSet& flags, PlanOptions& options) {
                "(CPU hosts; 0 = unlimited)");
   flags.Double("transfer-setup-us", &options.transfer_setup_us, "US",
                "fixed start-up time of every transfer, in microseconds");
+  flags.String("device-kind", &options.device_kind, "KIND",
+               "compute rates of each device: cpu (one core), h100 or h200\n"
+               "(published peaks; they time GEMMs and elementwise steps)");
   flags.String("shape", &options.shape, "AxBx...",
                "tensor shape, e.g. 1024x1024x512 (required)");
   flags.String("dtype", &options.dtype, "TYPE",
@@ -388,6 +394,9 @@ absl::StatusOr<Topology> BuildTopology(const PlanOptions& options) {
       CheckPositive("--transfer-setup-us", options.transfer_setup_us, true));
   topology.host_copy_bandwidth = options.host_copy_gbps * 1e9 / 8;
   topology.transfer_setup_seconds = options.transfer_setup_us * 1e-6;
+  absl::StatusOr<DeviceRates> rates = DeviceRatesFor(options.device_kind);
+  RETURN_IF_ERROR(Flagged("--device-kind", rates.status()));
+  topology.SetDeviceRates(*rates);
   RETURN_IF_ERROR(Flagged("--cluster", topology.Validate()));
   return topology;
 }
@@ -894,7 +903,7 @@ absl::Status CheckModeFlags(const FlagSet& flags, bool live) {
     for (const char* flag :
          {"cluster", "inter-gbps", "intra-gbps", "inter-latency-us",
           "intra-latency-us", "host-copy-gbps", "transfer-setup-us",
-          "verify"}) {
+          "device-kind", "verify"}) {
       if (flags.IsSet(flag)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--", flag,

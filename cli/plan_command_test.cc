@@ -426,20 +426,53 @@ TEST(PlanCommandTest, JobFileOfAnyKindIsSimulated) {
   const nlohmann::json json = nlohmann::json::parse(result.out);
   EXPECT_EQ(json["kind"], "tp_overlap");
   const nlohmann::json& steps = json["plan"]["steps"];
-  ASSERT_EQ(steps.size(), 5u);
+  // Sequential: the GEMM alone (4 steps) and the collective alone (1) that
+  // the job measures first, then the mode's 4 GEMMs and its collective.
+  ASSERT_EQ(steps.size(), 10u);
   EXPECT_EQ(steps[0]["op"], "OP_COMPUTE");
   EXPECT_EQ(steps[4]["op"], "OP_REDUCE_SCATTER");
+  EXPECT_EQ(steps[5]["op"], "OP_COMPUTE");
+  EXPECT_EQ(steps[9]["op"], "OP_REDUCE_SCATTER");
   // The collective waits for the GEMMs: its predicted start is after theirs.
   const nlohmann::json& start = json["plan"]["predicted_step_start"];
   const nlohmann::json& finish = json["plan"]["predicted_step_finish"];
-  ASSERT_EQ(start.size(), 5u);
+  ASSERT_EQ(start.size(), 10u);
   EXPECT_GE(start[4].get<double>(), finish[0].get<double>());
+  EXPECT_GE(start[9].get<double>(), finish[5].get<double>());
   EXPECT_GT(json["predicted_seconds"].get<double>(), 0);
   // The file says what to plan; a kind's flag beside it is refused.
   result = RunPlanCommand({"-f", path, "--cluster", "4x1", "--op",
                            "all_reduce"});
   EXPECT_EQ(result.exit_code, kExitUsage);
   EXPECT_THAT(result.err, HasSubstr("--op: the job comes from -f"));
+}
+
+// --device-kind sets the devices' compute rates (planner/topology.h): the
+// same GEMM-bound job is predicted far faster on H100s than on CPU cores.
+TEST(PlanCommandTest, DeviceKindSetsTheComputeRates) {
+  const std::string path =
+      ::testing::TempDir() + "/plan_command_test_device_kind.yaml";
+  std::ofstream(path) << "tp_overlap:\n"
+                         "  m: 1024\n  n: 1024\n  k: 4096\n"
+                         "  mesh: 4x1\n";
+  const auto predicted = [&](const std::string& kind) {
+    std::vector<std::string> args = {"-f",  path,       "--cluster",
+                                     "4x1", "--output", "json"};
+    if (!kind.empty()) args.insert(args.end(), {"--device-kind", kind});
+    const CommandResult result = RunPlanCommand(args);
+    EXPECT_EQ(result.exit_code, kExitOk) << result.err;
+    return result.exit_code == kExitOk
+               ? nlohmann::json::parse(result.out)["predicted_seconds"]
+                     .get<double>()
+               : 0.0;
+  };
+  const double cpu = predicted("");
+  EXPECT_EQ(predicted("cpu"), cpu);
+  EXPECT_LT(predicted("h100"), cpu / 10);
+  const CommandResult bad =
+      RunPlanCommand({"-f", path, "--cluster", "4x1", "--device-kind", "tpu"});
+  EXPECT_EQ(bad.exit_code, kExitUsage);
+  EXPECT_THAT(bad.err, HasSubstr("--device-kind"));
 }
 
 TEST(PlanCommandTest, CollectiveErrorsNameTheFlag) {

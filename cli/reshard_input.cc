@@ -26,6 +26,8 @@
 #include "proto/dtype_convert.h"
 #include "planner/topology.h"
 #include "util/status_macros.h"
+#include "util/text_safety.h"
+#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
 namespace meshcast::cli {
@@ -308,26 +310,77 @@ absl::StatusOr<Json> YamlToJson(const YAML::Node& node,
   }
 }
 
+// Records, per document of a YAML stream, whether its root is null —
+// without building the documents.
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  std::vector<bool> null_roots;
+
+  void OnDocumentStart(const YAML::Mark&) override { depth_ = 0; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override { Root(true); }
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override { Root(false); }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    Root(false);
+  }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    Root(false);
+    ++depth_;
+  }
+  void OnSequenceEnd() override { --depth_; }
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    Root(false);
+    ++depth_;
+  }
+  void OnMapEnd() override { --depth_; }
+
+ private:
+  void Root(bool null) {
+    if (depth_ == 0) null_roots.push_back(null);
+  }
+  int depth_ = 0;
+};
+
+// The documents of `text`, at most `limit` of them. Not YAML::LoadAll:
+// Debian's yaml-cpp (0.7) loops forever on some malformed streams (it keeps
+// reporting empty documents), eating memory until the process dies; a
+// bound turns that into an error.
+std::vector<bool> NullRootsOfDocuments(const std::string& text, int limit) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentCounter counter;
+  for (int i = 0; i < limit && parser.HandleNextDocument(counter); ++i) {
+  }
+  return counter.null_roots;
+}
+
 absl::StatusOr<Json> ParseYamlText(const std::string& text,
                                    const std::string& label, bool typed) {
+  constexpr int kMaxDocuments = 16;
   // yaml-cpp reports errors by exception; they stop here.
   try {
-    std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    std::vector<bool> null_roots = NullRootsOfDocuments(text, kMaxDocuments);
     // A trailing "---" adds an empty document; anything more is a second
     // job that would otherwise be dropped without a word.
-    while (documents.size() > 1 && documents.back().IsNull()) {
-      documents.pop_back();
-    }
-    if (documents.size() > 1) {
+    while (null_roots.size() > 1 && null_roots.back()) null_roots.pop_back();
+    if (null_roots.size() > 1) {
       return Invalid(
-          label, absl::StrCat("holds ", documents.size(),
-                              " YAML documents (separated by '---'); a job "
-                              "file holds one job: submit each from its own "
-                              "file"));
+          label,
+          absl::StrCat("holds ",
+                       null_roots.size() >= kMaxDocuments
+                           ? absl::StrCat(kMaxDocuments, " or more")
+                           : absl::StrCat(null_roots.size()),
+                       " YAML documents (separated by '---'); a job "
+                       "file holds one job: submit each from its own "
+                       "file"));
     }
-    if (documents.empty()) return Json(nullptr);
+    if (null_roots.empty()) return Json(nullptr);
+    const YAML::Node document = YAML::Load(text);
     std::vector<std::string> keys;
-    return YamlToJson(documents.front(), label, keys, typed);
+    return YamlToJson(document, label, keys, typed);
   } catch (const std::exception& e) {
     return Invalid(label, absl::StrCat("is not valid YAML: ", e.what()));
   }
@@ -547,6 +600,11 @@ absl::StatusOr<nlohmann::json> ParseJobDocument(const std::string& text,
                                                bool json,
                                                const std::string& label,
                                                bool typed_scalars) {
+  // JSON and YAML are text: bytes that are not UTF-8 are refused here, by
+  // name, rather than surfacing later as a library exception.
+  if (!IsValidUtf8(text)) {
+    return Invalid(label, "is not valid UTF-8 text (JSON and YAML must be)");
+  }
   if (json) return ParseJsonText(text, label);
   return ParseYamlText(text, label, typed_scalars);
 }

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "util/text_safety.h"
 
 namespace meshcast::cli {
 
@@ -18,22 +19,27 @@ TextTable::TextTable(std::vector<std::string> header, std::vector<Align> align)
 
 void TextTable::AddRow(std::vector<std::string> cells) {
   cells.resize(std::max(cells.size(), header_.size()));
+  for (std::string& cell : cells) cell = TruncateForColumn(cell, kMaxCellWidth);
   rows_.push_back(std::move(cells));
 }
 
 std::string TextTable::Render(const std::string& indent) const {
   std::vector<size_t> width(header_.size(), 0);
-  for (size_t c = 0; c < header_.size(); ++c) width[c] = header_[c].size();
+  // Widths in columns, not bytes: an ellipsis or a UTF-8 name is one.
+  for (size_t c = 0; c < header_.size(); ++c) {
+    width[c] = DisplayWidth(header_[c]);
+  }
   for (const auto& row : rows_) {
     for (size_t c = 0; c < row.size() && c < width.size(); ++c) {
-      width[c] = std::max(width[c], row[c].size());
+      width[c] = std::max(width[c], DisplayWidth(row[c]));
     }
   }
   const auto line = [&](const std::vector<std::string>& cells) {
     std::string out = indent;
     for (size_t c = 0; c < width.size(); ++c) {
       const std::string& cell = c < cells.size() ? cells[c] : std::string();
-      const std::string pad(width[c] - std::min(width[c], cell.size()), ' ');
+      const std::string pad(width[c] - std::min(width[c], DisplayWidth(cell)),
+                            ' ');
       if (c > 0) out += "  ";
       out += align_[c] == kLeft ? cell + pad : pad + cell;
     }

@@ -23,7 +23,12 @@ class TextTable {
   explicit TextTable(std::vector<std::string> header,
                      std::vector<Align> align = {});
 
-  // Rows shorter than the header are padded with empty cells.
+  // A cell longer than this many columns is cut with an ellipsis.
+  static constexpr size_t kMaxCellWidth = 80;
+
+  // Rows shorter than the header are padded with empty cells. Every cell is
+  // escaped for the terminal (util/text_safety.h: cells often hold names
+  // and messages from the network) and cut to kMaxCellWidth.
   void AddRow(std::vector<std::string> cells);
   int num_rows() const { return static_cast<int>(rows_.size()); }
 

@@ -27,6 +27,24 @@ TEST(TextTableTest, ShortRowsArePaddedAndNoTrailingSpaces) {
   EXPECT_EQ(table.Render(), "a  b\n-  -\nx\n");
 }
 
+TEST(TextTableTest, CellsAreEscapedAndLongOnesCut) {
+  TextTable table({"name", "n"}, {TextTable::kLeft, TextTable::kRight});
+  table.AddRow({"a\x1b[31mb", "1"});
+  table.AddRow({std::string(200, 'x'), "2"});
+  table.AddRow({"caf\xC3\xA9", "3"});
+  const std::string out = table.Render();
+  EXPECT_THAT(out, ::testing::HasSubstr("a\\x1B[31mb"));
+  EXPECT_THAT(out, ::testing::Not(::testing::HasSubstr(std::string(200, 'x'))));
+  const std::string cut =
+      std::string(TextTable::kMaxCellWidth - 1, 'x') + "\xE2\x80\xA6";
+  // Widths count columns: the cut cell and the UTF-8 one align.
+  EXPECT_THAT(out, ::testing::HasSubstr(cut + "  2\n"));
+  EXPECT_THAT(
+      out, ::testing::HasSubstr("caf\xC3\xA9" +
+                                std::string(TextTable::kMaxCellWidth - 4, ' ') +
+                                "  3\n"));
+}
+
 TEST(FormatTest, Seconds) {
   EXPECT_EQ(FormatSeconds(1.71799), "1.718 s");
   EXPECT_EQ(FormatSeconds(0.859), "859.000 ms");

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/job_format.h"
 #include "cli/text_table.h"
+#include "util/text_safety.h"
 
 namespace meshcast::cli {
 namespace {
@@ -76,9 +77,10 @@ std::string RenderTimeline(const v1::Job& job, int width) {
   std::vector<std::string> labels;
   size_t label_width = 0;
   for (const auto& [key, steps] : rows) {
-    std::string label = absl::StrCat(key.first, " dev ", key.second);
-    if (label.size() > kMaxLabel) label = label.substr(0, kMaxLabel);
-    label_width = std::max(label_width, label.size());
+    // Worker names come from the network: escaped, cut by columns.
+    std::string label = TruncateForColumn(
+        absl::StrCat(key.first, " dev ", key.second), kMaxLabel);
+    label_width = std::max(label_width, DisplayWidth(label));
     labels.push_back(std::move(label));
   }
   // "label |bars|": the bars take what the label and the two rules leave.
@@ -126,7 +128,8 @@ std::string RenderTimeline(const v1::Job& job, int width) {
     std::string bars;
     for (const Cell& cell : cells) bars.push_back(cell.letter);
     const std::string& label = labels[row_index++];
-    absl::StrAppend(&out, label, std::string(label_width - label.size(), ' '),
+    absl::StrAppend(&out, label,
+                    std::string(label_width - DisplayWidth(label), ' '),
                     " |", bars, "|\n");
   }
 

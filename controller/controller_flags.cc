@@ -3,7 +3,10 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "security/tls_credentials.h"
+#include "util/metrics_http_server.h"
 #include "util/status_macros.h"
+#include "util/web_config.h"
 
 namespace meshcast {
 namespace {
@@ -56,6 +59,12 @@ absl::StatusOr<ControllerConfig> ConfigFromFlags(const ControllerFlags& flags) {
         "--heartbeat-seconds (",
         flags.heartbeat_seconds, "), got ", flags.lease_seconds));
   }
+  if (flags.lost_worker_ttl <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--lost_worker_ttl must be a positive duration (e.g. 10m, 1h, inf "
+        "for never), got ",
+        absl::FormatDuration(flags.lost_worker_ttl)));
+  }
   RETURN_IF_ERROR(CheckPositive("task-timeout-seconds",
                                 flags.task_timeout_seconds, "seconds", 1));
   if (!std::isfinite(flags.reserve_after_seconds) ||
@@ -71,10 +80,6 @@ absl::StatusOr<ControllerConfig> ConfigFromFlags(const ControllerFlags& flags) {
         absl::StrCat("--metrics-port must be 0..65535 (0: a free port) or -1 "
                      "(off), got ",
                      flags.metrics_port));
-  }
-  if (flags.metrics_port >= 0 && flags.metrics_address.empty()) {
-    return absl::InvalidArgumentError(
-        "--metrics-address must not be empty (e.g. 0.0.0.0 or 127.0.0.1)");
   }
   RETURN_IF_ERROR(
       CheckPositive("inter-gbps", flags.inter_gbps, "Gbit/s", kBytesPerGbit));
@@ -92,11 +97,24 @@ absl::StatusOr<ControllerConfig> ConfigFromFlags(const ControllerFlags& flags) {
                                    "microseconds", kSecondsPerMicrosecond,
                                    "none"));
 
+  const security::TlsFiles tls{flags.tls_cert, flags.tls_key, flags.tls_ca};
+  RETURN_IF_ERROR(security::CheckTlsFlags(tls, flags.insecure,
+                                          "meshcast-controller",
+                                          /*cert_required=*/true));
+  if (flags.insecure && !flags.tokens_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tokens_file needs TLS (--tls_cert, --tls_key, --tls_ca): tokens "
+        "are never accepted in the clear; drop --insecure or --tokens_file");
+  }
+
   ControllerConfig config;
+  config.tls = tls;
+  config.tokens_file = flags.tokens_file;
   config.listen = flags.listen;
   config.db_path = flags.db;
   config.registry.lease = absl::Seconds(flags.lease_seconds);
   config.registry.heartbeat = absl::Seconds(flags.heartbeat_seconds);
+  config.registry.lost_worker_ttl = flags.lost_worker_ttl;
   config.registry.inter_host_bandwidth = flags.inter_gbps * kBytesPerGbit;
   config.registry.intra_host_bandwidth = flags.intra_gbps * kBytesPerGbit;
   config.registry.inter_host_latency =
@@ -111,8 +129,16 @@ absl::StatusOr<ControllerConfig> ConfigFromFlags(const ControllerFlags& flags) {
                                   ? absl::InfiniteDuration()
                                   : absl::Seconds(flags.reserve_after_seconds);
   if (flags.metrics_port >= 0) {
-    config.metrics_listen =
-        absl::StrCat(flags.metrics_address, ":", flags.metrics_port);
+    config.metrics_listen = MetricsListenAddress(
+        flags.metrics_address, flags.listen, flags.metrics_port);
+    if (!flags.metrics_web_config.empty()) {
+      absl::StatusOr<WebConfig> web = LoadWebConfig(flags.metrics_web_config);
+      if (!web.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--metrics-web-config: ", web.status().message()));
+      }
+      config.metrics_web = *std::move(web);
+    }
   }
   return config;
 }

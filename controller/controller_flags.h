@@ -20,6 +20,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "controller/controller_server.h"
 
 namespace meshcast {
@@ -33,9 +34,15 @@ struct ControllerFlags {
   // A queued job that has waited this long for busy devices holds later
   // jobs back until it starts; 0: strict submission order; -1: never.
   double reserve_after_seconds = 10;
+  // A worker LOST for this long is forgotten and its host index freed
+  // (worker_registry.h); absl::InfiniteDuration(): never.
+  absl::Duration lost_worker_ttl = absl::Minutes(10);
   // -1: no metrics endpoint; 0: a free port.
   int metrics_port = -1;
-  std::string metrics_address = "0.0.0.0";
+  // "": the host of --listen (the gRPC interface).
+  std::string metrics_address;
+  // Prometheus-format web config for /metrics (TLS, basic auth); "": none.
+  std::string metrics_web_config;
 
   // The topology the planner and the simulator see.
   double inter_gbps = 10;        // per-host NIC, each direction
@@ -47,9 +54,20 @@ struct ControllerFlags {
   double host_copy_gbps = 0;
   // Fixed start-up cost of every transfer.
   double transfer_setup_us = 0;
+
+  // Security (docs/security.md): TLS with the cluster's certificates, or
+  // --insecure explicitly; neither is an error.
+  std::string tls_cert;     // the controller's certificate (server and
+                            // client toward workers)
+  std::string tls_key;
+  std::string tls_ca;       // verifies workers' and clients' certificates
+  std::string tokens_file;  // `<token> <user> <role>` per line, mode 0600
+  bool insecure = false;
 };
 
-// Checks every flag and builds the daemon's configuration. The topology
+// Checks every flag and builds the daemon's configuration. Security: the
+// three --tls_* flags together, or --insecure (then no --tls_* and no
+// --tokens_file); the error names the flags. The topology
 // values end up in config.registry (WorkerRegistry::Options), from which
 // every planned job, the Plan RPC and GetCluster take them.
 absl::StatusOr<ControllerConfig> ConfigFromFlags(const ControllerFlags& flags);

@@ -21,8 +21,48 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TEST(ControllerFlagsTest, DefaultsGiveTheUsualTopologyWithoutCpuCosts) {
+// The defaults, with the explicit --insecure the daemon needs without TLS.
+ControllerFlags InsecureFlags() {
+  ControllerFlags flags;
+  flags.insecure = true;
+  return flags;
+}
+
+TEST(ControllerFlagsTest, RefusesToStartWithoutTlsOrInsecure) {
   absl::StatusOr<ControllerConfig> config = ConfigFromFlags(ControllerFlags());
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  for (const char* flag : {"--tls_cert", "--tls_key", "--tls_ca", "--insecure"}) {
+    EXPECT_THAT(config.status().message(), HasSubstr(flag));
+  }
+}
+
+TEST(ControllerFlagsTest, TakesTlsFilesAndTokens) {
+  ControllerFlags flags;
+  flags.tls_cert = "c.crt";
+  flags.tls_key = "c.key";
+  flags.tls_ca = "ca.crt";
+  flags.tokens_file = "tokens";
+  absl::StatusOr<ControllerConfig> config = ConfigFromFlags(flags);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->tls.cert, "c.crt");
+  EXPECT_EQ(config->tls.key, "c.key");
+  EXPECT_EQ(config->tls.ca, "ca.crt");
+  EXPECT_EQ(config->tokens_file, "tokens");
+}
+
+TEST(ControllerFlagsTest, RefusesTokensOrTlsFilesWithInsecure) {
+  ControllerFlags tokens = InsecureFlags();
+  tokens.tokens_file = "tokens";
+  EXPECT_THAT(ConfigFromFlags(tokens).status().message(),
+              HasSubstr("--tokens_file needs TLS"));
+  ControllerFlags half = InsecureFlags();
+  half.tls_ca = "ca.crt";
+  EXPECT_FALSE(ConfigFromFlags(half).ok());
+}
+
+TEST(ControllerFlagsTest, DefaultsGiveTheUsualTopologyWithoutCpuCosts) {
+  absl::StatusOr<ControllerConfig> config = ConfigFromFlags(InsecureFlags());
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_DOUBLE_EQ(config->registry.inter_host_bandwidth, 10e9 / 8);
   EXPECT_DOUBLE_EQ(config->registry.intra_host_bandwidth, 100e9 / 8);
@@ -38,7 +78,7 @@ TEST(ControllerFlagsTest, DefaultsGiveTheUsualTopologyWithoutCpuCosts) {
 }
 
 TEST(ControllerFlagsTest, ConvertsHumanUnitsToBaseUnits) {
-  ControllerFlags flags;
+  ControllerFlags flags = InsecureFlags();
   flags.listen = "127.0.0.1:0";
   flags.db = ":memory:";
   flags.inter_gbps = 0.9564;
@@ -48,6 +88,7 @@ TEST(ControllerFlagsTest, ConvertsHumanUnitsToBaseUnits) {
   flags.host_copy_gbps = 24;
   flags.transfer_setup_us = 300;
   flags.lease_seconds = 3;
+  flags.lost_worker_ttl = absl::Minutes(3);
   flags.heartbeat_seconds = 0.5;
   flags.task_timeout_seconds = 60;
   flags.reserve_after_seconds = 2.5;
@@ -57,6 +98,9 @@ TEST(ControllerFlagsTest, ConvertsHumanUnitsToBaseUnits) {
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->listen, "127.0.0.1:0");
   EXPECT_EQ(config->db_path, ":memory:");
+  EXPECT_EQ(config->registry.lost_worker_ttl, absl::Minutes(3));
+  EXPECT_EQ(ConfigFromFlags(InsecureFlags())->registry.lost_worker_ttl,
+            absl::Minutes(10));  // the default
   EXPECT_DOUBLE_EQ(config->registry.inter_host_bandwidth, 0.9564e9 / 8);
   EXPECT_DOUBLE_EQ(config->registry.intra_host_bandwidth, 5e9);
   EXPECT_DOUBLE_EQ(config->registry.inter_host_latency, 50e-6);
@@ -68,6 +112,25 @@ TEST(ControllerFlagsTest, ConvertsHumanUnitsToBaseUnits) {
   EXPECT_EQ(config->jobs.task_timeout, absl::Seconds(60));
   EXPECT_EQ(config->jobs.reserve_after, absl::Milliseconds(2500));
   EXPECT_EQ(config->metrics_listen, "127.0.0.1:0");
+}
+
+// Without --metrics-address, /metrics binds the gRPC interface, never every
+// interface by surprise.
+TEST(ControllerFlagsTest, MetricsBindTheGrpcInterfaceByDefault) {
+  ControllerFlags flags = InsecureFlags();
+  flags.listen = "10.1.2.3:50051";
+  flags.metrics_port = 9401;
+  absl::StatusOr<ControllerConfig> config = ConfigFromFlags(flags);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->metrics_listen, "10.1.2.3:9401");
+  flags.listen = "[::1]:50051";
+  config = ConfigFromFlags(flags);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->metrics_listen, "[::1]:9401");
+  flags.metrics_address = "0.0.0.0";
+  config = ConfigFromFlags(flags);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->metrics_listen, "0.0.0.0:9401");
 }
 
 // One bad value per case: the error must be INVALID_ARGUMENT and name the
@@ -84,7 +147,7 @@ void PrintTo(const BadFlag& bad, std::ostream* os) { *os << bad.name; }
 class BadFlagTest : public ::testing::TestWithParam<BadFlag> {};
 
 TEST_P(BadFlagTest, IsRejectedNamingTheFlag) {
-  ControllerFlags flags;
+  ControllerFlags flags = InsecureFlags();
   GetParam().set(flags);
   absl::StatusOr<ControllerConfig> config = ConfigFromFlags(flags);
   ASSERT_FALSE(config.ok());
@@ -98,6 +161,11 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 INSTANTIATE_TEST_SUITE_P(
     Flags, BadFlagTest,
     ::testing::Values(
+        BadFlag{"ZeroLostWorkerTtl",
+                [](ControllerFlags& f) {
+                  f.lost_worker_ttl = absl::ZeroDuration();
+                },
+                "--lost_worker_ttl must be a positive duration"},
         BadFlag{"NegativeHostCopy",
                 [](ControllerFlags& f) { f.host_copy_gbps = -1; },
                 "--host-copy-gbps must be a finite number of Gbit/s >= 0 (0 = "
@@ -155,12 +223,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlag{"MetricsPortTooLarge",
                 [](ControllerFlags& f) { f.metrics_port = 70000; },
                 "--metrics-port"},
-        BadFlag{"EmptyMetricsAddress",
+        BadFlag{"MissingMetricsWebConfig",
                 [](ControllerFlags& f) {
                   f.metrics_port = 0;
-                  f.metrics_address.clear();
+                  f.metrics_web_config = "/nonexistent/web.yml";
                 },
-                "--metrics-address"},
+                "--metrics-web-config"},
         BadFlag{"EmptyListen", [](ControllerFlags& f) { f.listen.clear(); },
                 "--listen"},
         BadFlag{"EmptyDb", [](ControllerFlags& f) { f.db.clear(); }, "--db"}),
@@ -169,7 +237,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(ControllerFlagsTest, ReserveAfterZeroIsStrictOrderAndMinusOneNever) {
-  ControllerFlags flags;
+  ControllerFlags flags = InsecureFlags();
   flags.reserve_after_seconds = 0;
   absl::StatusOr<ControllerConfig> config = ConfigFromFlags(flags);
   ASSERT_TRUE(config.ok()) << config.status();
@@ -181,7 +249,7 @@ TEST(ControllerFlagsTest, ReserveAfterZeroIsStrictOrderAndMinusOneNever) {
 }
 
 TEST(ControllerFlagsTest, ZeroMeansUnlimitedCopyAndNoSetup) {
-  ControllerFlags flags;
+  ControllerFlags flags = InsecureFlags();
   flags.host_copy_gbps = 0;
   flags.transfer_setup_us = 0;
   flags.inter_latency_us = 0;
@@ -253,7 +321,7 @@ class ConfiguredControllerTest : public ::testing::Test {
 };
 
 TEST_F(ConfiguredControllerTest, GetClusterAndPlanReportTheFlags) {
-  ControllerFlags flags;
+  ControllerFlags flags = InsecureFlags();
   flags.inter_gbps = 8;
   flags.intra_gbps = 80;
   flags.inter_latency_us = 40;
@@ -283,11 +351,11 @@ TEST_F(ConfiguredControllerTest, GetClusterAndPlanReportTheFlags) {
 }
 
 TEST_F(ConfiguredControllerTest, SetupTimeAndHostCopyChangeThePrediction) {
-  ASSERT_NO_FATAL_FAILURE(Start(ControllerFlags()));
+  ASSERT_NO_FATAL_FAILURE(Start(InsecureFlags()));
   const double plain = PlanAcrossHosts().plan().predicted_seconds();
   server_->Shutdown();
 
-  ControllerFlags flags;
+  ControllerFlags flags = InsecureFlags();
   flags.transfer_setup_us = 5000;  // far above the plain prediction
   ASSERT_NO_FATAL_FAILURE(Start(flags));
   const double with_setup = PlanAcrossHosts().plan().predicted_seconds();
@@ -295,7 +363,7 @@ TEST_F(ConfiguredControllerTest, SetupTimeAndHostCopyChangeThePrediction) {
   EXPECT_GE(with_setup, plain + 5000e-6 * 0.999);
   server_->Shutdown();
 
-  flags = ControllerFlags();
+  flags = InsecureFlags();
   // Slower than the 10 Gbit/s NIC: packing at the sender now limits the
   // cross-host transfers.
   flags.host_copy_gbps = 1;

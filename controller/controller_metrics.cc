@@ -136,6 +136,14 @@ ControllerMetrics::ControllerMetrics()
           "Measured data-plane time of a succeeded job over the simulator's "
           "prediction.",
           {"type"}, RatioBuckets())),
+      measured_seconds_(registry_.AddCounter(
+          "meshcast_controller_dataplane_measured_seconds_total",
+          "Measured data-plane time of succeeded jobs that had a prediction.",
+          {"type"})),
+      predicted_seconds_(registry_.AddCounter(
+          "meshcast_controller_dataplane_predicted_seconds_total",
+          "The simulator's predicted data-plane time of the same jobs.",
+          {"type"})),
       rpcs_(registry_.AddCounter(
           "meshcast_controller_rpcs_total",
           "RPCs the controller answered, by method and gRPC status code.",
@@ -153,6 +161,8 @@ ControllerMetrics::ControllerMetrics()
     for (v1::JobState state : kFinalStates) {
       jobs_finished_.WithLabels({kind->name(), StateLabel(state)});
     }
+    measured_seconds_.WithLabels({kind->name()});
+    predicted_seconds_.WithLabels({kind->name()});
   }
   registry_.AddCollectHook([this] { Collect(); });
   Collect();
@@ -203,6 +213,9 @@ void ControllerMetrics::JobMeasured(absl::string_view type,
   if (!(measured_seconds > 0) || !(predicted_seconds > 0)) return;
   measured_over_predicted_.WithLabels({std::string(type)})
       .Observe(measured_seconds / predicted_seconds);
+  measured_seconds_.WithLabels({std::string(type)}).Increment(measured_seconds);
+  predicted_seconds_.WithLabels({std::string(type)})
+      .Increment(predicted_seconds);
 }
 
 void ControllerMetrics::RpcServed(absl::string_view full_method,

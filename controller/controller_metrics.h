@@ -80,7 +80,9 @@ class ControllerMetrics {
   // states are ignored.
   void JobFinished(absl::string_view type, v1::JobState state, double seconds);
   // A job's measured data-plane time against the simulator's prediction;
-  // ignored unless both are positive.
+  // ignored unless both are positive. Feeds the ratio histogram and the two
+  // seconds counters whose rates divide into the time-weighted ratio the
+  // bandwidth alert uses (a large job weighs more than a tiny one).
   void JobMeasured(absl::string_view type, double measured_seconds,
                    double predicted_seconds);
   // One RPC answered with `code`; `full_method` as gRPC names it
@@ -115,6 +117,8 @@ class ControllerMetrics {
   HistogramFamily& planning_seconds_;
   HistogramFamily& job_duration_seconds_;
   HistogramFamily& measured_over_predicted_;
+  CounterFamily& measured_seconds_;
+  CounterFamily& predicted_seconds_;
   CounterFamily& rpcs_;
   // Full names ("/pkg.Service/Method") of the methods counted by name.
   const absl::flat_hash_set<std::string> known_methods_;

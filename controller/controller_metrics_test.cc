@@ -59,6 +59,8 @@ TEST(ControllerMetricsTest, StartsWithBuildInfoAndZeroedSeries) {
        {"meshcast_controller_planning_seconds",
         "meshcast_controller_job_duration_seconds",
         "meshcast_controller_measured_over_predicted_ratio",
+        "meshcast_controller_dataplane_measured_seconds_total",
+        "meshcast_controller_dataplane_predicted_seconds_total",
         "meshcast_controller_rpcs_total", "meshcast_controller_devices",
         "meshcast_controller_jobs"}) {
     EXPECT_THAT(text, HasSubstr(absl::StrCat("# TYPE ", name, " ")));
@@ -158,6 +160,13 @@ TEST(ControllerMetricsTest, RecordsJobEvents) {
   EXPECT_THAT(FindSample(text, R"(meshcast_controller_measured_over_predicted_)"
                            R"(ratio_bucket{type="reshard",le="1.25"})"),
               Optional(0.0));
+  // The seconds counters take only the valid measurement (3 s against 2 s).
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_dataplane_measured_)"
+                           R"(seconds_total{type="reshard"})"),
+              Optional(3.0));
+  EXPECT_THAT(FindSample(text, R"(meshcast_controller_dataplane_predicted_)"
+                           R"(seconds_total{type="reshard"})"),
+              Optional(2.0));
 }
 
 TEST(ControllerMetricsTest, LabelsComeFromFixedSets) {

@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "controller/grpc_worker_client.h"
 #include "controller/log.h"
+#include "controller/parse_error_interceptor.h"
+#include "security/token_file.h"
 #include "util/status_macros.h"
 
 namespace meshcast {
@@ -22,14 +24,34 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   ASSIGN_OR_RETURN(server->store_, JobStore::Open(config.db_path));
   server->registry_ = std::make_unique<WorkerRegistry>(config.registry, clock);
   server->kv_ = std::make_unique<KvStore>();
-  server->client_ = client != nullptr ? std::move(client)
-                                      : std::make_unique<GrpcWorkerClient>();
+  const bool tls = config.tls.any();
+  security::AuthOptions auth;
+  auth.insecure = !tls;
+  if (tls && !config.tokens_file.empty()) {
+    ASSIGN_OR_RETURN(auth.tokens,
+                     security::ReadTokensFile(config.tokens_file));
+  }
+  server->authenticator_ =
+      std::make_unique<security::Authenticator>(std::move(auth));
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<grpc::ServerCredentials> server_credentials,
+      security::MakeServerCredentials(
+          config.tls, security::ClientCertificates::kRequestAndVerify));
+  if (client == nullptr) {
+    // Mutual TLS toward the workers: the controller's certificate is its
+    // client certificate, and a worker must present one for its name.
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> to_workers,
+                     security::MakeChannelCredentials(config.tls));
+    client = std::make_unique<GrpcWorkerClient>(std::move(to_workers), tls);
+  }
+  server->client_ = std::move(client);
   server->jobs_ = std::make_unique<JobManager>(
       config.jobs, server->store_.get(), server->registry_.get(),
       server->kv_.get(), server->client_.get(), clock, server->metrics_.get());
   RETURN_IF_ERROR(server->jobs_->Start());
   server->service_ = std::make_unique<ControllerService>(
       server->registry_.get(), server->jobs_.get(), server->kv_.get());
+  server->service_->SetAuthenticator(server->authenticator_.get());
 
   // Both take effect for servers built after these calls.
   grpc::EnableDefaultHealthCheckService(true);
@@ -38,10 +60,12 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   std::vector<
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
       interceptors;
+  // Unparsable requests (invalid UTF-8) get INVALID_ARGUMENT, not INTERNAL;
+  // first, so that the metrics count the code the client gets.
+  interceptors.push_back(NewParseErrorInterceptorFactory());
   interceptors.push_back(server->metrics_->NewRpcInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(),
-                           &server->port_);
+  builder.AddListeningPort(config.listen, server_credentials, &server->port_);
   builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
   builder.RegisterService(server->service_.get());
@@ -57,7 +81,8 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   if (!config.metrics_listen.empty()) {
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
         MetricsHttpServer::Start(config.metrics_listen,
-                                 &server->metrics_->registry());
+                                 &server->metrics_->registry(),
+                                 config.metrics_web);
     if (!http.ok()) {
       server->Shutdown();
       return absl::Status(
@@ -99,7 +124,7 @@ ControllerState ControllerServer::CurrentState() const {
       static_cast<int>(live_devices.size()) - state.devices_busy;
   state.queue_depth = jobs_->QueueDepth();
   absl::StatusOr<std::map<v1::JobState, int64_t>> jobs =
-      store_->CountJobsByState();
+      jobs_->CountJobsByState();
   if (jobs.ok()) {
     state.jobs = *std::move(jobs);
   } else {

@@ -32,8 +32,11 @@
 #include "controller/job_manager.h"
 #include "controller/job_store.h"
 #include "controller/kv_store.h"
+#include "util/web_config.h"
 #include "controller/worker_client.h"
 #include "controller/worker_registry.h"
+#include "security/principal.h"
+#include "security/tls_credentials.h"
 #include "util/metrics_http_server.h"
 
 namespace meshcast {
@@ -46,6 +49,16 @@ struct ControllerConfig {
   // host:port for Prometheus metrics at GET /metrics (port 0 picks a free
   // port); empty: not served.
   std::string metrics_listen;
+  // TLS and basic auth of /metrics (util/web_config.h); default: neither.
+  WebConfig metrics_web;
+  // TLS (docs/security.md). With tls.any(): the gRPC port speaks TLS only
+  // (client certificates requested and verified against tls.ca, bearer
+  // tokens from tokens_file the alternative), every RPC is authenticated
+  // and authorized (security/authorizer.h), and the controller calls its
+  // workers with mutual TLS, presenting tls.cert. Without: plaintext and
+  // every caller an anonymous admin (the daemon needs --insecure for that).
+  security::TlsFiles tls;
+  std::string tokens_file;
 };
 
 class ControllerServer {
@@ -79,6 +92,8 @@ class ControllerServer {
 
   // First: outlives everything that records into it.
   std::unique_ptr<ControllerMetrics> metrics_;
+  // Before the service, which points at it.
+  std::unique_ptr<security::Authenticator> authenticator_;
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<WorkerRegistry> registry_;
   std::unique_ptr<KvStore> kv_;

@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "controller/clock.h"
 #include "controller/grpc_worker_client.h"
 #include "planner/ir/spec_convert.h"
+#include "security/authorizer.h"
+#include "security/call_guard.h"
 
 namespace meshcast {
 namespace {
@@ -28,16 +32,61 @@ v1::JobEvent EventOf(const v1::Job& job) {
   return event;
 }
 
+// Authentication and authorization of one call to Controller/`method`
+// (security/call_guard.h).
+grpc::Status AdmitCall(const security::Authenticator* authenticator,
+                       const grpc::ServerContextBase& context,
+                       absl::string_view method, security::Principal* caller) {
+  return security::Admit(authenticator, context,
+                         absl::StrCat("/meshcast.v1.Controller/", method),
+                         caller);
+}
+
+// A worker speaks only for the worker named in its certificate (its CN):
+// no registering, heartbeating, reporting or writing keys as another.
+grpc::Status CheckWorkerName(const security::Principal& caller,
+                             const std::string& name) {
+  if (caller.kind != security::Principal::Kind::kWorker ||
+      caller.name == name) {
+    return grpc::Status::OK;
+  }
+  return grpc::Status(
+      grpc::StatusCode::PERMISSION_DENIED,
+      absl::StrCat("worker name \"", absl::CHexEscape(name.substr(0, 64)),
+                   "\" is not the name in the caller's certificate (CN ",
+                   caller.name, ")"));
+}
+
+// What an unknown job id gets, so that another user's job looks the same.
+grpc::Status JobNotFound(const std::string& id) {
+  return grpc::Status(
+      grpc::StatusCode::NOT_FOUND,
+      absl::StrCat("job ", absl::CHexEscape(id.substr(0, 64)), " not found"));
+}
+
+// The owner recorded in the spec, shown on the Job.
+v1::Job WithOwner(v1::Job job) {
+  job.set_owner(job.spec().owner());
+  return job;
+}
+
 }  // namespace
 
 ControllerService::ControllerService(WorkerRegistry* registry, JobManager* jobs,
                                      KvStore* kv)
-    : registry_(registry), jobs_(jobs), kv_(kv) {}
+    : registry_(registry), jobs_(jobs), kv_(kv), kv_service_(jobs, kv) {}
 
 grpc::Status ControllerService::RegisterWorker(
-    grpc::ServerContext*, const v1::RegisterWorkerRequest* request,
+    grpc::ServerContext* context, const v1::RegisterWorkerRequest* request,
     v1::RegisterWorkerResponse* response) {
+  security::Principal caller;
+  if (grpc::Status s =
+          AdmitCall(authenticator_, *context, "RegisterWorker", &caller);
+      !s.ok()) {
+    return s;
+  }
   const v1::WorkerInfo& info = request->worker();
+  if (grpc::Status s = CheckWorkerName(caller, info.name()); !s.ok()) return s;
   WorkerRecord record;
   record.name = info.name();
   record.address = info.address();
@@ -56,48 +105,94 @@ grpc::Status ControllerService::RegisterWorker(
   return grpc::Status::OK;
 }
 
-grpc::Status ControllerService::Heartbeat(grpc::ServerContext*,
+grpc::Status ControllerService::Heartbeat(grpc::ServerContext* context,
                                           const v1::HeartbeatRequest* request,
                                           v1::HeartbeatResponse* response) {
+  security::Principal caller;
+  if (grpc::Status s = AdmitCall(authenticator_, *context, "Heartbeat", &caller);
+      !s.ok()) {
+    return s;
+  }
+  if (grpc::Status s = CheckWorkerName(caller, request->name()); !s.ok()) {
+    return s;
+  }
   response->set_known(registry_->Heartbeat(request->name()));
   return grpc::Status::OK;
 }
 
-grpc::Status ControllerService::SubmitJob(grpc::ServerContext*,
+grpc::Status ControllerService::SubmitJob(grpc::ServerContext* context,
                                           const v1::SubmitJobRequest* request,
                                           v1::SubmitJobResponse* response) {
+  security::Principal caller;
+  if (grpc::Status s = AdmitCall(authenticator_, *context, "SubmitJob", &caller);
+      !s.ok()) {
+    return s;
+  }
   if (!request->has_spec()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "spec is required");
   }
-  absl::StatusOr<v1::Job> job = jobs_->Submit(request->spec());
+  // The owner is the caller, whatever the request says.
+  v1::JobSpec spec = request->spec();
+  spec.set_owner(caller.name);
+  absl::StatusOr<v1::Job> job = jobs_->Submit(spec);
   if (!job.ok()) return ToGrpcStatus(job.status());
-  *response->mutable_job() = *std::move(job);
+  *response->mutable_job() = WithOwner(*std::move(job));
   return grpc::Status::OK;
 }
 
-grpc::Status ControllerService::GetJob(grpc::ServerContext*,
+grpc::Status ControllerService::GetJob(grpc::ServerContext* context,
                                        const v1::GetJobRequest* request,
                                        v1::GetJobResponse* response) {
+  security::Principal caller;
+  if (grpc::Status s = AdmitCall(authenticator_, *context, "GetJob", &caller);
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<v1::Job> job = jobs_->Get(request->id());
   if (!job.ok()) return ToGrpcStatus(job.status());
-  *response->mutable_job() = *std::move(job);
+  if (!security::CanAccessJob(caller, job->spec().owner())) {
+    return JobNotFound(request->id());
+  }
+  *response->mutable_job() = WithOwner(*std::move(job));
   return grpc::Status::OK;
 }
 
-grpc::Status ControllerService::ListJobs(grpc::ServerContext*,
+grpc::Status ControllerService::ListJobs(grpc::ServerContext* context,
                                          const v1::ListJobsRequest* request,
                                          v1::ListJobsResponse* response) {
-  absl::StatusOr<std::vector<v1::Job>> jobs = jobs_->List(request->limit());
+  security::Principal caller;
+  if (grpc::Status s = AdmitCall(authenticator_, *context, "ListJobs", &caller);
+      !s.ok()) {
+    return s;
+  }
+  // A user's limit applies to its own jobs: list all, then filter.
+  const bool everyone = security::CanAccessEveryJob(caller);
+  absl::StatusOr<std::vector<v1::Job>> jobs =
+      jobs_->List(everyone ? request->limit() : 0);
   if (!jobs.ok()) return ToGrpcStatus(jobs.status());
-  for (v1::Job& job : *jobs) *response->add_jobs() = std::move(job);
+  for (v1::Job& job : *jobs) {
+    if (!security::CanAccessJob(caller, job.spec().owner())) continue;
+    if (request->limit() > 0 && response->jobs_size() >= request->limit()) {
+      break;
+    }
+    *response->add_jobs() = WithOwner(std::move(job));
+  }
   return grpc::Status::OK;
 }
 
 grpc::Status ControllerService::WatchJob(
     grpc::ServerContext* context, const v1::WatchJobRequest* request,
     grpc::ServerWriter<v1::JobEvent>* writer) {
+  security::Principal caller;
+  if (grpc::Status s = AdmitCall(authenticator_, *context, "WatchJob", &caller);
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<JobManager::Watch> watch = jobs_->WatchJob(request->id());
   if (!watch.ok()) return ToGrpcStatus(watch.status());
+  if (!security::CanAccessJob(caller, watch->job.spec().owner())) {
+    return JobNotFound(request->id());
+  }
   if (!writer->Write(EventOf(watch->job))) return grpc::Status::OK;
   if (IsFinal(watch->job.state())) return grpc::Status::OK;
   while (true) {
@@ -117,18 +212,36 @@ grpc::Status ControllerService::WatchJob(
   }
 }
 
-grpc::Status ControllerService::CancelJob(grpc::ServerContext*,
+grpc::Status ControllerService::CancelJob(grpc::ServerContext* context,
                                           const v1::CancelJobRequest* request,
                                           v1::CancelJobResponse* response) {
+  security::Principal caller;
+  if (grpc::Status s = AdmitCall(authenticator_, *context, "CancelJob", &caller);
+      !s.ok()) {
+    return s;
+  }
+  if (!security::CanAccessEveryJob(caller)) {
+    // Only the owner may cancel: look first (the owner never changes).
+    absl::StatusOr<v1::Job> existing = jobs_->Get(request->id());
+    if (!existing.ok()) return ToGrpcStatus(existing.status());
+    if (!security::CanAccessJob(caller, existing->spec().owner())) {
+      return JobNotFound(request->id());
+    }
+  }
   absl::StatusOr<v1::Job> job = jobs_->Cancel(request->id());
   if (!job.ok()) return ToGrpcStatus(job.status());
-  *response->mutable_job() = *std::move(job);
+  *response->mutable_job() = WithOwner(*std::move(job));
   return grpc::Status::OK;
 }
 
-grpc::Status ControllerService::Plan(grpc::ServerContext*,
+grpc::Status ControllerService::Plan(grpc::ServerContext* context,
                                      const v1::PlanRequest* request,
                                      v1::PlanResponse* response) {
+  security::Principal caller;
+  if (grpc::Status s = AdmitCall(authenticator_, *context, "Plan", &caller);
+      !s.ok()) {
+    return s;
+  }
   v1::JobSpec spec;
   if (request->has_spec()) {
     spec = request->spec();
@@ -166,9 +279,15 @@ grpc::Status ControllerService::Plan(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status ControllerService::GetCluster(grpc::ServerContext*,
+grpc::Status ControllerService::GetCluster(grpc::ServerContext* context,
                                            const v1::GetClusterRequest*,
                                            v1::GetClusterResponse* response) {
+  security::Principal caller;
+  if (grpc::Status s =
+          AdmitCall(authenticator_, *context, "GetCluster", &caller);
+      !s.ok()) {
+    return s;
+  }
   *response->mutable_topology() = TopologyToProto(registry_->topology());
   const std::vector<int> busy = jobs_->BusyHosts();
   for (const WorkerRecord& w : registry_->Workers()) {
@@ -192,33 +311,55 @@ grpc::Status ControllerService::GetCluster(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status ControllerService::KvSet(grpc::ServerContext*,
+grpc::Status ControllerService::KvSet(grpc::ServerContext* context,
                                       const v1::KvSetRequest* request,
                                       v1::KvSetResponse*) {
-  return ToGrpcStatus(kv_->Set(request->key(), request->value()));
+  // Security hook: only workers, and only under their certificate's name,
+  // so request->worker() below is verified whenever TLS is on.
+  security::Principal caller;
+  if (grpc::Status s = AdmitCall(authenticator_, *context, "KvSet", &caller);
+      !s.ok()) {
+    return s;
+  }
+  if (grpc::Status s = CheckWorkerName(caller, request->worker()); !s.ok()) {
+    return s;
+  }
+  // The writer: the request's worker name, which CheckWorkerName above has
+  // matched with the certificate's CN when TLS is on (kv_service.h checks
+  // it is one of the job's workers).
+  return ToGrpcStatus(
+      kv_service_.Set(request->worker(), request->key(), request->value()));
 }
 
-grpc::Status ControllerService::KvGet(grpc::ServerContext* context,
-                                      const v1::KvGetRequest* request,
-                                      v1::KvGetResponse* response) {
-  // NaN, negative and huge timeouts are clamped; the client's own deadline
-  // bounds the wait too.
-  double seconds = request->timeout_seconds();
-  if (!(seconds > 0)) seconds = 0;
-  seconds = std::min(seconds, kMaxKvWaitSeconds);
-  absl::Duration timeout = absl::Seconds(seconds);
-  const absl::Time client_deadline = absl::FromChrono(context->deadline());
-  timeout = std::min(
-      timeout, std::max(absl::ZeroDuration(), client_deadline - absl::Now()));
-  absl::StatusOr<std::string> value = kv_->Get(request->key(), timeout);
-  if (!value.ok()) return ToGrpcStatus(value.status());
-  response->set_value(*std::move(value));
-  return grpc::Status::OK;
+grpc::ServerUnaryReactor* ControllerService::KvGet(
+    grpc::CallbackServerContext* context, const v1::KvGetRequest* request,
+    v1::KvGetResponse* response) {
+  // Security hook, as for KvSet.
+  security::Principal caller;
+  grpc::Status admitted =
+      AdmitCall(authenticator_, *context, "KvGet", &caller);
+  if (admitted.ok()) admitted = CheckWorkerName(caller, request->worker());
+  if (!admitted.ok()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(admitted);
+    return reactor;
+  }
+  // The reader, verified as for KvSet.
+  return kv_service_.Get(context, request->worker(), *request, response);
 }
 
 grpc::Status ControllerService::ReportProgress(
-    grpc::ServerContext*, const v1::ReportProgressRequest* request,
+    grpc::ServerContext* context, const v1::ReportProgressRequest* request,
     v1::ReportProgressResponse*) {
+  security::Principal caller;
+  if (grpc::Status s =
+          AdmitCall(authenticator_, *context, "ReportProgress", &caller);
+      !s.ok()) {
+    return s;
+  }
+  if (grpc::Status s = CheckWorkerName(caller, request->worker()); !s.ok()) {
+    return s;
+  }
   const std::vector<v1::TaskProgress> tasks(request->tasks().begin(),
                                             request->tasks().end());
   absl::StatusOr<int> counted = jobs_->ReportProgress(request->worker(), tasks);

@@ -15,18 +15,32 @@
 #include <atomic>
 
 #include "controller/job_manager.h"
+#include "controller/kv_service.h"
 #include "controller/kv_store.h"
 #include "controller/worker_registry.h"
 #include "meshcast/v1/controller.grpc.pb.h"
+#include "security/principal.h"
 
 namespace meshcast {
 
-class ControllerService final : public v1::Controller::Service {
+// KvGet uses gRPC's callback API (kv_service.h) so that a waiting KvGet
+// holds no thread; every other method is synchronous.
+class ControllerService final
+    : public v1::Controller::WithCallbackMethod_KvGet<v1::Controller::Service> {
  public:
   // KvGet waits at most this long whatever the client asks.
-  static constexpr double kMaxKvWaitSeconds = 600;
+  static constexpr double kMaxKvWaitSeconds = KvService::kMaxWaitSeconds;
 
   ControllerService(WorkerRegistry* registry, JobManager* jobs, KvStore* kv);
+
+  // Every RPC first authenticates its caller and checks the rules of
+  // security/authorizer.h; a worker's calls must name the worker of its
+  // certificate, and a user sees only its own jobs (others' are NOT_FOUND).
+  // Without an authenticator (or an insecure one) every caller is an
+  // anonymous admin. Set before serving; must outlive the service.
+  void SetAuthenticator(const security::Authenticator* authenticator) {
+    authenticator_ = authenticator;
+  }
 
   // Ends WatchJob streams promptly (before the server shuts down).
   void Shutdown() { shutting_down_ = true; }
@@ -61,9 +75,9 @@ class ControllerService final : public v1::Controller::Service {
   grpc::Status KvSet(grpc::ServerContext* context,
                      const v1::KvSetRequest* request,
                      v1::KvSetResponse* response) override;
-  grpc::Status KvGet(grpc::ServerContext* context,
-                     const v1::KvGetRequest* request,
-                     v1::KvGetResponse* response) override;
+  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* context,
+                                  const v1::KvGetRequest* request,
+                                  v1::KvGetResponse* response) override;
   // Hands the tasks to JobManager::ReportProgress; reports about jobs that
   // do not run on that worker are ignored, not refused (a job may end while
   // its report is on the way).
@@ -75,7 +89,9 @@ class ControllerService final : public v1::Controller::Service {
   WorkerRegistry* const registry_;
   JobManager* const jobs_;
   KvStore* const kv_;
+  KvService kv_service_;
   std::atomic<bool> shutting_down_{false};
+  const security::Authenticator* authenticator_ = nullptr;
 };
 
 }  // namespace meshcast

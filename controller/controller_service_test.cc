@@ -311,12 +311,21 @@ TEST_F(ControllerServiceTest, WorkersPushProgressThroughRpc) {
 }
 
 TEST_F(ControllerServiceTest, KeyValueRendezvous) {
+  // Keys belong to a running job and only its workers may use them
+  // (kv_service_test.cc covers the rule in full).
+  RegisterTwo();
+  client_->SetDefaultMode(FakeWorkerClient::Mode::kBlock);
+  v1::Job job = Submit(SmallJob());
+  ASSERT_TRUE(client_->WaitForBlocked(2, absl::Seconds(10)));
+  const std::string prefix = absl::StrCat("job/", job.id(), "/");
   v1::KvSetRequest set;
-  set.set_key("job/job-000001/gloo/0");
+  set.set_worker("alpha");
+  set.set_key(prefix + "gloo/0");
   set.set_value(std::string("\x01\x02\x00\x03", 4));
   v1::KvSetResponse set_response;
   ASSERT_TRUE(stub_->KvSet(Context().get(), set, &set_response).ok());
   v1::KvGetRequest get;
+  get.set_worker("beta");
   get.set_key(set.key());
   v1::KvGetResponse got;
   ASSERT_TRUE(stub_->KvGet(Context().get(), get, &got).ok());
@@ -326,22 +335,31 @@ TEST_F(ControllerServiceTest, KeyValueRendezvous) {
   std::thread setter([&] {
     absl::SleepFor(absl::Milliseconds(50));
     v1::KvSetRequest later;
-    later.set_key("late");
+    later.set_worker("beta");
+    later.set_key(prefix + "late");
     later.set_value("v");
     v1::KvSetResponse r;
     EXPECT_TRUE(stub_->KvSet(Context().get(), later, &r).ok());
   });
-  get.set_key("late");
+  get.set_key(prefix + "late");
   get.set_timeout_seconds(10);
   grpc::Status status = stub_->KvGet(Context().get(), get, &got);
   setter.join();
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(got.value(), "v");
 
-  get.set_key("never");
+  get.set_key(prefix + "never");
   get.set_timeout_seconds(0.05);
   EXPECT_EQ(stub_->KvGet(Context().get(), get, &got).error_code(),
             grpc::StatusCode::DEADLINE_EXCEEDED);
+  // Not a worker of the job.
+  set.set_worker("mallory");
+  EXPECT_EQ(stub_->KvSet(Context().get(), set, &set_response).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  v1::CancelJobRequest cancel;
+  cancel.set_id(job.id());
+  v1::CancelJobResponse cancelled;
+  ASSERT_TRUE(stub_->CancelJob(Context().get(), cancel, &cancelled).ok());
 }
 
 TEST_F(ControllerServiceTest, PlanDryRunOnTheLiveTopology) {
@@ -413,15 +431,33 @@ TEST_F(ControllerServiceTest, HostileInputsGetErrorsNotCrashes) {
             grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(Register("x", -5, &reg).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+  // Keys outside a running job's namespace are refused at once, whatever
+  // the timeout (the clamping of hostile timeouts: kv_service_test.cc).
   v1::KvGetRequest get;
   get.set_key("k");
   get.set_timeout_seconds(std::nan(""));
   v1::KvGetResponse got;
   EXPECT_EQ(stub_->KvGet(Context().get(), get, &got).error_code(),
-            grpc::StatusCode::DEADLINE_EXCEEDED);
+            grpc::StatusCode::PERMISSION_DENIED);
+  get.set_key("job/job-000001/k");
   get.set_timeout_seconds(-1e300);
   EXPECT_EQ(stub_->KvGet(Context().get(), get, &got).error_code(),
-            grpc::StatusCode::DEADLINE_EXCEEDED);
+            grpc::StatusCode::FAILED_PRECONDITION);
+  // Invalid UTF-8 in a string field: INVALID_ARGUMENT naming the field,
+  // for a synchronous method and for the callback one (KvGet) alike.
+  get.set_key("job/\xFF/k");
+  grpc::Status bad_utf8 = stub_->KvGet(Context().get(), get, &got);
+  EXPECT_EQ(bad_utf8.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad_utf8.error_message(),
+              HasSubstr("string field key of meshcast.v1.KvGetRequest"));
+  v1::RegisterWorkerRequest bad_name;
+  bad_name.mutable_worker()->set_name("w\xC3");
+  bad_name.mutable_worker()->set_num_devices(1);
+  bad_utf8 = stub_->RegisterWorker(Context().get(), bad_name, &reg);
+  EXPECT_EQ(bad_utf8.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad_utf8.error_message(),
+              HasSubstr("string field worker.name of "
+                        "meshcast.v1.RegisterWorkerRequest"));
   get.set_timeout_seconds(std::numeric_limits<double>::infinity());
   get.set_key("");
   EXPECT_EQ(stub_->KvGet(Context().get(), get, &got).error_code(),

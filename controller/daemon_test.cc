@@ -45,6 +45,7 @@ class Daemon {
         "--inter-gbps=40",
         "--metrics-port=0",
         "--metrics-address=127.0.0.1",
+        "--insecure",  // security has its own tests (docs/security.md)
     };
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;

@@ -71,6 +71,7 @@ absl::StatusOr<v1::RunTaskResponse> FakeWorkerClient::RunTask(
     case Mode::kSucceed:
     case Mode::kMismatch:
     case Mode::kUnverified:
+    case Mode::kForgeStep:
       break;
   }
   response.set_ok(true);
@@ -88,13 +89,23 @@ absl::StatusOr<v1::RunTaskResponse> FakeWorkerClient::RunTask(
       verified += BoxElements(buffer);
     }
   }
+  // As a worker does: nothing verified with verification off.
+  if (program.verify() == v1::VERIFY_MODE_OFF) verified = 0;
   result->set_elements_verified(mode == Mode::kUnverified ? 0 : verified);
-  result->set_mismatches(mode == Mode::kMismatch ? 3 : 0);
+  // Mismatches only where something was verified (result_check.h).
+  result->set_mismatches(mode == Mode::kMismatch && verified > 0 ? 3 : 0);
   for (const v1::Step& step : program.plan().steps()) {
     v1::StepResult* s = result->add_steps();
     s->set_step(step.id());
     s->set_bytes(step.bytes());
-    s->set_seconds(0.0005);
+    // At 1 GB/s: plausible for any topology (result_check.h).
+    s->set_seconds(std::max(0.0005, step.bytes() / 1e9));
+  }
+  if (mode == Mode::kForgeStep) {
+    // A step that is in no program.
+    v1::StepResult* s = result->add_steps();
+    s->set_step(kForgedStep);
+    s->set_seconds(0.001);
   }
   return response;
 }

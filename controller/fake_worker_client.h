@@ -21,15 +21,18 @@ namespace meshcast {
 
 class FakeWorkerClient : public WorkerClient {
  public:
-  // kUnverified: succeeds but reports no verified elements.
+  // kUnverified: succeeds but reports no verified elements. kForgeStep:
+  // succeeds and also reports step kForgedStep, which is in no program.
   enum class Mode {
     kSucceed,
     kFail,
     kMismatch,
     kUnverified,
     kUnreachable,
-    kBlock
+    kBlock,
+    kForgeStep
   };
+  static constexpr int kForgedStep = 999999;
 
   // Mode for one worker; others use the default.
   void SetMode(const std::string& worker, Mode mode) ABSL_LOCKS_EXCLUDED(mu_);

@@ -20,23 +20,29 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 }
 
 std::shared_ptr<grpc::Channel> GrpcWorkerClient::ChannelFor(
-    const std::string& address) {
+    const WorkerEndpoint& worker) {
+  const std::string key = verify_worker_name_
+                              ? absl::StrCat(worker.name, "@", worker.address)
+                              : worker.address;
   absl::MutexLock lock(&mu_);
-  auto it = channels_.find(address);
+  auto it = channels_.find(key);
   if (it != channels_.end()) return it->second;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   args.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
-  auto channel = grpc::CreateCustomChannel(
-      address, grpc::InsecureChannelCredentials(), args);
-  channels_[address] = channel;
+  if (verify_worker_name_ && !worker.name.empty()) {
+    args.SetSslTargetNameOverride(worker.name);
+  }
+  auto channel =
+      grpc::CreateCustomChannel(worker.address, credentials_, args);
+  channels_[key] = channel;
   return channel;
 }
 
 absl::StatusOr<v1::RunTaskResponse> GrpcWorkerClient::RunTask(
     const WorkerEndpoint& worker, const v1::WorkerProgram& program,
     absl::Time deadline, CallCanceller* canceller) {
-  auto stub = v1::Worker::NewStub(ChannelFor(worker.address));
+  auto stub = v1::Worker::NewStub(ChannelFor(worker));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
   v1::RunTaskRequest request;
@@ -55,7 +61,7 @@ absl::Status GrpcWorkerClient::AbortTask(const WorkerEndpoint& worker,
                                          const std::string& job_id,
                                          const std::string& reason,
                                          absl::Time deadline) {
-  auto stub = v1::Worker::NewStub(ChannelFor(worker.address));
+  auto stub = v1::Worker::NewStub(ChannelFor(worker));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
   v1::AbortTaskRequest request;
@@ -67,7 +73,7 @@ absl::Status GrpcWorkerClient::AbortTask(const WorkerEndpoint& worker,
 
 absl::StatusOr<v1::GetStatusResponse> GrpcWorkerClient::GetStatus(
     const WorkerEndpoint& worker, absl::Time deadline) {
-  auto stub = v1::Worker::NewStub(ChannelFor(worker.address));
+  auto stub = v1::Worker::NewStub(ChannelFor(worker));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
   v1::GetStatusResponse response;

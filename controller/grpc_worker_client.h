@@ -30,6 +30,18 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 
 class GrpcWorkerClient : public WorkerClient {
  public:
+  // Plaintext channels.
+  GrpcWorkerClient() : GrpcWorkerClient(grpc::InsecureChannelCredentials(),
+                                        false) {}
+  // With `verify_worker_name`, each worker's server certificate must be
+  // valid for the worker's registered name (a DNS SAN equal to the name)
+  // rather than for the host of its address, so that certificates need not
+  // know the addresses workers will have (docs/security.md).
+  GrpcWorkerClient(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   bool verify_worker_name)
+      : credentials_(std::move(credentials)),
+        verify_worker_name_(verify_worker_name) {}
+
   absl::StatusOr<v1::RunTaskResponse> RunTask(
       const WorkerEndpoint& worker, const v1::WorkerProgram& program,
       absl::Time deadline, CallCanceller* canceller) override;
@@ -40,10 +52,13 @@ class GrpcWorkerClient : public WorkerClient {
       const WorkerEndpoint& worker, absl::Time deadline) override;
 
  private:
-  std::shared_ptr<grpc::Channel> ChannelFor(const std::string& address)
+  std::shared_ptr<grpc::Channel> ChannelFor(const WorkerEndpoint& worker)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  const bool verify_worker_name_;
   absl::Mutex mu_;
+  // By address, and by name too when names are verified.
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_
       ABSL_GUARDED_BY(mu_);
 };

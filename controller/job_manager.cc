@@ -11,9 +11,11 @@
 #include "controller/log.h"
 #include "controller/memory_check.h"
 #include "controller/program_builder.h"
+#include "controller/result_check.h"
 #include "planner/ir/spec_convert.h"
 #include "planner/kinds/job_kind.h"
 #include "util/status_macros.h"
+#include "util/text_safety.h"
 
 namespace meshcast {
 namespace {
@@ -148,6 +150,8 @@ struct JobManager::ActiveJob {
   bool cancel_requested = false;
   std::string failure;  // first reason the job must fail, if any
   int workers_done = 0;
+  int queue_notes = 0;      // QueueNote bits recorded while QUEUED
+  bool plan_dirty = false;  // the plan was set and not yet persisted
   std::unique_ptr<RunProgress> run;
   std::thread thread;
 };
@@ -162,25 +166,121 @@ JobManager::JobManager(Options options, JobStore* store,
       kv_(kv),
       client_(client),
       clock_(clock),
-      metrics_(metrics) {}
+      metrics_(metrics) {
+  writer_ = std::thread([this] { WriterLoop(); });
+}
 
-JobManager::~JobManager() { Shutdown("controller shut down"); }
+JobManager::~JobManager() {
+  Shutdown("controller shut down");
+  StopWriter();
+}
 
 absl::Status JobManager::Start() {
-  ASSIGN_OR_RETURN(std::vector<std::string> failed,
-                   store_->FailUnfinishedJobs("controller restarted",
-                                              UnixSecondsOf(clock_->Now())));
-  for (const std::string& id : failed) {
-    LogWarning("job ", id,
-               " FAILED: controller restarted while it was unfinished "
-               "(resubmit it)");
+  {
+    absl::MutexLock lock(&mu_);
+    if (started_) return absl::FailedPreconditionError("already started");
   }
+  ASSIGN_OR_RETURN(
+      JobStore::Recovery recovery,
+      store_->RecoverAfterRestart(
+          "controller restarted while the job ran; its workers were told to "
+          "abort it (resubmit it)",
+          UnixSecondsOf(clock_->Now())));
+  // Host indices of the previous run: a device id keeps its worker.
+  RETURN_IF_ERROR(registry_->AttachStore(store_));
   registry_->AddListener([this](const WorkerEvent& e) { OnWorkerEvent(e); });
   absl::MutexLock lock(&mu_);
-  if (started_) return absl::FailedPreconditionError("already started");
   started_ = true;
+  // Where each worker is now, if it registered already, else where the
+  // job recorded it.
+  absl::flat_hash_map<std::string, std::string> live_address;
+  for (const WorkerRecord& w : registry_->Workers()) {
+    if (!w.lost) live_address[w.name] = w.address;
+  }
+  absl::flat_hash_map<std::string, std::string> recorded_address;
+  for (const JobStore::Recovery::FailedJob& failed : recovery.failed) {
+    LogWarning("job ", failed.id,
+               " FAILED: controller restarted while it ran (resubmit it)");
+    for (const JobStore::JobWorker& worker : failed.workers) {
+      pending_aborts_[worker.name].push_back(failed.id);
+      recorded_address[worker.name] = worker.address;
+    }
+  }
+  for (auto& [name, ids] : pending_aborts_) {
+    auto live = live_address.find(name);
+    AbortLeftoversLocked(
+        {name, live != live_address.end() ? live->second
+                                          : recorded_address[name]},
+        ids);
+  }
+  ResumeQueuedLocked(std::move(recovery.queued));
   scheduler_ = std::thread([this] { SchedulerLoop(); });
   return absl::OkStatus();
+}
+
+void JobManager::ResumeQueuedLocked(std::vector<v1::Job> jobs) {
+  for (v1::Job& stored : jobs) {
+    auto job = std::make_unique<ActiveJob>();
+    job->spec = stored.spec();
+    job->job = std::move(stored);
+    job->queued_at = clock_->Now();
+    const std::string id = job->job.id();
+    absl::StatusOr<const JobKind*> kind =
+        options_.find_kind ? options_.find_kind(job->spec)
+                           : FindJobKind(job->spec);
+    absl::Status valid = kind.status();
+    if (valid.ok()) valid = (*kind)->Validate(job->spec);
+    absl::StatusOr<PlacementRequest> request =
+        valid.ok() ? (*kind)->Meshes(job->spec)
+                   : absl::StatusOr<PlacementRequest>(valid);
+    ActiveJob* raw = job.get();
+    active_[id] = std::move(job);
+    if (!request.ok()) {
+      // Unknown to this controller (an older or newer kind): it cannot run.
+      raw->kind = nullptr;
+      raw->finished = true;
+      raw->thread_done = true;
+      raw->job.set_finished_unix(UnixSecondsOf(clock_->Now()));
+      TransitionLocked(raw, v1::JOB_STATE_FAILED,
+                       absl::StrCat("cannot resume after a controller "
+                                    "restart: ",
+                                    request.status().message()),
+                       raw->job.progress());
+      continue;
+    }
+    raw->kind = *kind;
+    raw->request = *std::move(request);
+    queue_.push_back(id);
+    TransitionLocked(raw, v1::JOB_STATE_QUEUED,
+                     "queued again after a controller restart", 0);
+  }
+  kick_ = true;
+}
+
+void JobManager::AbortLeftoversLocked(const WorkerEndpoint& worker,
+                                      std::vector<std::string> job_ids) {
+  if (worker.address.empty() || job_ids.empty()) return;
+  helpers_.emplace_back([this, worker, job_ids = std::move(job_ids)] {
+    const absl::Time deadline = absl::Now() + options_.abort_timeout;
+    std::vector<std::string> done;
+    for (const std::string& id : job_ids) {
+      absl::Status status = client_->AbortTask(
+          worker, id, "controller restarted while the job ran", deadline);
+      if (status.ok()) {
+        LogInfo("job ", id, ": told worker ", worker.name,
+                " to abort it (controller restarted)");
+        done.push_back(id);
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    auto it = pending_aborts_.find(worker.name);
+    if (it == pending_aborts_.end()) return;
+    std::vector<std::string>& ids = it->second;
+    for (const std::string& id : done) {
+      ids.erase(std::remove(ids.begin(), ids.end(), id), ids.end());
+    }
+    if (ids.empty()) pending_aborts_.erase(it);
+  });
 }
 
 void JobManager::Shutdown(absl::string_view reason) {
@@ -211,12 +311,72 @@ void JobManager::Shutdown(absl::string_view reason) {
       if (job->thread.joinable()) threads.push_back(std::move(job->thread));
     }
   }
+  {
+    absl::MutexLock lock(&mu_);
+    for (std::thread& t : helpers_) threads.push_back(std::move(t));
+    helpers_.clear();
+  }
   for (std::thread& t : threads) t.join();
   {
     absl::MutexLock lock(&mu_);
     active_.clear();
   }
+  FlushWrites();
   hub_.Shutdown();
+}
+
+void JobManager::WriterLoop() {
+  while (true) {
+    std::deque<PendingWrite> batch;
+    {
+      absl::MutexLock lock(&write_mu_);
+      auto ready = [this]() {
+        write_mu_.AssertHeld();
+        return !writes_.empty() || stop_writer_;
+      };
+      write_mu_.Await(absl::Condition(&ready));
+      if (writes_.empty()) return;  // stopping, everything written
+      batch.swap(writes_);
+      writing_ = true;
+    }
+    for (const PendingWrite& w : batch) {
+      absl::Status status = store_->SaveJob(
+          w.job, w.write_plan ? JobStore::PlanWrite::kWrite
+                              : JobStore::PlanWrite::kKeep);
+      if (status.ok() && !w.workers.empty()) {
+        status = store_->SaveJobWorkers(w.job.id(), w.workers);
+      }
+      if (!status.ok()) {
+        LogError("job ", w.job.id(), ": cannot persist: ", status.ToString());
+      }
+      if (w.has_event) {
+        status = store_->AppendEvent(w.event);
+        if (!status.ok()) {
+          LogError("job ", w.job.id(),
+                   ": cannot store event: ", status.ToString());
+        }
+      }
+    }
+    absl::MutexLock lock(&write_mu_);
+    writing_ = false;
+  }
+}
+
+void JobManager::FlushWrites() {
+  absl::MutexLock lock(&write_mu_);
+  auto idle = [this]() {
+    write_mu_.AssertHeld();
+    return writes_.empty() && !writing_;
+  };
+  write_mu_.Await(absl::Condition(&idle));
+}
+
+void JobManager::StopWriter() {
+  {
+    absl::MutexLock lock(&write_mu_);
+    stop_writer_ = true;
+  }
+  if (writer_.joinable()) writer_.join();
 }
 
 absl::StatusOr<JobManager::Admission> JobManager::Admit(
@@ -287,11 +447,14 @@ absl::StatusOr<v1::Job> JobManager::Get(absl::string_view id) {
     auto it = active_.find(id);
     if (it != active_.end()) return it->second->job;
   }
+  FlushWrites();
   return store_->GetJob(id);
 }
 
 absl::StatusOr<std::vector<v1::Job>> JobManager::List(int limit) {
-  // Every change is persisted as it happens, so the store is current.
+  // Every change is queued for the store as it happens: once the queue is
+  // written, the store is current.
+  FlushWrites();
   return store_->ListJobs(limit, /*include_plans=*/false);
 }
 
@@ -330,8 +493,9 @@ absl::StatusOr<v1::Job> JobManager::Cancel(absl::string_view id) {
     }
     auto it = active_.find(id);
     if (it != active_.end()) return it->second->job;
-    return store_->GetJob(id);
   }
+  FlushWrites();
+  if (to_cancel != nullptr) return store_->GetJob(id);
   ASSIGN_OR_RETURN(v1::Job job, store_->GetJob(id));
   if (job.state() == v1::JOB_STATE_CANCELLED) return job;  // idempotent
   return absl::FailedPreconditionError(absl::StrCat(
@@ -352,6 +516,7 @@ absl::StatusOr<JobManager::Watch> JobManager::WatchJob(absl::string_view id) {
       return watch;
     }
   }
+  FlushWrites();
   ASSIGN_OR_RETURN(watch.job, store_->GetJob(id));
   watch.events = hub_.Subscribe(std::string(id));
   return watch;
@@ -368,6 +533,11 @@ absl::StatusOr<DryRunResult> JobManager::DryRun(const v1::JobSpec& spec) {
   result.topology = admission.topology;
   result.placed_meshes = std::move(admission.placement.meshes);
   return result;
+}
+
+absl::StatusOr<std::map<v1::JobState, int64_t>> JobManager::CountJobsByState() {
+  FlushWrites();
+  return store_->CountJobsByState();
 }
 
 int JobManager::QueueDepth() const {
@@ -403,7 +573,22 @@ void JobManager::OnWorkerEvent(const WorkerEvent& event) {
     // Whatever registers under this name may be a worker that never pushes
     // (an older binary): poll it until it pushes.
     pushing_workers_.erase(event.name);
-    if (event.kind == WorkerEvent::Kind::kRegistered) return;
+    // A removed worker was LOST before: its jobs have failed already.
+    if (event.kind == WorkerEvent::Kind::kRemoved) return;
+    if (event.kind == WorkerEvent::Kind::kRegistered) {
+      // A worker that ran a job of the previous controller: abort it there
+      // now that we know where the worker is.
+      auto pending = pending_aborts_.find(event.name);
+      if (pending != pending_aborts_.end() && !shutdown_) {
+        absl::StatusOr<WorkerRecord> worker =
+            registry_->WorkerOnHost(event.host_index);
+        if (worker.ok() && worker->name == event.name) {
+          AbortLeftoversLocked({worker->name, worker->address},
+                               pending->second);
+        }
+      }
+      return;
+    }
     for (auto& [id, job] : active_) {
       if (!job->started || job->finished) continue;
       const std::vector<int>& hosts = job->placement.hosts;
@@ -462,6 +647,9 @@ bool JobManager::ReservesItsTurnLocked(
 void JobManager::ScheduleLocked() {
   if (queue_.empty()) return;
   const Topology topology = registry_->topology();
+  // No host known yet (a controller restarted on an empty database, jobs
+  // resumed): nothing can be placed, and nothing is known not to fit.
+  if (topology.num_hosts == 0 || topology.devices_per_host == 0) return;
   const absl::flat_hash_set<int> unavailable = registry_->UnavailableHosts();
   const absl::Time now = clock_->Now();
   // The first job that has reserved its turn, if any: later ones wait.
@@ -474,9 +662,7 @@ void JobManager::ScheduleLocked() {
           absl::FormatDuration(
               absl::Trunc(now - holder->queued_at, absl::Seconds(1))),
           " for devices and starts first");
-      if (job->job.message() != message) {
-        TransitionLocked(job, v1::JOB_STATE_QUEUED, message, 0);
-      }
+      NoteQueuedLocked(job, message, kBehindNote);
       ++qit;
       continue;
     }
@@ -484,13 +670,13 @@ void JobManager::ScheduleLocked() {
         allocator_.Acquire(job->request, topology, unavailable);
     if (absl::IsUnavailable(placement.status())) {
       std::string message(placement.status().message());
+      QueueNote note = kWaitingNote;
       if (ReservesItsTurnLocked(*job, topology, unavailable, now)) {
         holder = job;
         absl::StrAppend(&message, "; later jobs wait until it starts");
+        note = kReservedNote;
       }
-      if (job->job.message() != message) {
-        TransitionLocked(job, v1::JOB_STATE_QUEUED, message, 0);
-      }
+      NoteQueuedLocked(job, message, note);
       ++qit;
       continue;
     }
@@ -611,6 +797,7 @@ void JobManager::RunJob(ActiveJob* job) {
       return;
     }
     *job->job.mutable_plan() = *plan;
+    job->plan_dirty = true;  // written once, with the next transition
     job->job.set_started_unix(UnixSecondsOf(clock_->Now()));
     v1::JobResult* result = job->job.mutable_result();
     result->set_predicted_seconds(plan->predicted_seconds());
@@ -642,6 +829,11 @@ void JobManager::RunJob(ActiveJob* job) {
     } else if (!job->failure.empty()) {
       state = v1::JOB_STATE_FAILED;
       message = job->failure;
+    } else if (absl::Status contradiction =
+                   CheckResults(*programs, responses, job->topology);
+               !contradiction.ok()) {
+      state = v1::JOB_STATE_FAILED;
+      message = std::string(contradiction.message());
     } else {
       v1::JobResult* result = job->job.mutable_result();
       double seconds = 0, max_abs_error = 0;
@@ -685,7 +877,8 @@ void JobManager::RunJob(ActiveJob* job) {
                          " of ", expected, " destination elements");
       } else {
         if (metrics_ != nullptr) {
-          metrics_->JobMeasured(job->kind->name(), seconds,
+          metrics_->JobMeasured(job->kind->name(),
+                                job->kind->PredictedSpanSeconds(*result),
                                 result->predicted_seconds());
         }
         std::string verification;
@@ -718,6 +911,20 @@ void JobManager::RunJob(ActiveJob* job) {
   FinishLocked(job, state, message);
   job->thread_done = true;
   kick_ = true;
+}
+
+absl::Status JobManager::CheckResults(
+    const std::vector<v1::WorkerProgram>& programs,
+    const std::vector<absl::StatusOr<v1::RunTaskResponse>>& responses,
+    const Topology& topology) const {
+  ResultCheckOptions check;
+  check.max_bytes_per_second =
+      MaxPlausibleBytesPerSecond(topology, options_.max_rate_factor);
+  for (size_t i = 0; i < programs.size() && i < responses.size(); ++i) {
+    RETURN_IF_ERROR(
+        CheckWorkerResult(programs[i], responses[i]->result(), check));
+  }
+  return absl::OkStatus();
 }
 
 std::vector<absl::StatusOr<v1::RunTaskResponse>> JobManager::RunPrograms(
@@ -970,24 +1177,21 @@ void JobManager::FinishLocked(ActiveJob* job, v1::JobState state,
 }
 
 void JobManager::TransitionLocked(ActiveJob* job, v1::JobState state,
-                                  const std::string& message, double progress) {
+                                  const std::string& message, double progress,
+                                  bool record) {
   const bool changed = job->job.state() != state;
   job->job.set_state(state);
   job->job.set_message(message);
   job->job.set_progress(progress);
-  PersistLocked(job->job);
   v1::JobEvent event;
   event.set_job_id(job->job.id());
   event.set_state(state);
   event.set_message(message);
   event.set_time_unix(UnixSecondsOf(clock_->Now()));
   event.set_progress(progress);
-  absl::Status status = store_->AppendEvent(event);
-  if (!status.ok()) {
-    LogError("job ", job->job.id(),
-             ": cannot store event: ", status.ToString());
-  }
   hub_.Publish(event);
+  if (!record) return;
+  PersistLocked(job, &event);
   if (IsFinal(state) && state != v1::JOB_STATE_SUCCEEDED) {
     LogWarning("job ", job->job.id(), " ", StateName(state), ": ", message);
   } else {
@@ -996,11 +1200,57 @@ void JobManager::TransitionLocked(ActiveJob* job, v1::JobState state,
   }
 }
 
-void JobManager::PersistLocked(const v1::Job& job) {
-  absl::Status status = store_->SaveJob(job);
-  if (!status.ok()) {
-    LogError("job ", job.id(), ": cannot persist: ", status.ToString());
+void JobManager::NoteQueuedLocked(ActiveJob* job, const std::string& message,
+                                  QueueNote note) {
+  if (job->job.message() == message) return;
+  const bool first = (job->queue_notes & note) == 0;
+  job->queue_notes |= note;
+  TransitionLocked(job, v1::JOB_STATE_QUEUED, message, 0, /*record=*/first);
+}
+
+void JobManager::PersistLocked(ActiveJob* job, const v1::JobEvent* event) {
+  PendingWrite write;
+  write.write_plan = job->plan_dirty;
+  if (job->plan_dirty || !job->job.has_plan()) {
+    write.job = job->job;
+  } else {
+    // Copy everything but the plan, which is stored already.
+    std::unique_ptr<v1::Plan> plan(job->job.release_plan());
+    write.job = job->job;
+    job->job.set_allocated_plan(plan.release());
   }
+  job->plan_dirty = false;
+  if (event != nullptr) {
+    write.has_event = true;
+    write.event = *event;
+  }
+  if (job->job.state() == v1::JOB_STATE_PLANNING) {
+    for (const WorkerEndpoint& e : job->endpoints) {
+      write.workers.push_back({e.name, e.address});
+    }
+  }
+  absl::MutexLock lock(&write_mu_);
+  writes_.push_back(std::move(write));
+}
+
+// For the key-value store's access rule (kv_service.h).
+absl::StatusOr<JobManager::JobMembers> JobManager::Members(
+    absl::string_view id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = active_.find(id);
+  if (it == active_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("no queued or running job ", QuotePrefix(id)));
+  }
+  const ActiveJob& job = *it->second;
+  JobMembers members;
+  members.state = job.job.state();
+  if (job.started) {
+    for (const WorkerEndpoint& e : job.endpoints) {
+      members.workers.push_back(e.name);
+    }
+  }
+  return members;
 }
 
 }  // namespace meshcast

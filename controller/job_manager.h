@@ -29,14 +29,24 @@
 //   mismatches = sums; max_abs_error = max; steps = all workers' (start,
 //   end and device as the workers report them); metrics from the kind's
 //   Summarize.
+//   Each worker's report is first cross-checked against its program
+//   (result_check.h: steps it does not own, byte counts or rates the plan
+//   rules out, verification counts unlike its tiles'); a contradiction
+//   fails the job with a message naming the worker.
 //   SUCCEEDED only if every worker answered ok, mismatches == 0 and, with
 //   verify FULL, the workers verified every element of every destination
 //   buffer (DestinationElements(plan)).
 // A worker that fails, a cancelled job, or a lost worker ("worker <name>
 // lost") ends the job; the other workers of the job get AbortTask. When a
 // job ends its devices are released and its rendezvous keys ("job/<id>/")
-// deleted. Every change is persisted (JobStore) and published to watchers
-// (EventHub).
+// deleted. Every change is persisted (JobStore, by a writer thread off the
+// manager's lock; the plan once) and published to watchers (EventHub); a
+// QUEUED job records each kind of waiting reason once (NoteQueuedLocked),
+// so a job writes O(1) events per state change however long the queue.
+// After a controller restart (Start): PLANNING and RUNNING jobs of the
+// previous run are FAILED "controller restarted" and AbortTask goes to
+// their recorded workers (at once, and again when each registers); QUEUED
+// jobs are queued again in their order.
 // While a job runs, how far each of its workers is (steps and bytes done,
 // phase: setup, connect, data, verify) arrives pushed by the worker
 // (ReportProgress) or, from a worker that never pushes, by polling it
@@ -56,6 +66,7 @@
 #define MESHCAST_CONTROLLER_JOB_MANAGER_H_
 
 #include <deque>
+#include <map>
 #include <functional>
 #include <memory>
 #include <string>
@@ -125,6 +136,10 @@ class JobManager {
     // event per this interval (counted from the RUNNING transition), so
     // that a short job publishes none and a long one a few per second.
     absl::Duration progress_event_interval = absl::Milliseconds(250);
+    // A worker's report is cross-checked against its program
+    // (result_check.h); a step faster than this many times the topology's
+    // fastest link is impossible and fails the job. 0: no rate check.
+    double max_rate_factor = 10;
     // The kind of a spec. Empty: FindJobKind (every registered kind). Tests
     // substitute kinds that fail on demand.
     std::function<absl::StatusOr<const JobKind*>(const v1::JobSpec&)> find_kind;
@@ -138,9 +153,10 @@ class JobManager {
   JobManager(const JobManager&) = delete;
   JobManager& operator=(const JobManager&) = delete;
 
-  // Fails the jobs a previous controller left unfinished ("controller
-  // restarted", see job_store.h), subscribes to worker events and starts
-  // the scheduler.
+  // Fails the started jobs a previous controller left unfinished
+  // ("controller restarted", see job_store.h) and aborts them on their
+  // workers, queues its QUEUED jobs again, subscribes to worker events and
+  // starts the scheduler.
   absl::Status Start() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Stops scheduling, fails queued and running jobs with `reason` (running
@@ -176,7 +192,22 @@ class JobManager {
   // For metrics: QUEUED jobs waiting for devices, and how many of `devices`
   // started jobs hold.
   int QueueDepth() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Jobs per state as stored, once every change made so far is written
+  // (JobStore::CountJobsByState).
+  absl::StatusOr<std::map<v1::JobState, int64_t>> CountJobsByState()
+      ABSL_LOCKS_EXCLUDED(mu_);
   int CountBusy(const std::vector<int>& devices) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // For the key-value store's access rule (kv_service.h): the state of a
+  // job that is queued, planning or running (or just ended), and the names
+  // of the workers it was placed on (empty while queued). NOT_FOUND for any
+  // other id (unknown, or finished and forgotten).
+  struct JobMembers {
+    v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
+    std::vector<std::string> workers;
+  };
+  absl::StatusOr<JobMembers> Members(absl::string_view id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Registry listener: a lost or restarted worker fails the jobs using it.
   void OnWorkerEvent(const WorkerEvent& event) ABSL_LOCKS_EXCLUDED(mu_);
@@ -229,6 +260,12 @@ class JobManager {
   std::vector<absl::StatusOr<v1::RunTaskResponse>> RunPrograms(
       ActiveJob* job, const std::vector<WorkerEndpoint>& endpoints,
       const std::vector<v1::WorkerProgram>& programs) ABSL_LOCKS_EXCLUDED(mu_);
+  // The first worker report that contradicts its program (result_check.h),
+  // if any; responses are all ok here.
+  absl::Status CheckResults(
+      const std::vector<v1::WorkerProgram>& programs,
+      const std::vector<absl::StatusOr<v1::RunTaskResponse>>& responses,
+      const Topology& topology) const;
   void AbortWorkers(ActiveJob* job,
                     const std::vector<WorkerEndpoint>& endpoints,
                     const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
@@ -237,10 +274,44 @@ class JobManager {
                     const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets state/message/progress, persists, publishes, logs.
+  // With `record` false the event is only published (not stored, logged).
   void TransitionLocked(ActiveJob* job, v1::JobState state,
-                        const std::string& message, double progress)
+                        const std::string& message, double progress,
+                        bool record = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets the message of a QUEUED job (why it waits). A reason is recorded
+  // (stored event, log line) only the first time the job waits for that
+  // kind of reason (QueueNote); later changes of wording are only
+  // published to watchers, so a long queue does not write an event per
+  // waiting job every time the queue moves.
+  enum QueueNote { kWaitingNote = 1, kReservedNote = 2, kBehindNote = 4 };
+  void NoteQueuedLocked(ActiveJob* job, const std::string& message,
+                        QueueNote note) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues the job's current state (its plan only the first time it is
+  // set), `event` and `workers` for the writer thread.
+  void PersistLocked(ActiveJob* job, const v1::JobEvent* event)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PersistLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // The store is written by one thread, in order, off mu_: a write never
+  // holds up the queue. Readers of the store flush first.
+  struct PendingWrite {
+    v1::Job job;  // without its plan unless write_plan
+    bool write_plan = false;
+    bool has_event = false;
+    v1::JobEvent event;
+    std::vector<JobStore::JobWorker> workers;  // job_workers rows to add
+  };
+  void WriterLoop() ABSL_LOCKS_EXCLUDED(write_mu_);
+  // Waits until every write queued so far is in the store.
+  void FlushWrites() ABSL_LOCKS_EXCLUDED(write_mu_);
+  void StopWriter() ABSL_LOCKS_EXCLUDED(write_mu_);
+  // Re-queues the QUEUED jobs of a previous run (RecoverAfterRestart).
+  void ResumeQueuedLocked(std::vector<v1::Job> jobs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AbortTask for `job_ids` on `worker` (a controller restart left them
+  // behind), on a helper thread; successful ones leave pending_aborts_.
+  void AbortLeftoversLocked(const WorkerEndpoint& worker,
+                            std::vector<std::string> job_ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   JobStore* const store_;
@@ -260,10 +331,22 @@ class JobManager {
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);  // QUEUED ids, FIFO
   // Workers that have pushed progress since they registered: not polled.
   absl::flat_hash_set<std::string> pushing_workers_ ABSL_GUARDED_BY(mu_);
+  // Worker name -> jobs a previous controller ran there that it must
+  // abort: tried at Start and whenever the name registers.
+  absl::flat_hash_map<std::string, std::vector<std::string>> pending_aborts_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> helpers_ ABSL_GUARDED_BY(mu_);  // abort threads
   bool kick_ ABSL_GUARDED_BY(mu_) = false;  // wake the scheduler now
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   std::thread scheduler_;
+
+  // Lock order: mu_ before write_mu_; the writer takes only write_mu_.
+  absl::Mutex write_mu_;
+  std::deque<PendingWrite> writes_ ABSL_GUARDED_BY(write_mu_);
+  bool writing_ ABSL_GUARDED_BY(write_mu_) = false;
+  bool stop_writer_ ABSL_GUARDED_BY(write_mu_) = false;
+  std::thread writer_;
 };
 
 }  // namespace meshcast

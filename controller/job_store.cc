@@ -2,12 +2,14 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "util/status_macros.h"
 
 namespace meshcast {
@@ -40,6 +42,17 @@ CREATE TABLE IF NOT EXISTS events (
   progress REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_job ON events(job_id, seq);
+CREATE TABLE IF NOT EXISTS hosts (
+  name TEXT PRIMARY KEY,
+  host_index INTEGER NOT NULL UNIQUE,
+  num_devices INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS job_workers (
+  job_id TEXT NOT NULL,
+  name TEXT NOT NULL,
+  address TEXT NOT NULL,
+  PRIMARY KEY (job_id, name)
+);
 )sql";
 
 // Version 2 added jobs.placement: a serialized v1::Job that holds only the
@@ -260,27 +273,31 @@ std::string JobStore::AllocateJobId() {
   return absl::StrFormat("%s%06d", kIdPrefix, next_number_++);
 }
 
-absl::Status JobStore::SaveJob(const v1::Job& job) {
+absl::Status JobStore::SaveJob(const v1::Job& job, PlanWrite plan_write) {
   ASSIGN_OR_RETURN(const int64_t number, NumberOfId(job.id()));
+  const bool with_plan = plan_write == PlanWrite::kWrite;
   std::string spec, plan, result, placement;
   job.spec().SerializeToString(&spec);
-  job.plan().SerializeToString(&plan);
+  if (with_plan) job.plan().SerializeToString(&plan);
   job.result().SerializeToString(&result);
   PlacementOf(job).SerializeToString(&placement);
   absl::MutexLock lock(&mu_);
-  Statement stmt(db_,
-                 "INSERT INTO jobs (number, id, name, state, message, "
-                 "created_unix, started_unix, finished_unix, progress, spec, "
-                 "plan, result, placement) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                 "?, ?, ?, ?) "
-                 "ON CONFLICT(number) DO UPDATE SET name=excluded.name, "
-                 "state=excluded.state, message=excluded.message, "
-                 "created_unix=excluded.created_unix, "
-                 "started_unix=excluded.started_unix, "
-                 "finished_unix=excluded.finished_unix, "
-                 "progress=excluded.progress, spec=excluded.spec, "
-                 "plan=excluded.plan, result=excluded.result, "
-                 "placement=excluded.placement");
+  // kKeep inserts an empty plan and leaves a stored one as it is.
+  Statement stmt(
+      db_, absl::StrCat(
+               "INSERT INTO jobs (number, id, name, state, message, "
+               "created_unix, started_unix, finished_unix, progress, spec, "
+               "plan, result, placement) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, "
+               "?, ?, ?, ?) "
+               "ON CONFLICT(number) DO UPDATE SET name=excluded.name, "
+               "state=excluded.state, message=excluded.message, "
+               "created_unix=excluded.created_unix, "
+               "started_unix=excluded.started_unix, "
+               "finished_unix=excluded.finished_unix, "
+               "progress=excluded.progress, spec=excluded.spec, ",
+               with_plan ? "plan=excluded.plan, " : "",
+               "result=excluded.result, placement=excluded.placement")
+               .c_str());
   RETURN_IF_ERROR(stmt.status());
   stmt.BindInt(1, number);
   stmt.BindText(2, job.id());
@@ -297,12 +314,95 @@ absl::Status JobStore::SaveJob(const v1::Job& job) {
   stmt.BindBlob(13, placement);
   RETURN_IF_ERROR(stmt.Step().status());
   if (number >= next_number_) next_number_ = number + 1;
+  ++counts_.job_writes;
+  if (with_plan) ++counts_.plan_writes;
   return absl::OkStatus();
 }
 
 absl::Status JobStore::AppendEvent(const v1::JobEvent& event) {
   absl::MutexLock lock(&mu_);
   return AppendEventLocked(event);
+}
+
+JobStore::WriteCounts JobStore::write_counts() const {
+  absl::MutexLock lock(&mu_);
+  return counts_;
+}
+
+absl::Status JobStore::SaveJobWorkers(
+    absl::string_view job_id, const std::vector<JobWorker>& workers) {
+  absl::MutexLock lock(&mu_);
+  for (const JobWorker& worker : workers) {
+    Statement stmt(db_,
+                   "INSERT OR REPLACE INTO job_workers (job_id, name, "
+                   "address) VALUES (?, ?, ?)");
+    RETURN_IF_ERROR(stmt.status());
+    stmt.BindText(1, job_id);
+    stmt.BindText(2, worker.name);
+    stmt.BindText(3, worker.address);
+    RETURN_IF_ERROR(stmt.Step().status());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<JobStore::JobWorker>> JobStore::ListJobWorkers(
+    absl::string_view job_id) {
+  absl::MutexLock lock(&mu_);
+  return ListJobWorkersLocked(job_id);
+}
+
+absl::StatusOr<std::vector<JobStore::JobWorker>>
+JobStore::ListJobWorkersLocked(absl::string_view job_id) {
+  Statement stmt(db_,
+                 "SELECT name, address FROM job_workers WHERE job_id = ? "
+                 "ORDER BY name");
+  RETURN_IF_ERROR(stmt.status());
+  stmt.BindText(1, job_id);
+  std::vector<JobWorker> workers;
+  while (true) {
+    ASSIGN_OR_RETURN(const bool row, stmt.Step());
+    if (!row) break;
+    workers.push_back({stmt.ColumnText(0), stmt.ColumnText(1)});
+  }
+  return workers;
+}
+
+absl::Status JobStore::SaveHost(const StoredHost& host) {
+  absl::MutexLock lock(&mu_);
+  // A name keeps one index; an index names one host (a removed name's
+  // index may pass to another name, whose row replaces it).
+  Statement stmt(db_,
+                 "INSERT OR REPLACE INTO hosts (name, host_index, "
+                 "num_devices) VALUES (?, ?, ?)");
+  RETURN_IF_ERROR(stmt.status());
+  stmt.BindText(1, host.name);
+  stmt.BindInt(2, host.host_index);
+  stmt.BindInt(3, host.num_devices);
+  return stmt.Step().status();
+}
+
+absl::Status JobStore::DeleteHost(absl::string_view name) {
+  absl::MutexLock lock(&mu_);
+  Statement stmt(db_, "DELETE FROM hosts WHERE name = ?");
+  RETURN_IF_ERROR(stmt.status());
+  stmt.BindText(1, name);
+  return stmt.Step().status();
+}
+
+absl::StatusOr<std::vector<StoredHost>> JobStore::LoadHosts() {
+  absl::MutexLock lock(&mu_);
+  Statement stmt(db_,
+                 "SELECT name, host_index, num_devices FROM hosts ORDER BY "
+                 "host_index");
+  RETURN_IF_ERROR(stmt.status());
+  std::vector<StoredHost> hosts;
+  while (true) {
+    ASSIGN_OR_RETURN(const bool row, stmt.Step());
+    if (!row) break;
+    hosts.push_back({stmt.ColumnText(0), static_cast<int>(stmt.ColumnInt(1)),
+                     static_cast<int>(stmt.ColumnInt(2))});
+  }
+  return hosts;
 }
 
 absl::Status JobStore::AppendEventLocked(const v1::JobEvent& event) {
@@ -315,7 +415,9 @@ absl::Status JobStore::AppendEventLocked(const v1::JobEvent& event) {
   stmt.BindText(3, event.message());
   stmt.BindDouble(4, event.time_unix());
   stmt.BindDouble(5, event.progress());
-  return stmt.Step().status();
+  RETURN_IF_ERROR(stmt.Step().status());
+  ++counts_.event_writes;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::Job> JobStore::GetJob(absl::string_view id) {
@@ -389,15 +491,49 @@ absl::StatusOr<std::map<v1::JobState, int64_t>> JobStore::CountJobsByState() {
 absl::StatusOr<std::vector<std::string>> JobStore::FailUnfinishedJobs(
     absl::string_view message, double now_unix) {
   absl::MutexLock lock(&mu_);
+  return FailJobsLocked(
+      {v1::JOB_STATE_QUEUED, v1::JOB_STATE_PLANNING, v1::JOB_STATE_RUNNING},
+      message, now_unix);
+}
+
+absl::StatusOr<JobStore::Recovery> JobStore::RecoverAfterRestart(
+    absl::string_view message, double now_unix) {
+  absl::MutexLock lock(&mu_);
+  Recovery recovery;
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> failed,
+      FailJobsLocked({v1::JOB_STATE_PLANNING, v1::JOB_STATE_RUNNING}, message,
+                     now_unix));
+  for (std::string& id : failed) {
+    ASSIGN_OR_RETURN(std::vector<JobWorker> workers,
+                     ListJobWorkersLocked(id));
+    recovery.failed.push_back({std::move(id), std::move(workers)});
+  }
+  Statement stmt(db_, absl::StrCat("SELECT ", kJobColumns,
+                                   " FROM jobs WHERE state = ? ORDER BY number")
+                          .c_str());
+  RETURN_IF_ERROR(stmt.status());
+  stmt.BindInt(1, v1::JOB_STATE_QUEUED);
+  while (true) {
+    ASSIGN_OR_RETURN(const bool row, stmt.Step());
+    if (!row) break;
+    ASSIGN_OR_RETURN(v1::Job job, ReadJob(stmt, /*include_plan=*/false));
+    recovery.queued.push_back(std::move(job));
+  }
+  return recovery;
+}
+
+absl::StatusOr<std::vector<std::string>> JobStore::FailJobsLocked(
+    const std::vector<v1::JobState>& states, absl::string_view message,
+    double now_unix) {
   std::vector<std::pair<std::string, double>> unfinished;  // id, progress
   {
-    Statement stmt(db_,
-                   "SELECT id, progress FROM jobs WHERE state IN (?, ?, ?) "
-                   "ORDER BY number");
+    // The states are enum values: safe to spell into the SQL.
+    Statement stmt(
+        db_, absl::StrCat("SELECT id, progress FROM jobs WHERE state IN (",
+                          absl::StrJoin(states, ","), ") ORDER BY number")
+                 .c_str());
     RETURN_IF_ERROR(stmt.status());
-    stmt.BindInt(1, v1::JOB_STATE_QUEUED);
-    stmt.BindInt(2, v1::JOB_STATE_PLANNING);
-    stmt.BindInt(3, v1::JOB_STATE_RUNNING);
     while (true) {
       ASSIGN_OR_RETURN(const bool row, stmt.Step());
       if (!row) break;

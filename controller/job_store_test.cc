@@ -235,5 +235,78 @@ TEST_F(JobStoreTest, RejectsForeignIdsAndUnopenablePaths) {
               HasSubstr("--db /nonexistent-dir/x/y.db"));
 }
 
+TEST_F(JobStoreTest, WritesThePlanOnlyWhenAsked) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  v1::Job job = MakeJob(store->AllocateJobId(), v1::JOB_STATE_QUEUED);
+  v1::Job without_plan = job;
+  without_plan.clear_plan();
+  // Inserted without a plan: none stored.
+  ASSERT_TRUE(store->SaveJob(without_plan, JobStore::PlanWrite::kKeep).ok());
+  EXPECT_EQ(store->GetJob(job.id())->plan().steps_size(), 0);
+  ASSERT_TRUE(store->SaveJob(job, JobStore::PlanWrite::kWrite).ok());
+  // Later state changes keep it, whatever plan they carry.
+  without_plan.set_state(v1::JOB_STATE_SUCCEEDED);
+  ASSERT_TRUE(store->SaveJob(without_plan, JobStore::PlanWrite::kKeep).ok());
+  absl::StatusOr<v1::Job> read = store->GetJob(job.id());
+  EXPECT_EQ(read->state(), v1::JOB_STATE_SUCCEEDED);
+  ASSERT_EQ(read->plan().steps_size(), 1);
+  EXPECT_EQ(read->plan().steps(0).bytes(), 256);
+  v1::JobEvent event;
+  event.set_job_id(job.id());
+  ASSERT_TRUE(store->AppendEvent(event).ok());
+  const JobStore::WriteCounts counts = store->write_counts();
+  EXPECT_EQ(counts.job_writes, 3);
+  EXPECT_EQ(counts.plan_writes, 1);
+  EXPECT_EQ(counts.event_writes, 1);
+}
+
+TEST_F(JobStoreTest, RecoveryFailsStartedJobsWithTheirWorkersKeepsQueued) {
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->SaveJob(MakeJob(store->AllocateJobId(),
+                                       v1::JOB_STATE_RUNNING))
+                    .ok());  // job-000001
+    ASSERT_TRUE(store->SaveJob(MakeJob(store->AllocateJobId(),
+                                       v1::JOB_STATE_QUEUED))
+                    .ok());  // job-000002
+    ASSERT_TRUE(store->SaveJob(MakeJob(store->AllocateJobId(),
+                                       v1::JOB_STATE_SUCCEEDED))
+                    .ok());  // job-000003
+    ASSERT_TRUE(store
+                    ->SaveJobWorkers("job-000001",
+                                     {{"w0", "h0:1"}, {"w1", "h1:1"}})
+                    .ok());
+    ASSERT_TRUE(store->SaveHost({"w0", 0, 4}).ok());
+    ASSERT_TRUE(store->SaveHost({"w1", 1, 4}).ok());
+    // An index passes to another name: the old row goes.
+    ASSERT_TRUE(store->SaveHost({"w9", 1, 4}).ok());
+  }
+  auto store = Open();  // a restarted controller
+  ASSERT_NE(store, nullptr);
+  absl::StatusOr<JobStore::Recovery> recovery =
+      store->RecoverAfterRestart("controller restarted", 200);
+  ASSERT_TRUE(recovery.ok()) << recovery.status();
+  ASSERT_EQ(recovery->failed.size(), 1u);
+  EXPECT_EQ(recovery->failed[0].id, "job-000001");
+  ASSERT_EQ(recovery->failed[0].workers.size(), 2u);
+  EXPECT_EQ(recovery->failed[0].workers[1].name, "w1");
+  EXPECT_EQ(recovery->failed[0].workers[1].address, "h1:1");
+  ASSERT_EQ(recovery->queued.size(), 1u);
+  EXPECT_EQ(recovery->queued[0].id(), "job-000002");
+  EXPECT_EQ(recovery->queued[0].spec().name(), "name job-000002");
+  EXPECT_EQ(store->GetJob("job-000001")->state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(store->GetJob("job-000002")->state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(store->GetJob("job-000003")->state(), v1::JOB_STATE_SUCCEEDED);
+  std::vector<StoredHost> hosts = *store->LoadHosts();
+  ASSERT_EQ(hosts.size(), 2u);
+  EXPECT_EQ(hosts[0].name, "w0");
+  EXPECT_EQ(hosts[1].name, "w9");
+  EXPECT_EQ(hosts[1].num_devices, 4);
+  ASSERT_TRUE(store->DeleteHost("w0").ok());
+  EXPECT_EQ(store->LoadHosts()->size(), 1u);
+}
+
 }  // namespace
 }  // namespace meshcast

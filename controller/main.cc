@@ -27,6 +27,7 @@
 #include "controller/controller_flags.h"
 #include "controller/controller_server.h"
 #include "controller/log.h"
+#include "util/flags_usage.h"
 
 namespace {
 // The defaults live in ControllerFlags, so the daemon and its tests agree.
@@ -44,13 +45,20 @@ ABSL_FLAG(int, metrics_port, kDefaults.metrics_port,
           "port for Prometheus GET /metrics (docs/metrics.md); 0 picks a free "
           "port (printed, and written to --metrics-port-file); -1 = off");
 ABSL_FLAG(std::string, metrics_address, kDefaults.metrics_address,
-          "address the metrics port binds (0.0.0.0: every interface, so that "
-          "Prometheus in another container can scrape)");
+          "address the metrics port binds; empty (default): the host of "
+          "--listen. 0.0.0.0 binds every interface");
+ABSL_FLAG(std::string, metrics_web_config, "",
+          "Prometheus-format web config file for /metrics: "
+          "tls_server_config (HTTPS, client certificates) and "
+          "basic_auth_users (bcrypt hashes); see docs/metrics.md");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "if set, write the bound metrics port to this file once serving");
 ABSL_FLAG(double, lease_seconds, kDefaults.lease_seconds,
           "a worker without a heartbeat for this long is marked lost and its "
           "jobs fail");
+ABSL_FLAG(absl::Duration, lost_worker_ttl, kDefaults.lost_worker_ttl,
+          "a worker lost for this long (e.g. 10m, 1h; inf: never) is "
+          "forgotten and its host index freed for another name");
 ABSL_FLAG(double, heartbeat_seconds, kDefaults.heartbeat_seconds,
           "heartbeat period the controller asks workers to use");
 ABSL_FLAG(double, inter_gbps, kDefaults.inter_gbps,
@@ -76,6 +84,19 @@ ABSL_FLAG(double, reserve_after_seconds, kDefaults.reserve_after_seconds,
           "every later job back until it starts, so small jobs cannot "
           "starve a large one; 0 = strict submission order, -1 = later jobs "
           "may always overtake");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate of the controller (CN meshcast-controller): its "
+          "TLS server certificate and its client certificate toward workers");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM certificate of the cluster CA, which verifies the workers' and "
+          "clients' certificates");
+ABSL_FLAG(std::string, tokens_file, "",
+          "bearer tokens of clients, one `<token> <user> <role>` per line "
+          "(role admin or user); must not be readable by group or others");
+ABSL_FLAG(bool, insecure, false,
+          "no TLS and no authentication: every caller is an anonymous admin "
+          "(local tests only); without it the --tls_* flags are required");
 
 namespace {
 
@@ -108,6 +129,7 @@ bool WritePortFile(const std::string& path, int port) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  meshcast::InstallMeshcastFlagsUsage();  // --help lists our flags
   absl::SetProgramUsageMessage(
       "meshcast control-plane daemon: worker registry, job queue, planning, "
       "rendezvous store.\nUsage: meshcast-controller [--listen=HOST:PORT] "
@@ -122,16 +144,23 @@ int main(int argc, char** argv) {
   flags.db = absl::GetFlag(FLAGS_db);
   flags.lease_seconds = absl::GetFlag(FLAGS_lease_seconds);
   flags.heartbeat_seconds = absl::GetFlag(FLAGS_heartbeat_seconds);
+  flags.lost_worker_ttl = absl::GetFlag(FLAGS_lost_worker_ttl);
   flags.task_timeout_seconds = absl::GetFlag(FLAGS_task_timeout_seconds);
   flags.reserve_after_seconds = absl::GetFlag(FLAGS_reserve_after_seconds);
   flags.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   flags.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  flags.metrics_web_config = absl::GetFlag(FLAGS_metrics_web_config);
   flags.inter_gbps = absl::GetFlag(FLAGS_inter_gbps);
   flags.intra_gbps = absl::GetFlag(FLAGS_intra_gbps);
   flags.inter_latency_us = absl::GetFlag(FLAGS_inter_latency_us);
   flags.intra_latency_us = absl::GetFlag(FLAGS_intra_latency_us);
   flags.host_copy_gbps = absl::GetFlag(FLAGS_host_copy_gbps);
   flags.transfer_setup_us = absl::GetFlag(FLAGS_transfer_setup_us);
+  flags.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  flags.tls_key = absl::GetFlag(FLAGS_tls_key);
+  flags.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  flags.tokens_file = absl::GetFlag(FLAGS_tokens_file);
+  flags.insecure = absl::GetFlag(FLAGS_insecure);
   const absl::StatusOr<meshcast::ControllerConfig> parsed =
       meshcast::ConfigFromFlags(flags);
   if (!parsed.ok()) {
@@ -139,6 +168,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const meshcast::ControllerConfig& config = *parsed;
+  if (flags.insecure) {
+    meshcast::LogWarning(
+        "--insecure: TLS and authentication are OFF; anyone who can reach "
+        "the port can register workers, submit, read and cancel jobs");
+  }
 
   // Block the shutdown signals before any thread starts, so that every
   // thread inherits the mask and only sigwait below receives them.
@@ -170,8 +204,12 @@ int main(int argc, char** argv) {
   std::cout << "meshcast-controller listening on port " << port << std::endl;
   const int bound_metrics_port = (*server)->metrics_port();
   if (bound_metrics_port > 0) {
-    meshcast::LogInfo("serving Prometheus metrics on ", flags.metrics_address,
-                      ":", bound_metrics_port, "/metrics");
+    meshcast::LogInfo("serving Prometheus metrics on ", config.metrics_listen,
+                      " (port ", bound_metrics_port, ") /metrics",
+                      config.metrics_web.tls ? " over TLS" : "",
+                      config.metrics_web.basic_auth_users.empty()
+                          ? ""
+                          : " with basic auth");
     std::cout << "meshcast-controller metrics on port " << bound_metrics_port
               << std::endl;
   }

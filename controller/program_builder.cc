@@ -92,6 +92,15 @@ bool DefinesValues(v1::Step::Op op) {
          op == v1::Step::OP_ALL_TO_ALL || op == v1::Step::OP_COMPUTE;
 }
 
+bool DefinesValues(const v1::Step& step) {
+  // An OP_SEND_RECV without a slice copies between two operands that may
+  // be of different tensors (plan.proto): it defines its output's values.
+  const bool operand_copy = step.op() == v1::Step::OP_SEND_RECV &&
+                            step.slice().empty() &&
+                            (step.inputs_size() > 0 || step.outputs_size() > 0);
+  return DefinesValues(step.op()) || operand_copy;
+}
+
 absl::StatusOr<std::vector<v1::WorkerProgram>> ProjectPlan(
     const v1::Plan& plan, absl::string_view job_id,
     const std::vector<WorkerSlot>& workers) {
@@ -155,7 +164,7 @@ absl::StatusOr<std::vector<v1::WorkerProgram>> ProjectPlan(
   // The reference closure, the same for every program.
   absl::flat_hash_set<int> reference_buffers;
   for (const v1::Step& step : plan.steps()) {
-    if (!DefinesValues(step.op())) continue;
+    if (!DefinesValues(step)) continue;
     for (const v1::Operand& operand : step.inputs()) {
       reference_buffers.insert(operand.buffer());
     }
@@ -204,7 +213,7 @@ absl::StatusOr<std::vector<v1::WorkerProgram>> ProjectPlan(
       const bool touches =
           std::any_of(step_devices[s].begin(), step_devices[s].end(),
                       [&](int d) { return local_set.contains(d); });
-      if (!touches && !DefinesValues(step.op())) continue;
+      if (!touches && !DefinesValues(step)) continue;
       *mine->add_steps() = step;
       if (UsesGroup(step.op())) used_groups.insert(step.group());
     }

@@ -16,7 +16,8 @@
 //    devices, the steps that touch its devices (global ids and deps kept)
 //    and the groups those steps use.
 //  - Reference closure: every value-defining step (OP_ALL_REDUCE,
-//    OP_REDUCE_SCATTER, OP_ALL_TO_ALL, OP_COMPUTE), every buffer it names as
+//    OP_REDUCE_SCATTER, OP_ALL_TO_ALL, OP_COMPUTE, and OP_SEND_RECV in the
+//    operand form), every buffer it names as
 //    an operand and its group go into EVERY program of the job, because a
 //    worker verifies what it received against a reference it computes from
 //    the job's deterministic inputs (docs/architecture.md). A worker executes
@@ -55,6 +56,9 @@ absl::StatusOr<std::vector<v1::WorkerProgram>> ProjectPlan(
 // Whether the step defines tensor values (rather than moving them): its
 // outputs are verified against a reference computed from its inputs.
 bool DefinesValues(v1::Step::Op op);
+// The same for one step: also an OP_SEND_RECV in the operand form (a copy
+// between two operands, maybe of different tensors).
+bool DefinesValues(const v1::Step& step);
 
 // Number of elements the ROLE_DESTINATION buffers of `plan` hold, whatever
 // op writes them: what full verification must account for (the workers'

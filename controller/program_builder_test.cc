@@ -465,6 +465,37 @@ TEST(ProjectPlanTest, AnyOpGoesToTheWorkersOfItsDevicesPlusTheReference) {
   EXPECT_EQ(DestinationElements(dag.plan()), 5 * 8);
 }
 
+TEST(ProjectPlanTest, AnOperandSendRecvJoinsTheReferenceClosure) {
+  // OP_SEND_RECV without a slice, between two operands (plan.proto), copies
+  // OUT2 on device 2 into X4 on device 4: it defines X4's values, so the
+  // step and both buffers reach w0 too, which touches neither device. The
+  // tensor-form move of the same group stays away from w0.
+  const DagPlan dag;
+  v1::Plan plan = dag.plan();
+  v1::Step* copy = plan.add_steps();
+  copy->set_id(plan.steps_size() - 1);
+  copy->set_op(v1::Step::OP_SEND_RECV);
+  copy->set_group(dag.move_group_);
+  copy->add_inputs()->set_buffer(dag.out2_);
+  copy->add_outputs()->set_buffer(dag.x4_);
+  copy->add_deps(dag.rs_);
+  EXPECT_TRUE(DefinesValues(*copy));
+  EXPECT_FALSE(DefinesValues(plan.steps(dag.move_)));
+  absl::StatusOr<std::vector<v1::WorkerProgram>> programs =
+      ProjectPlan(plan, "job-000004", DagPlan::Workers());
+  ASSERT_TRUE(programs.ok()) << programs.status();
+  for (const v1::WorkerProgram& p : *programs) {
+    EXPECT_THAT(StepIds(p), ::testing::Contains(copy->id())) << p.worker();
+    EXPECT_THAT(StepIds(p), ::testing::Contains(dag.gemm0_)) << p.worker();
+    EXPECT_THAT(BufferIds(p), ::testing::Contains(dag.out2_)) << p.worker();
+    EXPECT_THAT(BufferIds(p), ::testing::Contains(dag.x4_)) << p.worker();
+    EXPECT_THAT(GroupIds(p), ::testing::Contains(dag.move_group_))
+        << p.worker();
+  }
+  EXPECT_THAT(StepIds((*programs)[0]),
+              ::testing::Not(::testing::Contains(dag.move_)));
+}
+
 TEST(ProjectPlanTest, AComputeDeviceOrOperandBringsItsWorkerIn) {
   DagPlan dag;
   v1::Plan plan = dag.plan();

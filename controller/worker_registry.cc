@@ -3,12 +3,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "controller/log.h"
+#include "util/status_macros.h"
 
 namespace meshcast {
 namespace {
 
 constexpr int kMaxDevicesPerWorker = 4096;
 constexpr size_t kMaxNameLength = 256;
+// Host indices a registry hands out at most: a bound on the topology even
+// under a flood of names within one lost_worker_ttl.
+constexpr int kMaxHosts = 65536;
 
 }  // namespace
 
@@ -20,6 +24,58 @@ WorkerRegistry::~WorkerRegistry() { StopSweeper(); }
 void WorkerRegistry::AddListener(Listener listener) {
   absl::MutexLock lock(&mu_);
   listeners_.push_back(std::move(listener));
+}
+
+absl::Status WorkerRegistry::AttachStore(JobStore* store) {
+  ASSIGN_OR_RETURN(std::vector<StoredHost> hosts, store->LoadHosts());
+  absl::MutexLock lock(&mu_);
+  store_ = store;
+  // Names that registered before the store was attached.
+  for (const WorkerRecord& w : workers_) {
+    if (!w.name.empty()) SaveHostLocked(w);
+  }
+  const absl::Time now = clock_->Now();
+  for (const StoredHost& host : hosts) {
+    if (host.name.empty() || host.host_index < 0 || host.num_devices < 1 ||
+        host.host_index >= kMaxHosts || host_of_name_.contains(host.name)) {
+      continue;
+    }
+    if (host.host_index >= static_cast<int>(workers_.size())) {
+      workers_.resize(host.host_index + 1);
+      for (size_t i = 0; i < workers_.size(); ++i) {
+        if (workers_[i].name.empty()) {
+          workers_[i].host_index = static_cast<int>(i);
+          workers_[i].lost = true;
+        }
+      }
+    }
+    WorkerRecord& record = workers_[host.host_index];
+    if (!record.name.empty()) continue;  // taken by a live registration
+    record.name = host.name;
+    record.num_devices = host.num_devices;
+    record.lost = true;
+    record.lost_since = now;  // the TTL counts from the controller's start
+    host_of_name_[host.name] = host.host_index;
+    devices_per_host_ = host.num_devices;
+  }
+  return absl::OkStatus();
+}
+
+int WorkerRegistry::FreeIndexLocked() const {
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (workers_[i].name.empty()) return static_cast<int>(i);
+  }
+  return static_cast<int>(workers_.size());
+}
+
+void WorkerRegistry::SaveHostLocked(const WorkerRecord& record) {
+  if (store_ == nullptr) return;
+  absl::Status status =
+      store_->SaveHost({record.name, record.host_index, record.num_devices});
+  if (!status.ok()) {
+    LogError("cannot persist the host index of worker ", record.name, ": ",
+             status.ToString());
+  }
 }
 
 absl::StatusOr<WorkerRecord> WorkerRegistry::Register(
@@ -64,12 +120,23 @@ absl::StatusOr<WorkerRecord> WorkerRegistry::Register(
     const absl::Time now = clock_->Now();
     if (it == host_of_name_.end()) {
       WorkerRecord record = info;
-      record.host_index = static_cast<int>(workers_.size());
+      record.host_index = FreeIndexLocked();
+      if (record.host_index >= kMaxHosts) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "worker ", info.name, " cannot register: ", kMaxHosts,
+            " worker names are known already (LOST ones are forgotten "
+            "after --lost_worker_ttl)"));
+      }
       record.lost = false;
       record.last_heartbeat = now;
       host_of_name_[info.name] = record.host_index;
-      workers_.push_back(record);
+      if (record.host_index == static_cast<int>(workers_.size())) {
+        workers_.push_back(record);
+      } else {
+        workers_[record.host_index] = record;
+      }
       stored = record;
+      SaveHostLocked(record);
     } else {
       WorkerRecord& record = workers_[it->second];
       const bool same_process = !info.incarnation.empty() &&
@@ -84,11 +151,13 @@ absl::StatusOr<WorkerRecord> WorkerRegistry::Register(
                                        " restarted (registered again)")});
       }
       const int host = record.host_index;
+      const bool devices_changed = record.num_devices != info.num_devices;
       record = info;
       record.host_index = host;
       record.lost = false;
       record.last_heartbeat = now;
       stored = record;
+      if (devices_changed) SaveHostLocked(record);
     }
     events.push_back({WorkerEvent::Kind::kRegistered, stored.name,
                       stored.host_index,
@@ -118,8 +187,31 @@ std::vector<WorkerEvent> WorkerRegistry::Sweep() {
     absl::MutexLock lock(&mu_);
     const absl::Time now = clock_->Now();
     for (WorkerRecord& w : workers_) {
-      if (w.lost || now - w.last_heartbeat <= options_.lease) continue;
+      if (w.name.empty()) continue;  // a free index
+      if (w.lost) {
+        if (now - w.lost_since < options_.lost_worker_ttl) continue;
+        // Forgotten: its index is free for another name.
+        events.push_back(
+            {WorkerEvent::Kind::kRemoved, w.name, w.host_index,
+             absl::StrFormat("worker %s removed (LOST for %.0f s)", w.name,
+                             absl::ToDoubleSeconds(now - w.lost_since))});
+        if (store_ != nullptr) {
+          absl::Status status = store_->DeleteHost(w.name);
+          if (!status.ok()) {
+            LogError("cannot forget the host index of worker ", w.name, ": ",
+                     status.ToString());
+          }
+        }
+        host_of_name_.erase(w.name);
+        const int host = w.host_index;
+        w = WorkerRecord();
+        w.host_index = host;
+        w.lost = true;
+        continue;
+      }
+      if (now - w.last_heartbeat <= options_.lease) continue;
       w.lost = true;
+      w.lost_since = now;
       events.push_back(
           {WorkerEvent::Kind::kLost, w.name, w.host_index,
            absl::StrFormat("worker %s lost (no heartbeat for %.1f s)", w.name,
@@ -175,7 +267,9 @@ void WorkerRegistry::SweeperLoop(absl::Duration period) {
 Topology WorkerRegistry::topology() const {
   absl::MutexLock lock(&mu_);
   Topology topology;
-  topology.num_hosts = static_cast<int>(workers_.size());
+  int hosts = static_cast<int>(workers_.size());
+  while (hosts > 0 && workers_[hosts - 1].name.empty()) --hosts;
+  topology.num_hosts = hosts;
   topology.devices_per_host = devices_per_host_;
   topology.inter_host_bandwidth = options_.inter_host_bandwidth;
   topology.intra_host_bandwidth = options_.intra_host_bandwidth;
@@ -188,13 +282,20 @@ Topology WorkerRegistry::topology() const {
 
 std::vector<WorkerRecord> WorkerRegistry::Workers() const {
   absl::MutexLock lock(&mu_);
-  return workers_;
+  std::vector<WorkerRecord> workers;
+  for (const WorkerRecord& w : workers_) {
+    if (!w.name.empty()) workers.push_back(w);
+  }
+  return workers;
 }
 
 absl::flat_hash_set<int> WorkerRegistry::UnavailableHosts() const {
   absl::MutexLock lock(&mu_);
   absl::flat_hash_set<int> hosts;
+  int in_use = static_cast<int>(workers_.size());
+  while (in_use > 0 && workers_[in_use - 1].name.empty()) --in_use;
   for (const WorkerRecord& w : workers_) {
+    if (w.host_index >= in_use) break;  // beyond the topology
     // A worker with another device count than the cluster's (possible only
     // after every worker was lost and one came back different) cannot serve
     // its host's device ids.
@@ -207,7 +308,8 @@ absl::flat_hash_set<int> WorkerRegistry::UnavailableHosts() const {
 
 absl::StatusOr<WorkerRecord> WorkerRegistry::WorkerOnHost(int host) const {
   absl::MutexLock lock(&mu_);
-  if (host < 0 || host >= static_cast<int>(workers_.size())) {
+  if (host < 0 || host >= static_cast<int>(workers_.size()) ||
+      workers_[host].name.empty()) {
     return absl::NotFoundError(absl::StrCat("no worker on host ", host));
   }
   return workers_[host];

@@ -3,18 +3,26 @@
 //
 // Each worker registers with its name, Worker-service address, device count
 // and data-plane address, and gets a host index: the first registration of a
-// name takes the next free index, and later registrations of the same name
-// (a restarted worker) keep it, so device ids stay stable. Heartbeats renew
-// the lease; Sweep() (explicit, or the background sweeper) marks a worker
-// LOST once its lease has run out. Listeners hear about registrations, lost
-// workers and restarted workers (a registration of a name that was still
-// live: its data-plane state is gone), so the job manager can fail the jobs
-// that used it.
+// name takes the lowest free index, and later registrations of the same name
+// (a restarted worker) keep it, so device ids stay stable. With a JobStore
+// attached (AttachStore) the index of every name is persisted and restored
+// when the controller restarts: a restored name is LOST until it registers
+// again, and then gets its old index back, so a device id names the same
+// worker's device tomorrow. Heartbeats renew the lease; Sweep() (explicit,
+// or the background sweeper) marks a worker LOST once its lease has run
+// out, and removes a worker that has been LOST for Options::lost_worker_ttl:
+// its name is forgotten (in the store too) and its index becomes free for
+// another name, so a dead node or a flood of names does not grow the
+// topology forever. Listeners hear about registrations, lost, removed and
+// restarted workers (a registration of a name that was still live: its
+// data-plane state is gone), so the job manager can fail the jobs that used
+// it.
 //
-// Topology: hosts 0..N-1 for the N names ever registered (a lost worker's
-// host stays in the topology, unavailable, so that ids do not shift) x the
-// common device count. Every live worker must have the same device count; a
-// worker with another count is rejected.
+// Topology: hosts 0..N-1 up to the highest index in use (a lost worker's
+// host stays in the topology, unavailable, so that ids do not shift; so
+// does a free index below the highest) x the common device count. Every
+// live worker must have the same device count; a worker with another count
+// is rejected.
 //
 //   WorkerRegistry registry(options, Clock::Real());
 //   registry.AddListener([&](const WorkerEvent& e) { ... });
@@ -39,6 +47,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "controller/clock.h"
+#include "controller/job_store.h"
 #include "planner/topology.h"
 
 namespace meshcast {
@@ -54,10 +63,11 @@ struct WorkerRecord {
   int host_index = -1;
   bool lost = false;
   absl::Time last_heartbeat = absl::InfinitePast();
+  absl::Time lost_since = absl::InfinitePast();  // when it became LOST
 };
 
 struct WorkerEvent {
-  enum class Kind { kRegistered, kLost, kRestarted };
+  enum class Kind { kRegistered, kLost, kRestarted, kRemoved };
   Kind kind = Kind::kRegistered;
   std::string name;
   int host_index = -1;
@@ -79,6 +89,9 @@ class WorkerRegistry {
     // time of every transfer (s).
     double host_copy_bandwidth = 0;
     double transfer_setup_seconds = 0;
+    // A worker LOST for this long is removed (its index freed);
+    // absl::InfiniteDuration(): never.
+    absl::Duration lost_worker_ttl = absl::Minutes(10);
   };
   using Listener = std::function<void(const WorkerEvent&)>;
 
@@ -90,6 +103,12 @@ class WorkerRegistry {
   // Listeners must be added before workers register.
   void AddListener(Listener listener) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Persists host indices in `store` from now on and restores the names it
+  // holds (as LOST, with their device counts) unless they are known
+  // already. Call before workers register; `store` must outlive the
+  // registry.
+  absl::Status AttachStore(JobStore* store) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Registers or re-registers `info.name`; returns the stored record (with
   // its host index). INVALID_ARGUMENT for a missing name/address, a device
   // count < 1, or a device count unlike the live workers'.
@@ -100,8 +119,8 @@ class WorkerRegistry {
   // worker must register again.
   bool Heartbeat(absl::string_view name) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Marks live workers whose lease expired as LOST, notifies listeners and
-  // returns the events.
+  // Marks live workers whose lease expired as LOST, removes workers LOST
+  // for lost_worker_ttl, notifies listeners and returns the events.
   std::vector<WorkerEvent> Sweep() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Runs Sweep() every `period` on a background thread until StopSweeper()
@@ -109,11 +128,11 @@ class WorkerRegistry {
   void StartSweeper(absl::Duration period) ABSL_LOCKS_EXCLUDED(mu_);
   void StopSweeper() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Hosts = names ever registered; 0 hosts before the first registration.
+  // Hosts 0..highest index in use; 0 hosts before the first registration.
   Topology topology() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Every known worker, by host index.
+  // Every known worker (live or LOST, not removed), by host index.
   std::vector<WorkerRecord> Workers() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Hosts whose worker is LOST.
+  // Hosts whose worker is LOST, and free indices below the highest.
   absl::flat_hash_set<int> UnavailableHosts() const ABSL_LOCKS_EXCLUDED(mu_);
   // NOT_FOUND for a host with no worker.
   absl::StatusOr<WorkerRecord> WorkerOnHost(int host) const
@@ -123,6 +142,11 @@ class WorkerRegistry {
 
  private:
   void Notify(const std::vector<WorkerEvent>& events) ABSL_LOCKS_EXCLUDED(mu_);
+  // The lowest index no name holds.
+  int FreeIndexLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Best effort: a controller without its store still serves.
+  void SaveHostLocked(const WorkerRecord& record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SweeperLoop(absl::Duration period);
 
   const Options options_;
@@ -130,8 +154,10 @@ class WorkerRegistry {
 
   mutable absl::Mutex mu_;
   std::vector<Listener> listeners_ ABSL_GUARDED_BY(mu_);
-  // Indexed by host index.
+  // Indexed by host index; a free index holds a record with no name (and
+  // lost set).
   std::vector<WorkerRecord> workers_ ABSL_GUARDED_BY(mu_);
+  JobStore* store_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::flat_hash_map<std::string, int> host_of_name_ ABSL_GUARDED_BY(mu_);
   // Device count every live worker has (0 before the first registration).
   int devices_per_host_ ABSL_GUARDED_BY(mu_) = 0;

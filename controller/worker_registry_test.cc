@@ -1,5 +1,8 @@
 #include "controller/worker_registry.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -159,6 +162,123 @@ TEST_F(WorkerRegistryTest, BackgroundSweeperFindsLostWorkers) {
   EXPECT_TRUE(lost.WaitForNotificationWithTimeout(absl::Seconds(10)));
   registry_.StopSweeper();
   EXPECT_TRUE(registry_.Workers()[0].lost);
+}
+
+void RemoveDatabase(const std::string& path) {
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    std::remove((path + suffix).c_str());
+  }
+}
+
+// A database file in the test's temp directory, removed first.
+std::string FreshDatabase(const std::string& name) {
+  const std::string path = ::testing::TempDir() + "/" + name + "_" +
+                           std::to_string(getpid()) + ".db";
+  RemoveDatabase(path);
+  return path;
+}
+
+// Host indices survive a controller restart: a new registry on the same
+// database gives every name its old index, whatever the order they come
+// back in, and knows the hosts (LOST) before they do.
+TEST(WorkerRegistryStoreTest, HostIndicesSurviveAControllerRestart) {
+  SetLogQuiet(true);
+  const std::string path = FreshDatabase("registry_restart");
+  FakeClock clock;
+  {
+    std::unique_ptr<JobStore> store = *JobStore::Open(path);
+    WorkerRegistry registry(WorkerRegistry::Options(), &clock);
+    ASSERT_TRUE(registry.AttachStore(store.get()).ok());
+    for (const char* name : {"a", "b", "c"}) {
+      ASSERT_TRUE(registry.Register(Worker(name, 2)).ok());
+    }
+  }
+  std::unique_ptr<JobStore> store = *JobStore::Open(path);
+  WorkerRegistry registry(WorkerRegistry::Options(), &clock);
+  ASSERT_TRUE(registry.AttachStore(store.get()).ok());
+  // Known before anyone registers: 3 hosts of 2 devices, all unavailable.
+  EXPECT_EQ(registry.topology().num_hosts, 3);
+  EXPECT_EQ(registry.topology().devices_per_host, 2);
+  EXPECT_THAT(registry.UnavailableHosts(), UnorderedElementsAre(0, 1, 2));
+  // Back in reverse order, and a newcomer: old names keep their index.
+  EXPECT_EQ(registry.Register(Worker("c", 2))->host_index, 2);
+  EXPECT_EQ(registry.Register(Worker("new", 2))->host_index, 3);
+  EXPECT_EQ(registry.Register(Worker("a", 2))->host_index, 0);
+  EXPECT_THAT(registry.UnavailableHosts(), UnorderedElementsAre(1));
+  // What the store holds, independently.
+  std::vector<StoredHost> hosts = *store->LoadHosts();
+  ASSERT_EQ(hosts.size(), 4u);
+  EXPECT_EQ(hosts[1].name, "b");
+  EXPECT_EQ(hosts[3].name, "new");
+  store.reset();
+  RemoveDatabase(path);
+}
+
+// A worker LOST for lost_worker_ttl is removed: forgotten (in the store
+// too), its index free for the next new name; until then a name that comes
+// back keeps its index. The topology stays bounded under a flood of names.
+TEST(WorkerRegistryStoreTest, LostWorkersAreRemovedAfterTheirTtl) {
+  SetLogQuiet(true);
+  std::unique_ptr<JobStore> store = *JobStore::Open(":memory:");
+  FakeClock clock;
+  WorkerRegistry::Options options;
+  options.lease = absl::Seconds(5);
+  options.lost_worker_ttl = absl::Minutes(10);
+  WorkerRegistry registry(options, &clock);
+  ASSERT_TRUE(registry.AttachStore(store.get()).ok());
+  std::vector<WorkerEvent> events;
+  registry.AddListener([&](const WorkerEvent& e) { events.push_back(e); });
+  for (const char* name : {"a", "b", "c"}) {
+    ASSERT_TRUE(registry.Register(Worker(name)).ok());
+  }
+  clock.Advance(absl::Seconds(6));
+  ASSERT_TRUE(registry.Heartbeat("a"));
+  ASSERT_TRUE(registry.Heartbeat("c"));
+  registry.Sweep();  // b LOST
+  // b comes back within the TTL: same index.
+  clock.Advance(absl::Minutes(5));
+  registry.Sweep();  // a and c are LOST now too
+  EXPECT_EQ(registry.Register(Worker("b"))->host_index, 1);
+  ASSERT_TRUE(registry.Heartbeat("b"));
+  // a and c stay away for the TTL: removed.
+  clock.Advance(absl::Minutes(4));
+  ASSERT_TRUE(registry.Heartbeat("b"));
+  registry.Sweep();
+  EXPECT_EQ(registry.Workers().size(), 3u);
+  clock.Advance(absl::Minutes(6) + absl::Seconds(1));  // LOST for 10m1s
+  ASSERT_TRUE(registry.Heartbeat("b"));
+  std::vector<WorkerEvent> removed = registry.Sweep();
+  ASSERT_EQ(removed.size(), 2u);
+  EXPECT_EQ(removed[0].kind, WorkerEvent::Kind::kRemoved);
+  EXPECT_THAT(removed[0].reason, HasSubstr("worker a removed"));
+  ASSERT_EQ(registry.Workers().size(), 1u);
+  EXPECT_EQ(registry.Workers()[0].name, "b");
+  EXPECT_FALSE(registry.WorkerOnHost(0).ok());
+  // The topology shrinks to the highest index in use.
+  EXPECT_EQ(registry.topology().num_hosts, 2);
+  EXPECT_THAT(registry.UnavailableHosts(), UnorderedElementsAre(0));
+  std::vector<StoredHost> hosts = *store->LoadHosts();
+  ASSERT_EQ(hosts.size(), 1u);
+  EXPECT_EQ(hosts[0].name, "b");
+  // A flood of new names takes the free indices first; the topology grows
+  // only by what is live.
+  EXPECT_EQ(registry.Register(Worker("x"))->host_index, 0);
+  EXPECT_EQ(registry.Register(Worker("y"))->host_index, 2);
+  EXPECT_EQ(registry.Register(Worker("z"))->host_index, 3);
+  EXPECT_EQ(registry.topology().num_hosts, 4);
+  // A removed name that comes back is new: the lowest free index.
+  clock.Advance(absl::Seconds(6));
+  for (const char* name : {"b", "x", "y"}) {
+    ASSERT_TRUE(registry.Heartbeat(name));
+  }
+  registry.Sweep();  // z LOST
+  clock.Advance(absl::Minutes(11));
+  for (const char* name : {"b", "x", "y"}) {
+    ASSERT_TRUE(registry.Heartbeat(name));
+  }
+  registry.Sweep();  // z removed
+  EXPECT_EQ(registry.topology().num_hosts, 3);
+  EXPECT_EQ(registry.Register(Worker("a"))->host_index, 3);
 }
 
 }  // namespace

@@ -29,6 +29,23 @@ CTRL = 'instance=~"$instance"'
 WORKER = 'instance=~"$instance", worker=~"$worker"'
 
 
+def last_step_bandwidth(by, selector):
+    """The last-step bandwidth gauge, kept only where a step finished within
+    the rate window: a gauge holds its last value forever, so an idle cluster
+    would otherwise show the bandwidth of a step long gone."""
+    return (f"max by ({by}) (meshcast_worker_achieved_bandwidth_bytes_per_second{{{selector}}}) "
+            f"and on ({by}) "
+            f"(sum by ({by}) (increase(meshcast_worker_step_duration_seconds_count{{{selector}}}"
+            f"[$__rate_interval])) > 0)")
+
+
+def measured_over_predicted(by, selector, func, window):
+    """Measured over predicted data-plane seconds summed over the jobs of the
+    window: bytes-weighted, as the MeshcastBandwidthBelowPrediction alert."""
+    return (f"sum by ({by}) ({func}(meshcast_controller_dataplane_measured_seconds_total{{{selector}}}[{window}])) / "
+            f"sum by ({by}) ({func}(meshcast_controller_dataplane_predicted_seconds_total{{{selector}}}[{window}]))")
+
+
 class Layout:
     """Places panels left to right on Grafana's 24-column grid."""
 
@@ -349,9 +366,10 @@ def communication():
                         "p50 and p99 of one hop of a step (one sender to one receiver), by op and link.",
                         targets(*quantiles(hops, "op, link", WORKER, qs=(0.5, 0.99))), unit="s", w=12))
     p.append(timeseries(L, "Achieved bandwidth of the last step by op",
-                        "Bytes / seconds of the last finished step of each op, best worker.",
-                        targets((f"max by (op) (meshcast_worker_achieved_bandwidth_bytes_per_second{{{WORKER}}})",
-                                 "{{op}}")), unit="Bps", w=12))
+                        "Bytes / seconds of the last finished step of each op, best worker. Blank while no "
+                        "step of that op finished in the rate window: the gauge keeps its last value when "
+                        "the cluster is idle, which would read as a live figure.",
+                        targets((f"{last_step_bandwidth('op', WORKER)}", "{{op}}")), unit="Bps", w=12))
     p.append(timeseries(L, "Mean step duration by op",
                         "Average step duration over the rate window: sum of durations over count.",
                         targets((f"sum by (op) (rate({steps}_sum{{{WORKER}}}[$__rate_interval])) / "
@@ -361,12 +379,12 @@ def communication():
     p.append(L.row("Measured vs predicted"))
     ratio = "meshcast_controller_measured_over_predicted_ratio"
     p.append(timeseries(L, "Measured over predicted time",
-                        "Measured data-plane time of a job over the planner simulator's prediction, by job type: "
-                        "average and p90. 1 means the cost model is exact; above 1 the cluster is slower than "
-                        "predicted. Alert MeshcastBandwidthBelowPrediction fires when the 30-minute average "
-                        "exceeds 2.",
-                        targets((f"sum by (type) (rate({ratio}_sum{{{CTRL}}}[$__rate_interval])) / "
-                                 f"sum by (type) (rate({ratio}_count{{{CTRL}}}[$__rate_interval]))", "{{type}} mean"),
+                        "Measured data-plane time over the planner simulator's prediction, by job type. "
+                        "\"total\": all measured seconds over all predicted seconds (bytes-weighted: a large job "
+                        "counts more than a tiny latency-bound one); p90: of the per-job ratios. 1 means the cost "
+                        "model is exact; above 1 the cluster is slower than predicted. Alert "
+                        "MeshcastBandwidthBelowPrediction fires when the 30-minute total exceeds 2.",
+                        targets((measured_over_predicted("type", CTRL, "rate", "$__rate_interval"), "{{type}} total"),
                                 *quantiles(ratio, "type", CTRL, qs=(0.9,))),
                         th=thresholds((None, "green"), (2, "red")), w=12,
                         custom={"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10,
@@ -448,11 +466,10 @@ def jobs():
                   targets((f"sum by (type) (increase({pl}_sum{{{jf}}}[$__range])) / "
                            f"sum by (type) (increase({pl}_count{{{jf}}}[$__range]))", "{{type}}")),
                   unit="s", w=8, h=6))
-    ratio = "meshcast_controller_measured_over_predicted_ratio"
     p.append(stat(L, "Measured over predicted in the time range",
-                  "Average measured/predicted data-plane time of the jobs in the selected range, by type.",
-                  targets((f"sum by (type) (increase({ratio}_sum{{{jf}}}[$__range])) / "
-                           f"sum by (type) (increase({ratio}_count{{{jf}}}[$__range]))", "{{type}}")),
+                  "Measured over predicted data-plane time of the jobs in the selected range, by type: total "
+                  "measured seconds over total predicted seconds (bytes-weighted, as the alert).",
+                  targets((measured_over_predicted("type", jf, "increase", "$__range"), "{{type}}")),
                   decimals=2, th=thresholds((None, "green"), (1.5, "orange"), (2, "red")), w=8, h=6))
 
     p.append(L.row("Steps"))
@@ -476,9 +493,9 @@ def jobs():
 
     p.append(L.row("Bandwidth"))
     p.append(timeseries(L, "Achieved bandwidth by op and worker",
-                        "Bytes / seconds of the last finished step of each op, per worker.",
-                        targets((f"max by (op, worker) (meshcast_worker_achieved_bandwidth_bytes_per_second{{{wop}}})",
-                                 "{{worker}} {{op}}")), unit="Bps", w=12))
+                        "Bytes / seconds of the last finished step of each op, per worker; blank while that "
+                        "worker finished no step of that op in the rate window (idle).",
+                        targets((last_step_bandwidth("op, worker", wop), "{{worker}} {{op}}")), unit="Bps", w=12))
     p.append(bargauge(L, "Bytes sent in the time range by link and backend",
                       "Bytes the selected workers sent in the selected time range.",
                       targets((f"sum by (link, backend) (increase(meshcast_worker_bytes_sent_total{{{WORKER}}}[$__range]))",

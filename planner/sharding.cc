@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "util/status_macros.h"
+#include "util/text_safety.h"
 
 namespace meshcast {
 namespace {
@@ -29,10 +30,10 @@ absl::StatusOr<DimSharding> ParseToken(absl::string_view text, size_t* pos,
   const size_t start = *pos;
   const char lead = absl::ascii_toupper(text[start]);
   const auto unknown = [&](absl::string_view token) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown token '", token, "' at position ",
-                     start + position_offset + 1, " of \"", spec_text,
-                     "\" (tensor dimension ", dimension, "); ", kAllowedForms));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown token '", token, "' at position ", start + position_offset + 1,
+        " of ", QuotePrefix(spec_text), " (tensor dimension ", dimension, "); ",
+        kAllowedForms));
   };
   DimSharding dim;
   if (lead == 'R') {
@@ -46,7 +47,8 @@ absl::StatusOr<DimSharding> ParseToken(absl::string_view text, size_t* pos,
     if (dim.mesh_axes.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("token 'S' at position ", start + position_offset + 1,
-                       " of \"", spec_text, "\" (tensor dimension ", dimension,
+                       " of ", QuotePrefix(spec_text), " (tensor dimension ",
+                       dimension,
                        ") names no mesh axis; ", kAllowedForms));
     }
     *pos = end;
@@ -91,8 +93,9 @@ absl::StatusOr<ShardingSpec> ShardingSpec::Parse(absl::string_view text) {
       }
       if (piece.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "empty token at position ", offset + 1, " of \"", stripped,
-            "\" (tensor dimension ", spec.rank(), "); ", kAllowedForms));
+            "empty token at position ", offset + 1, " of ",
+            QuotePrefix(stripped), " (tensor dimension ", spec.rank(), "); ",
+            kAllowedForms));
       }
       size_t pos = 0;
       ASSIGN_OR_RETURN(DimSharding dim,
@@ -117,8 +120,8 @@ absl::StatusOr<ShardingSpec> ShardingSpec::Parse(absl::string_view text) {
     for (int axis : spec.dims[d].mesh_axes) {
       if (dim_of_axis[axis] != -1) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "duplicate mesh axis ", axis, " in \"", stripped,
-            "\": used by tensor dimension ", dim_of_axis[axis],
+            "duplicate mesh axis ", axis, " in ", QuotePrefix(stripped),
+            ": used by tensor dimension ", dim_of_axis[axis],
             dim_of_axis[axis] == d ? " twice" : absl::StrCat(" and ", d),
             "; each mesh axis may shard at most one dimension, once"));
       }

@@ -94,14 +94,16 @@ fi
 "$engine" network create "$net" >/dev/null
 log "network $net"
 "$engine" run -d "${run_flags[@]}" --name "$controller" --network "$net" \
-  --network-alias controller meshcast-controller:local >/dev/null
+  --network-alias controller meshcast-controller:local \
+  --listen=0.0.0.0:50051 --db=/var/lib/meshcast/controller.db \
+  --metrics-port=9401 --insecure >/dev/null
 for i in 0 1; do
   "$engine" run -d "${run_flags[@]}" --name "${workers[$i]}" \
     --hostname "worker-$i" --network "$net" --network-alias "worker-$i" \
     --shm-size 1g meshcast-worker-cpu:local \
     --controller=controller:50051 --listen=0.0.0.0:50052 --devices=cpu:4 \
     --metrics-port=9402 --name="worker-$i" --data-address="worker-$i" \
-    >/dev/null
+    --insecure >/dev/null
 done
 
 meshctl() { "$engine" exec "$controller" meshctl "$@"; }

@@ -11,6 +11,9 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libsqlite3-dev sqlite3 nlohmann-json3-dev libyaml-cpp-dev libcivetweb-dev
   prometheus iproute2 python3 python3-yaml curl procps
+  libssl-dev libcrypt-dev
+  # fuzzing (scripts/fuzz.sh): clang with libFuzzer and the sanitizers
+  clang libclang-rt-14-dev
 )
 
 missing=()

@@ -483,13 +483,13 @@ calibrate_copy() {
   cpid="$(start_daemon calibration-controller "$(controller_ns)" "$controller_bin" \
     --listen "${CONTROLLER_ADDR}:${port}" --db "$cal_db" \
     --inter-gbps "$inter_gbps" --intra-gbps "$memcpy_gbps" \
-    --lease-seconds "$lease_seconds" $controller_args)"
+    --lease-seconds "$lease_seconds" --insecure $controller_args)"
   wait_registered 0 "the calibration controller" calibration-controller "$cpid" 20
   # shellcheck disable=SC2086
   wpid="$(start_daemon calibration-worker "$(host_ns 0)" "$worker_bin" \
     --controller "${CONTROLLER_ADDR}:${port}" --listen "$(host_addr 0):${worker_port}" \
     --data-address "$(host_addr 0)" --name calibration --devices "cpu:$devices" \
-    $worker_args)"
+    --insecure $worker_args)"
   wait_registered 1 "the calibration worker" calibration-worker "$wpid" "$register_timeout"
   # 32 MiB per device of int32, split evenly over the K devices.
   local shape="128x$((devices * 64))x1024" seconds=() run
@@ -537,7 +537,7 @@ start_daemons() {
     --listen "${CONTROLLER_ADDR}:${port}" --db "$dir/controller.db" \
     --inter-gbps "$inter_gbps" --intra-gbps "$intra_gbps" \
     --host-copy-gbps "$host_copy_gbps" --transfer-setup-us "$transfer_setup_us" \
-    --lease-seconds "$lease_seconds" $controller_args)"
+    --lease-seconds "$lease_seconds" --insecure $controller_args)"
   wait_registered 0 "meshcast-controller" controller "$controller_pid" 20
 
   # One at a time, each waiting for its registration, so that worker h<i>
@@ -548,7 +548,7 @@ start_daemons() {
     worker_pids+=("$(start_daemon "worker-h$i" "$(host_ns "$i")" "$worker_bin" \
       --controller "${CONTROLLER_ADDR}:${port}" --listen "$(host_addr "$i"):${worker_port}" \
       --data-address "$(host_addr "$i")" --name "h$i" --devices "cpu:$devices" \
-      $worker_args)")
+      --insecure $worker_args)")
     wait_registered $((i + 1)) "worker h$i" "worker-h$i" "${worker_pids[$i]}" "$register_timeout"
   done
 }

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
+#include "util/text_safety.h"
 
 namespace meshcast {
 namespace {
@@ -24,7 +25,7 @@ constexpr Unit kUnits[] = {
 
 absl::Status BadBytes(absl::string_view text, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(
-      "size \"", text, "\" ", why,
+      "size ", QuotePrefix(text), " ", why,
       "; write a byte count with an optional unit: B, KiB, MiB, GiB, TiB "
       "(binary; also K, M, G, T) or KB, MB, GB, TB (decimal), e.g. 256MiB"));
 }

@@ -200,7 +200,10 @@ std::string MetricsRegistry::Render() const {
 
   std::string out;
   absl::MutexLock lock(&mu_);
-  for (const auto& [name, family] : counters_) {
+  // Not a structured binding: lambdas capture those only from clang 16.
+  for (const auto& entry : counters_) {
+    const std::string& name = entry.first;
+    const auto& family = entry.second;
     Header(out, name, family->help(), "counter");
     family->ForEach([&](const std::vector<std::string>& labels,
                         const Counter& c) {
@@ -208,7 +211,9 @@ std::string MetricsRegistry::Render() const {
                       FormatValue(c.value()), "\n");
     });
   }
-  for (const auto& [name, family] : gauges_) {
+  for (const auto& entry : gauges_) {
+    const std::string& name = entry.first;
+    const auto& family = entry.second;
     Header(out, name, family->help(), "gauge");
     family->ForEach([&](const std::vector<std::string>& labels,
                         const Gauge& g) {
@@ -216,7 +221,9 @@ std::string MetricsRegistry::Render() const {
                       FormatValue(g.value()), "\n");
     });
   }
-  for (const auto& [name, family] : histograms_) {
+  for (const auto& entry : histograms_) {
+    const std::string& name = entry.first;
+    const auto& family = entry.second;
     Header(out, name, family->help(), "histogram");
     family->ForEach([&](const std::vector<std::string>& labels,
                         const Histogram& h) {

@@ -28,9 +28,34 @@ int Reply(mg_connection* conn, int code, const char* reason,
 
 }  // namespace
 
+std::string MetricsListenAddress(const std::string& metrics_address,
+                                 const std::string& grpc_listen, int port) {
+  std::string host = metrics_address;
+  if (host.empty()) {
+    const size_t colon = grpc_listen.rfind(':');
+    host = colon == std::string::npos ? grpc_listen
+                                      : grpc_listen.substr(0, colon);
+  }
+  return absl::StrCat(host, ":", port);
+}
+
 int MetricsHttpServer::HandleMetrics(mg_connection* conn, void* self) {
   auto* server = static_cast<MetricsHttpServer*>(self);
   const mg_request_info* info = mg_get_request_info(conn);
+  if (server->auth_.enabled()) {
+    const char* header = mg_get_header(conn, "Authorization");
+    if (!server->auth_.Allows(header == nullptr ? "" : header)) {
+      const std::string body = "authentication required\n";
+      const std::string head = absl::StrCat(
+          "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic "
+          "realm=\"meshcast\"\r\nContent-Type: text/plain\r\n"
+          "Content-Length: ",
+          body.size(), "\r\nConnection: close\r\n\r\n");
+      mg_write(conn, head.data(), head.size());
+      mg_write(conn, body.data(), body.size());
+      return 401;
+    }
+  }
   if (info == nullptr || std::string(info->request_method) != "GET") {
     return Reply(conn, 405, "Method Not Allowed", "text/plain",
                  "only GET is allowed\n");
@@ -40,10 +65,12 @@ int MetricsHttpServer::HandleMetrics(mg_connection* conn, void* self) {
 }
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const std::string& listen, MetricsRegistry* registry) {
+    const std::string& listen, MetricsRegistry* registry,
+    const WebConfig& web) {
   InitCivetwebOnce();
   // civetweb takes "host:port" or "port"; keep whatever the caller gave.
-  std::string ports = listen;
+  // Behind TLS, HTTP stays on loopback and the front takes `listen`.
+  std::string ports = web.tls ? "127.0.0.1:0" : listen;
   if (ports.empty()) {
     return absl::InvalidArgumentError(
         "metrics listen address is empty; use host:port or port");
@@ -53,7 +80,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   // The handler needs the server object, which needs the context: create the
   // object first with a null context, then fill it in.
   auto server = std::unique_ptr<MetricsHttpServer>(
-      new MetricsHttpServer(nullptr, 0, registry));
+      new MetricsHttpServer(registry, web));
   mg_callbacks callbacks{};
   mg_context* context = mg_start(&callbacks, nullptr, options);
   if (context == nullptr) {
@@ -70,10 +97,18 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   }
   server->context_ = context;
   server->port_ = bound[0].port;
+  if (web.tls) {
+    absl::StatusOr<std::unique_ptr<TlsTerminator>> front =
+        TlsTerminator::Start(listen, *web.tls, server->port_);
+    if (!front.ok()) return front.status();
+    server->tls_front_ = *std::move(front);
+    server->port_ = server->tls_front_->port();
+  }
   return server;
 }
 
 MetricsHttpServer::~MetricsHttpServer() {
+  tls_front_.reset();
   if (context_ != nullptr) mg_stop(context_);
 }
 

@@ -1,9 +1,19 @@
 // MetricsHttpServer: serves a MetricsRegistry at GET /metrics over HTTP
-// (civetweb), for Prometheus to scrape.
+// (civetweb), for Prometheus to scrape; with a web config (web_config.h,
+// Prometheus' own format) over HTTPS and/or behind basic auth.
 //
 //   ASSIGN_OR_RETURN(auto server,
 //                    MetricsHttpServer::Start("127.0.0.1:0", &registry));
 //   int port = server->port();  // the bound port, also when 0 was asked
+//
+//   ASSIGN_OR_RETURN(WebConfig web, LoadWebConfig(path));
+//   ASSIGN_OR_RETURN(auto secure,
+//                    MetricsHttpServer::Start("10.0.0.5:9401", &registry, web));
+//
+// With tls_server_config, HTTP is served on an ephemeral 127.0.0.1 port and
+// a TlsTerminator (tls_terminator.h) serves TLS on `listen` in front of it;
+// port() is the TLS port. With basic_auth_users, a request without valid
+// credentials gets 401 and a WWW-Authenticate challenge (on both ports).
 //
 // Thread safety: Start/port/destructor from one thread; requests are served
 // on civetweb's own threads. The registry must outlive the server.
@@ -14,18 +24,29 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "util/basic_auth.h"
 #include "util/metrics.h"
+#include "util/tls_terminator.h"
+#include "util/web_config.h"
 
 struct mg_context;
 struct mg_connection;
 
 namespace meshcast {
 
+// The address /metrics binds: `metrics_address` when set, else the host of
+// the daemon's gRPC `grpc_listen` ("host:port", "[v6]:port"), so metrics
+// are served on the interface the operator chose for the service rather
+// than on every interface.
+std::string MetricsListenAddress(const std::string& metrics_address,
+                                 const std::string& grpc_listen, int port);
+
 class MetricsHttpServer {
  public:
   // `listen` is "host:port" or "port" (port 0 picks a free one).
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
-      const std::string& listen, MetricsRegistry* registry);
+      const std::string& listen, MetricsRegistry* registry,
+      const WebConfig& web = {});
   ~MetricsHttpServer();
 
   MetricsHttpServer(const MetricsHttpServer&) = delete;
@@ -34,13 +55,15 @@ class MetricsHttpServer {
   int port() const { return port_; }
 
  private:
-  MetricsHttpServer(mg_context* context, int port, MetricsRegistry* registry)
-      : context_(context), port_(port), registry_(registry) {}
+  MetricsHttpServer(MetricsRegistry* registry, const WebConfig& web)
+      : registry_(registry), auth_(web.basic_auth_users) {}
   static int HandleMetrics(::mg_connection* conn, void* self);
 
-  mg_context* context_;
-  int port_;
+  mg_context* context_ = nullptr;
+  int port_ = 0;
   MetricsRegistry* registry_;
+  BasicAuth auth_;
+  std::unique_ptr<TlsTerminator> tls_front_;  // destroyed before context_
 };
 
 }  // namespace meshcast

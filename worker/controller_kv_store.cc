@@ -15,8 +15,10 @@ absl::Status FromGrpcStatus(const grpc::Status& status,
 }
 
 ControllerKvStore::ControllerKvStore(std::shared_ptr<grpc::Channel> channel,
+                                     std::string worker,
                                      absl::Duration rpc_slack)
     : stub_(v1::Controller::NewStub(std::move(channel))),
+      worker_(std::move(worker)),
       rpc_slack_(rpc_slack) {}
 
 absl::Status ControllerKvStore::Set(const std::string& key,
@@ -26,6 +28,7 @@ absl::Status ControllerKvStore::Set(const std::string& key,
   v1::KvSetRequest request;
   request.set_key(key);
   request.set_value(value);
+  request.set_worker(worker_);
   v1::KvSetResponse response;
   return FromGrpcStatus(stub_->KvSet(&context, request, &response),
                         absl::StrCat("controller KvSet '", key, "'"));
@@ -38,6 +41,7 @@ absl::StatusOr<std::string> ControllerKvStore::Get(const std::string& key,
   v1::KvGetRequest request;
   request.set_key(key);
   request.set_timeout_seconds(absl::ToDoubleSeconds(timeout));
+  request.set_worker(worker_);
   v1::KvGetResponse response;
   grpc::Status status = stub_->KvGet(&context, request, &response);
   if (status.error_code() == grpc::StatusCode::NOT_FOUND ||

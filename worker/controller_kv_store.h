@@ -5,6 +5,10 @@
 //                        grpc::InsecureChannelCredentials()));
 //   ASSIGN_OR_RETURN(std::string v, kv.Get("job/j1/gloo/1", absl::Seconds(5)));
 //
+// Every call names this worker (the `worker` field: the name it registered
+// with): the controller lets only a running job's workers set and get the
+// job's keys ("job/<job_id>/...", see controller/kv_service.h).
+//
 // KvGet waits on the controller side up to the timeout; the RPC deadline is
 // that timeout plus `rpc_slack`, so a dead controller cannot hang a caller.
 // gRPC errors map to absl codes (NOT_FOUND / DEADLINE_EXCEEDED from the
@@ -15,6 +19,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
@@ -25,8 +30,13 @@ namespace meshcast::worker {
 
 class ControllerKvStore : public KvStore {
  public:
+  // `worker`: this worker's registered name, sent with every call.
+  ControllerKvStore(std::shared_ptr<grpc::Channel> channel, std::string worker,
+                    absl::Duration rpc_slack = absl::Seconds(5));
+  // A caller without a name (a controller that checks none, e.g. tests').
   explicit ControllerKvStore(std::shared_ptr<grpc::Channel> channel,
-                             absl::Duration rpc_slack = absl::Seconds(5));
+                             absl::Duration rpc_slack = absl::Seconds(5))
+      : ControllerKvStore(std::move(channel), std::string(), rpc_slack) {}
 
   absl::Status Set(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::string> Get(const std::string& key,
@@ -34,6 +44,7 @@ class ControllerKvStore : public KvStore {
 
  private:
   const std::unique_ptr<v1::Controller::Stub> stub_;
+  const std::string worker_;
   const absl::Duration rpc_slack_;
 };
 

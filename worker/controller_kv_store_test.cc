@@ -1,6 +1,8 @@
 #include "worker/controller_kv_store.h"
 
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -36,6 +38,18 @@ TEST(ControllerKvStoreTest, GetWaitsThenTimesOut) {
   EXPECT_EQ(*late, "v");
   EXPECT_EQ(kv.Get("never", absl::Milliseconds(50)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(ControllerKvStoreTest, EveryCallNamesTheWorker) {
+  testing::FakeController controller;
+  ASSERT_TRUE(controller.Start().ok());
+  ControllerKvStore kv(grpc::CreateChannel(controller.address(),
+                                           grpc::InsecureChannelCredentials()),
+                       "worker-7");
+  ASSERT_TRUE(kv.Set("job/1/gloo/0", "v").ok());
+  ASSERT_TRUE(kv.Get("job/1/gloo/0", absl::Seconds(1)).ok());
+  EXPECT_EQ(controller.kv_callers(),
+            (std::vector<std::string>{"worker-7", "worker-7"}));
 }
 
 TEST(ControllerKvStoreTest, UnreachableControllerIsUnavailableNotAHang) {

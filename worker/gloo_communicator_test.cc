@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -17,7 +18,9 @@
 #include "gtest/gtest.h"
 #include "worker/controller_kv_store.h"
 #include "worker/in_memory_kv_store.h"
+#include "worker/task.h"
 #include "worker/testing/fake_controller.h"
+#include "worker/testing/test_job.h"
 
 extern char** environ;
 
@@ -208,6 +211,114 @@ TEST(GlooCommunicatorTest, RendezvousCanBeCancelled) {
   canceller.join();
   EXPECT_EQ(comm.status().code(), absl::StatusCode::kCancelled);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+// Entries of a /proc/self directory (threads: "task", descriptors: "fd").
+int CountProcEntries(const std::string& dir) {
+  std::error_code error;
+  int n = 0;
+  for (auto it = std::filesystem::directory_iterator(
+           std::string("/proc/self/") + dir, error);
+       !error && it != std::filesystem::directory_iterator(); ++it) {
+    ++n;
+  }
+  return n;
+}
+
+// Waits up to `bound` for the process's threads and descriptors to come
+// back to `threads` / `fds`; true if they did.
+bool ResourcesReturnTo(int threads, int fds, absl::Duration bound) {
+  const absl::Time deadline = absl::Now() + bound;
+  while (absl::Now() < deadline) {
+    if (CountProcEntries("task") <= threads && CountProcEntries("fd") <= fds) {
+      return true;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return false;
+}
+
+// A job aborted while one of its peers never shows up leaves nothing
+// behind: the task ends at once, and the connect it abandoned (Gloo's
+// device: a listening socket and an event-loop thread) is gone within a
+// poll interval, long before the rendezvous timeout.
+TEST(GlooCommunicatorTest, AbortedTaskWhosePeerNeverComesFreesEverything) {
+  InMemoryKvStore kv;
+  testing::TestJob job(2, 2, "job-abandoned");
+  const int t = job.AddTensor({{64, 64}, DType::kFloat32});
+  job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
+  job.AddBuffer(2, t, job.FullBox(t), BufferRole::kDestination);
+  job.AddTransfer(t, job.FullBox(t), {0, 2});
+  TaskOptions options;
+  options.gloo = FastOptions();
+  options.gloo.rendezvous_timeout = absl::Seconds(60);  // far beyond the bound
+  options.gloo.poll_interval = absl::Milliseconds(50);
+  const int threads = CountProcEntries("task");
+  const int fds = CountProcEntries("fd");
+  ASSERT_GT(threads, 0);
+  ASSERT_GT(fds, 0);
+  Task task(job.ProgramFor(0), &kv, options);
+  absl::StatusOr<v1::JobResult> result;
+  std::thread run([&] { result = task.Run(); });
+  // Rank 0 published its address: it is waiting for rank 1, which never
+  // comes, with a Gloo device open.
+  const absl::Time wait_until = absl::Now() + absl::Seconds(10);
+  while (CountProcEntries("fd") <= fds && absl::Now() < wait_until) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_GT(CountProcEntries("fd"), fds) << "the connect never opened a socket";
+  EXPECT_EQ(task.progress().phase(), "connect");
+  const absl::Time start = absl::Now();
+  task.Abort("cancelled by user");
+  run.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled)
+      << result.status();
+  EXPECT_TRUE(ResourcesReturnTo(threads, fds, absl::Seconds(2)))
+      << "threads " << CountProcEntries("task") << " (were " << threads
+      << "), descriptors " << CountProcEntries("fd") << " (were " << fds
+      << ")";
+}
+
+// The harder case: the peer published its address and went away (its own
+// task aborted), so this rank is inside Gloo's TCP connect, not waiting for
+// a key, when it is cancelled.
+TEST(GlooCommunicatorTest, CancelledConnectToAPeerThatLeftFreesEverything) {
+  InMemoryKvStore kv;
+  GlooOptions options = FastOptions();
+  options.rendezvous_timeout = absl::Seconds(60);
+  options.poll_interval = absl::Milliseconds(50);
+  const int threads = CountProcEntries("task");
+  const int fds = CountProcEntries("fd");
+  {
+    // Rank 1 publishes, then gives up before rank 0 comes.
+    std::atomic<bool> cancelled{false};
+    std::thread canceller([&] {
+      // Rank 1 publishes its address as soon as it starts.
+      absl::SleepFor(absl::Milliseconds(200));
+      cancelled = true;
+    });
+    auto comm = GlooCommunicator::Create(kv, "job/left/gloo/", 1, 2, options,
+                                         [&] { return cancelled.load(); });
+    canceller.join();
+    ASSERT_EQ(comm.status().code(), absl::StatusCode::kCancelled);
+  }
+  ASSERT_TRUE(ResourcesReturnTo(threads, fds, absl::Seconds(2)));
+  std::atomic<bool> cancelled{false};
+  std::thread canceller([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    cancelled = true;
+  });
+  const absl::Time start = absl::Now();
+  auto comm = GlooCommunicator::Create(kv, "job/left/gloo/", 0, 2, options,
+                                       [&] { return cancelled.load(); });
+  canceller.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_FALSE(comm.ok());
+  EXPECT_TRUE(ResourcesReturnTo(threads, fds, absl::Seconds(3)))
+      << "threads " << CountProcEntries("task") << " (were " << threads
+      << "), descriptors " << CountProcEntries("fd") << " (were " << fds
+      << ")";
 }
 
 TEST(GlooCommunicatorTest, AbortWakesAPendingReceive) {

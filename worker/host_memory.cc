@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -56,23 +57,113 @@ absl::StatusOr<int64_t> ParseMemAvailable(absl::string_view meminfo) {
   return ParseMeminfoField(meminfo, "MemAvailable");
 }
 
+absl::StatusOr<std::string> ParseCgroupV2Path(
+    absl::string_view proc_self_cgroup) {
+  for (absl::string_view line : absl::StrSplit(proc_self_cgroup, '\n')) {
+    if (absl::ConsumePrefix(&line, "0::")) {
+      return std::string(absl::StripAsciiWhitespace(line));
+    }
+  }
+  return absl::NotFoundError("/proc/self/cgroup has no cgroup v2 (0::) line");
+}
+
+absl::StatusOr<int64_t> ParseCgroupBytes(absl::string_view text) {
+  text = absl::StripAsciiWhitespace(text);
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(text, &value) || value < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot parse a cgroup memory figure: '", text.substr(0, 32), "'"));
+  }
+  return value;
+}
+
+absl::StatusOr<std::optional<int64_t>> ParseCgroupMemoryMax(
+    absl::string_view text) {
+  if (absl::StripAsciiWhitespace(text) == "max") return std::nullopt;
+  absl::StatusOr<int64_t> bytes = ParseCgroupBytes(text);
+  if (!bytes.ok()) return bytes.status();
+  return std::optional<int64_t>(*bytes);
+}
+
+std::optional<CgroupMemory> CgroupMemoryOf(absl::string_view proc_self_cgroup,
+                                           absl::string_view root,
+                                           const ReadFileFn& read_file) {
+  absl::StatusOr<std::string> path = ParseCgroupV2Path(proc_self_cgroup);
+  if (!path.ok() || !absl::StartsWith(*path, "/")) return std::nullopt;
+  std::optional<CgroupMemory> tightest;
+  // From the process's own cgroup up to the root: a limit may sit on a
+  // parent (a pod around its containers).
+  std::string level = *path;
+  while (true) {
+    const std::string dir =
+        absl::StrCat(root, level == "/" ? "" : level, "/");
+    absl::StatusOr<std::string> max_text = read_file(dir + "memory.max");
+    absl::StatusOr<std::string> current_text =
+        read_file(dir + "memory.current");
+    if (max_text.ok() && current_text.ok()) {
+      absl::StatusOr<std::optional<int64_t>> limit =
+          ParseCgroupMemoryMax(*max_text);
+      absl::StatusOr<int64_t> current = ParseCgroupBytes(*current_text);
+      if (limit.ok() && limit->has_value() && current.ok()) {
+        const CgroupMemory here{**limit, *current};
+        if (!tightest || here.available() < tightest->available()) {
+          tightest = here;
+        }
+      }
+    }
+    if (level == "/" || level.empty()) break;
+    const size_t slash = level.find_last_of('/');
+    level = slash == 0 ? "/" : level.substr(0, slash);
+  }
+  return tightest;
+}
+
+int64_t CombineAvailable(int64_t meminfo_available,
+                         const std::optional<CgroupMemory>& cgroup) {
+  return cgroup ? std::min(meminfo_available, cgroup->available())
+                : meminfo_available;
+}
+
+int64_t CombineTotal(int64_t meminfo_total,
+                     const std::optional<CgroupMemory>& cgroup) {
+  return cgroup ? std::min(meminfo_total, cgroup->limit) : meminfo_total;
+}
+
 namespace {
 
-absl::StatusOr<int64_t> ReadMeminfoField(absl::string_view field) {
-  std::ifstream file("/proc/meminfo");
-  if (!file) return absl::UnavailableError("cannot read /proc/meminfo");
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return absl::UnavailableError(absl::StrCat("cannot read ", path));
   std::stringstream text;
   text << file.rdbuf();
-  return ParseMeminfoField(text.str(), field);
+  return text.str();
+}
+
+absl::StatusOr<int64_t> ReadMeminfoField(absl::string_view field) {
+  absl::StatusOr<std::string> text = ReadWholeFile("/proc/meminfo");
+  if (!text.ok()) return absl::UnavailableError("cannot read /proc/meminfo");
+  return ParseMeminfoField(*text, field);
+}
+
+std::optional<CgroupMemory> ReadCgroupMemory() {
+  absl::StatusOr<std::string> text = ReadWholeFile("/proc/self/cgroup");
+  if (!text.ok()) return std::nullopt;
+  return CgroupMemoryOf(*text, "/sys/fs/cgroup", ReadWholeFile);
 }
 
 }  // namespace
 
 absl::StatusOr<int64_t> ReadMemAvailable() {
-  return ReadMeminfoField("MemAvailable");
+  absl::StatusOr<int64_t> meminfo = ReadMeminfoField("MemAvailable");
+  if (!meminfo.ok()) return meminfo;
+  return CombineAvailable(*meminfo, ReadCgroupMemory());
 }
 
-absl::StatusOr<int64_t> ReadMemTotal() { return ReadMeminfoField("MemTotal"); }
+absl::StatusOr<int64_t> ReadMemTotal() {
+  absl::StatusOr<int64_t> meminfo = ReadMeminfoField("MemTotal");
+  if (!meminfo.ok()) return meminfo;
+  return CombineTotal(*meminfo, ReadCgroupMemory());
+}
 
 HostMemoryNeed HostMemoryNeedOf(const ParsedProgram& program,
                                 const RelayOptions& relay,

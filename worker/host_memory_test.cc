@@ -1,5 +1,7 @@
 #include "worker/host_memory.h"
 
+#include <map>
+#include <optional>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -34,6 +36,81 @@ TEST(ReadMemAvailableTest, ThisHostHasSome) {
   absl::StatusOr<int64_t> bytes = ReadMemAvailable();
   if (!bytes.ok()) GTEST_SKIP() << "no /proc/meminfo: " << bytes.status();
   EXPECT_GT(*bytes, 0);
+}
+
+TEST(CgroupMemoryTest, ParsesTheV2PathAndMemoryFiles) {
+  EXPECT_EQ(*ParseCgroupV2Path("0::/kubepods/pod7/c1\n"), "/kubepods/pod7/c1");
+  // A hybrid host lists v1 controllers too.
+  EXPECT_EQ(*ParseCgroupV2Path("12:memory:/x\n1:name=systemd:/y\n0::/z\n"),
+            "/z");
+  EXPECT_TRUE(absl::IsNotFound(
+      ParseCgroupV2Path("4:memory:/docker/abc\n").status()));
+  EXPECT_EQ(*ParseCgroupMemoryMax("max\n"), std::nullopt);
+  EXPECT_EQ(*ParseCgroupMemoryMax("536870912\n"), int64_t{536870912});
+  EXPECT_TRUE(absl::IsInvalidArgument(ParseCgroupMemoryMax("lots").status()));
+  EXPECT_EQ(*ParseCgroupBytes("1234\n"), 1234);
+  EXPECT_FALSE(ParseCgroupBytes("-1").ok());
+}
+
+// Files of a fake cgroup tree: path -> text; others are unreadable.
+ReadFileFn FakeFiles(std::map<std::string, std::string> files) {
+  return [files](const std::string& path) -> absl::StatusOr<std::string> {
+    auto it = files.find(path);
+    if (it == files.end()) return absl::NotFoundError(path);
+    return it->second;
+  };
+}
+
+TEST(CgroupMemoryTest, TakesTheTightestLimitedLevel) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  // The container's own cgroup is unlimited; its pod has 4 GiB, 1 GiB used.
+  const ReadFileFn files = FakeFiles({
+      {"/cg/pod/c1/memory.max", "max\n"},
+      {"/cg/pod/c1/memory.current", "100\n"},
+      {"/cg/pod/memory.max", std::to_string(4 * kGiB) + "\n"},
+      {"/cg/pod/memory.current", std::to_string(kGiB) + "\n"},
+  });
+  std::optional<CgroupMemory> memory =
+      CgroupMemoryOf("0::/pod/c1\n", "/cg", files);
+  ASSERT_TRUE(memory.has_value());
+  EXPECT_EQ(memory->limit, 4 * kGiB);
+  EXPECT_EQ(memory->available(), 3 * kGiB);
+  // min of both: the cgroup's when it is tighter than the host's...
+  EXPECT_EQ(CombineAvailable(64 * kGiB, memory), 3 * kGiB);
+  EXPECT_EQ(CombineTotal(128 * kGiB, memory), 4 * kGiB);
+  // ...the host's when that is.
+  EXPECT_EQ(CombineAvailable(2 * kGiB, memory), 2 * kGiB);
+  // A tighter own limit wins over the parent's.
+  const ReadFileFn tighter = FakeFiles({
+      {"/cg/pod/c1/memory.max", std::to_string(2 * kGiB)},
+      {"/cg/pod/c1/memory.current", std::to_string(kGiB + kGiB / 2)},
+      {"/cg/pod/memory.max", std::to_string(4 * kGiB)},
+      {"/cg/pod/memory.current", std::to_string(kGiB)},
+  });
+  memory = CgroupMemoryOf("0::/pod/c1\n", "/cg", tighter);
+  ASSERT_TRUE(memory.has_value());
+  EXPECT_EQ(memory->available(), kGiB / 2);
+  // Over its limit (reclaim pending): nothing available, not negative.
+  EXPECT_EQ((CgroupMemory{kGiB, 2 * kGiB}).available(), 0);
+  // The namespaced root ("0::/"): the files at the mount point.
+  memory = CgroupMemoryOf("0::/\n", "/cg",
+                          FakeFiles({{"/cg/memory.max", "1000"},
+                                     {"/cg/memory.current", "400"}}));
+  ASSERT_TRUE(memory.has_value());
+  EXPECT_EQ(memory->available(), 600);
+}
+
+TEST(CgroupMemoryTest, FallsBackToMeminfoWhenNotLimited) {
+  // Unlimited everywhere, no files (v1 host or no /sys), no v2 line.
+  EXPECT_EQ(CgroupMemoryOf("0::/a\n", "/cg",
+                           FakeFiles({{"/cg/a/memory.max", "max"},
+                                      {"/cg/a/memory.current", "5"}})),
+            std::nullopt);
+  EXPECT_EQ(CgroupMemoryOf("0::/a\n", "/cg", FakeFiles({})), std::nullopt);
+  EXPECT_EQ(CgroupMemoryOf("3:memory:/a\n", "/cg", FakeFiles({})),
+            std::nullopt);
+  EXPECT_EQ(CombineAvailable(12345, std::nullopt), 12345);
+  EXPECT_EQ(CombineTotal(99999, std::nullopt), 99999);
 }
 
 TEST(HostMemoryTest, ReadsMemTotalToo) {
@@ -87,6 +164,38 @@ TEST(HostMemoryNeedTest, LocalChainsNeedNoStaging) {
   const HostMemoryNeed need = HostMemoryNeedOf(*program, RelayOptions(), 16);
   EXPECT_EQ(need.tile_bytes, 32);
   EXPECT_EQ(need.staging_bytes, 0);
+}
+
+// OP_SEND_RECV between two operands (no tensor, no slice): its staging is
+// that of its operands' region, on the worker that sends and on the one
+// that receives; between devices of one worker it is a copy, no staging.
+TEST(HostMemoryNeedTest, OperandSendRecvCountsItsRegion) {
+  TestJob job(2, 2, "job-operands");
+  const int x = job.AddTensor({{64, 1000}, DType::kFloat32});
+  const int z = job.AddTensor({{32000}, DType::kFloat32});
+  const int from = job.AddBuffer(0, x, job.FullBox(x), BufferRole::kSource);
+  const int to = job.AddBuffer(2, z, job.FullBox(z), BufferRole::kScratch);
+  const int local = job.AddBuffer(1, z, job.FullBox(z), BufferRole::kScratch);
+  for (const auto& [buffer, device] : {std::pair{to, 2}, {local, 1}}) {
+    v1::Step step;
+    step.set_op(v1::Step::OP_SEND_RECV);
+    *step.add_inputs() = TestJob::Operand(from, {{0, 32}, {0, 1000}});
+    *step.add_outputs() = TestJob::Operand(buffer);
+    job.AddStep(step, {0, device});
+  }
+  RelayOptions relay;
+  relay.chunk_bytes = 10000;
+  relay.pipeline_depth = 3;
+  for (int worker = 0; worker < 2; ++worker) {
+    absl::StatusOr<ParsedProgram> program =
+        ParseProgram(job.ProgramFor(worker));
+    ASSERT_TRUE(program.ok()) << program.status();
+    const HostMemoryNeed need = HostMemoryNeedOf(*program, relay, 16);
+    EXPECT_EQ(need.staging_bytes, 3 * 10000) << "worker " << worker;
+    // Worker 0: X and the local copy's Z; worker 1: its Z.
+    EXPECT_EQ(need.tile_bytes,
+              worker == 0 ? (64 * 1000 + 32000) * 4 : 32000 * 4);
+  }
 }
 
 TEST(CheckHostMemoryTest, RefusesWhatDoesNotFitNamingWorkerAndSizes) {

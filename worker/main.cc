@@ -9,17 +9,20 @@
 // The gRPC server also answers the standard health service (SERVING until
 // shutdown) and server reflection.
 //
-// SIGTERM / SIGINT: abort running tasks, stop heartbeats, stop serving,
+// SIGTERM / SIGINT: abort running tasks, stop heartbeats, stop serving
+// (the process ends within 2 s whatever it is doing),
 // exit 0.
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -29,6 +32,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -36,7 +40,10 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "util/flags_usage.h"
+#include "security/tls_credentials.h"
 #include "util/metrics_http_server.h"
+#include "util/web_config.h"
 #include "worker/controller_kv_store.h"
 #include "worker/device_spec.h"
 #include "worker/host_memory.h"
@@ -83,11 +90,28 @@ ABSL_FLAG(double, op_timeout_seconds, 120,
 ABSL_FLAG(int, metrics_port, -1,
           "port for Prometheus GET /metrics (docs/metrics.md); 0 picks a free "
           "port (printed, and written to --metrics-port-file); -1 = off");
-ABSL_FLAG(std::string, metrics_address, "0.0.0.0",
-          "address the metrics port binds (0.0.0.0: every interface, so that "
-          "Prometheus in another container can scrape)");
+ABSL_FLAG(std::string, metrics_address, "",
+          "address the metrics port binds; empty (default): the host of "
+          "--listen. 0.0.0.0 binds every interface");
+ABSL_FLAG(std::string, metrics_web_config, "",
+          "Prometheus-format web config file for /metrics: "
+          "tls_server_config (HTTPS, client certificates) and "
+          "basic_auth_users (bcrypt hashes); see docs/metrics.md");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "if set, write the bound metrics port to this file once serving");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate of this worker, CN = its --name (and a DNS SAN of "
+          "it): its TLS server certificate and its client certificate toward "
+          "the controller");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM certificate of the cluster CA (verifies the controller)");
+ABSL_FLAG(std::string, controller_identity, "meshcast-controller",
+          "the CN the controller's certificate must carry; RunTask, "
+          "AbortTask and GetStatus are accepted from that certificate only");
+ABSL_FLAG(bool, insecure, false,
+          "no TLS: anyone who reaches --listen may run and abort tasks "
+          "(local tests only); without it the --tls_* flags are required");
 
 namespace meshcast::worker {
 namespace {
@@ -140,6 +164,7 @@ int Fail(const std::string& message) {
 }
 
 int Main(int argc, char** argv) {
+  meshcast::InstallMeshcastFlagsUsage();  // --help lists our flags
   absl::SetProgramUsageMessage(
       "meshcast-worker --controller HOST:PORT [--listen HOST:PORT] "
       "[--devices=cpu:N] [--name NAME] [--data-address HOST] "
@@ -201,9 +226,46 @@ int Main(int argc, char** argv) {
     return Fail(absl::StrCat("--gloo-connections is ", gloo_connections,
                              "; allowed: 1..16"));
   }
-  if (metrics_port >= 0 && metrics_address.empty()) {
-    return Fail("--metrics-address must not be empty (e.g. 0.0.0.0 or "
-                "127.0.0.1)");
+  WebConfig metrics_web;
+  if (const std::string path = absl::GetFlag(FLAGS_metrics_web_config);
+      !path.empty()) {
+    absl::StatusOr<WebConfig> web = LoadWebConfig(path);
+    if (!web.ok()) {
+      return Fail(absl::StrCat("--metrics-web-config: ", web.status().message()));
+    }
+    metrics_web = *std::move(web);
+  }
+
+  const security::TlsFiles tls{absl::GetFlag(FLAGS_tls_cert),
+                               absl::GetFlag(FLAGS_tls_key),
+                               absl::GetFlag(FLAGS_tls_ca)};
+  const bool insecure = absl::GetFlag(FLAGS_insecure);
+  const std::string controller_identity =
+      absl::GetFlag(FLAGS_controller_identity);
+  if (absl::Status s = security::CheckTlsFlags(tls, insecure, "meshcast-worker",
+                                               /*cert_required=*/true);
+      !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  if (!insecure && (controller_identity.empty() || name == controller_identity)) {
+    return Fail(absl::StrCat(
+        "--controller_identity must be non-empty and differ from --name (",
+        name, ")"));
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> to_controller =
+      security::MakeChannelCredentials(tls);
+  if (!to_controller.ok()) {
+    return Fail(std::string(to_controller.status().message()));
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server_credentials =
+      security::MakeServerCredentials(
+          tls, security::ClientCertificates::kRequireAndVerify);
+  if (!server_credentials.ok()) {
+    return Fail(std::string(server_credentials.status().message()));
+  }
+  if (insecure) {
+    Log("WARNING: --insecure: TLS is OFF; anyone who reaches the worker's "
+        "port may run and abort tasks on it");
   }
 
   // Signals are taken synchronously by sigwait below; block them before any
@@ -215,14 +277,16 @@ int Main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(controller, grpc::InsecureChannelCredentials());
-  ControllerKvStore kv(channel);
+      grpc::CreateChannel(controller, *to_controller);
+  // Names this worker on every KvSet/KvGet: only a job's workers may.
+  ControllerKvStore kv(channel, name);
 
   WorkerMetrics metrics(devices->count,
                         devices->kind == "cuda" ? "nccl" : "gloo");
   WorkerServiceOptions service_options;
   service_options.metrics = &metrics;
   service_options.name = name;
+  if (!insecure) service_options.controller_identity = controller_identity;
   service_options.num_devices = devices->count;
   service_options.task.executor.relay.chunk_bytes =
       absl::GetFlag(FLAGS_chunk_bytes);
@@ -259,7 +323,7 @@ int Main(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, *server_credentials, &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(256 << 20);  // large programs
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -278,18 +342,22 @@ int Main(int argc, char** argv) {
 
   std::unique_ptr<MetricsHttpServer> metrics_http;
   if (metrics_port >= 0) {
+    const std::string metrics_listen = MetricsListenAddress(
+        metrics_address, absl::GetFlag(FLAGS_listen), metrics_port);
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
-        MetricsHttpServer::Start(
-            absl::StrCat(metrics_address, ":", metrics_port),
-            &metrics.registry());
+        MetricsHttpServer::Start(metrics_listen, &metrics.registry(),
+                                 metrics_web);
     if (!http.ok()) {
       service.Shutdown("worker failed to start");
       server->Shutdown();
       return Fail(absl::StrCat("--metrics-port: ", http.status().message()));
     }
     metrics_http = *std::move(http);
-    Log(absl::StrCat("serving Prometheus metrics on ", metrics_address, ":",
-                     metrics_http->port(), "/metrics"));
+    Log(absl::StrCat("serving Prometheus metrics on ", metrics_listen,
+                     " (port ", metrics_http->port(), ") /metrics",
+                     metrics_web.tls ? " over TLS" : "",
+                     metrics_web.basic_auth_users.empty() ? ""
+                                                          : " with basic auth"));
     std::printf("meshcast-worker metrics on port %d\n", metrics_http->port());
     std::fflush(stdout);
     const std::string port_file = absl::GetFlag(FLAGS_metrics_port_file);
@@ -331,13 +399,24 @@ int Main(int argc, char** argv) {
   sigwait(&signals, &signal_number);
   Log(absl::StrCat("received ", signal_number == SIGTERM ? "SIGTERM" : "SIGINT",
                    "; shutting down"));
-  pusher.Stop();
-  agent.Stop();
+  // A stop is bounded whatever the worker is doing (a Gloo connect, a
+  // controller that does not answer): past kStopBudget the process ends
+  // without the remaining clean-up; its sockets close with it.
+  constexpr absl::Duration kStopBudget = absl::Milliseconds(1500);
+  std::thread([kStopBudget] {
+    absl::SleepFor(kStopBudget);
+    Log("shutdown did not finish in time; exiting now");
+    std::_Exit(0);
+  }).detach();
+  // Tasks first: nothing below may wait on them.
+  service.Shutdown("worker shutting down");
   if (server->GetHealthCheckService() != nullptr) {
     server->GetHealthCheckService()->SetServingStatus(false);
   }
-  service.Shutdown("worker shutting down");
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  pusher.Stop();
+  agent.Stop();
+  server->Shutdown(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(500));
   server->Wait();
   Log("stopped");
   return 0;

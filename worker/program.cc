@@ -10,6 +10,7 @@
 #include "util/status_macros.h"
 #include "worker/box_runs.h"
 #include "worker/kernels/initializer.h"
+#include "worker/kernels/reference.h"
 
 namespace meshcast::worker {
 namespace {
@@ -143,11 +144,60 @@ absl::Status CheckOperandCounts(const v1::Step& step, const StepDesc& desc,
   }
 }
 
+// The operand form of OP_SEND_RECV copies element e of the input's region
+// to element e of the output's: both must hold as many elements of one
+// dtype (checked where both operands are known: the controller puts them
+// into every program, as the step defines values). FAILED_PRECONDITION, as
+// a collective's operands without the extents it needs.
+absl::Status CheckOperandCopy(const ParsedProgram& program,
+                              const std::string& what, const OperandDesc& input,
+                              const OperandDesc& output) {
+  if (input.known() && output.known()) {
+    const DType in = program.tensors[input.tensor].dtype;
+    const DType out = program.tensors[output.tensor].dtype;
+    const int64_t in_elements = NumElements(input.box);
+    const int64_t out_elements = NumElements(output.box);
+    if (in != out || in_elements != out_elements) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, ": OP_SEND_RECV input buffer ", input.buffer, " ",
+          BoxToString(input.box), " (", in_elements, " elements of ",
+          DTypeName(in), ") and output buffer ", output.buffer, " ",
+          BoxToString(output.box), " (", out_elements, " elements of ",
+          DTypeName(out), ") must hold as many elements of one dtype"));
+    }
+  }
+  if (input.buffer == output.buffer && input.box != output.box &&
+      !IsEmpty(Intersect(input.box, output.box))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": OP_SEND_RECV input ", BoxToString(input.box), " and output ",
+        BoxToString(output.box), " overlap in buffer ", input.buffer));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool DefinesValues(v1::Step::Op op) {
   return op == v1::Step::OP_ALL_REDUCE || op == v1::Step::OP_REDUCE_SCATTER ||
          op == v1::Step::OP_ALL_TO_ALL || op == v1::Step::OP_COMPUTE;
+}
+
+bool DefinesValues(const v1::Step& step) {
+  return DefinesValues(step.op()) || IsOperandCopy(step);
+}
+
+int64_t RelayElements(const StepDesc& step) {
+  if (!step.operand_form) return NumElements(step.slice);
+  const OperandDesc& known =
+      step.inputs[0].known() ? step.inputs[0] : step.outputs[0];
+  return NumElements(known.box);
+}
+
+int RelayElementSize(const StepDesc& step, const ParsedProgram& program) {
+  const int tensor = !step.operand_form       ? step.tensor
+                     : step.inputs[0].known() ? step.inputs[0].tensor
+                                              : step.outputs[0].tensor;
+  return DTypeSize(program.tensors[tensor].dtype);
 }
 
 const v1::Initializer& ParsedProgram::InitOf(int tensor) const {
@@ -384,6 +434,7 @@ absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& proto) {
     desc.tensor = step.tensor();
     desc.stage = step.stage();
     desc.op = step.op();
+    desc.operand_form = IsOperandCopy(step);
     desc.reduction = step.reduction();
     desc.counts.assign(step.counts().begin(), step.counts().end());
     desc.compute = step.compute();
@@ -443,7 +494,7 @@ absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& proto) {
     }
     // Value-defining steps mark their outputs' tensors computed, whichever
     // worker runs them.
-    if (DefinesValues(desc.op)) {
+    if (DefinesValues(step)) {
       for (const v1::Operand& operand : step.outputs()) {
         auto it = buffer_by_id.find(operand.buffer());
         if (it != buffer_by_id.end()) {
@@ -455,6 +506,29 @@ absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& proto) {
     // them are then external.
     if (!touches_this_worker) continue;
     desc.deps.assign(step.deps().begin(), step.deps().end());
+    if (desc.operand_form) {
+      if (step.inputs_size() != 1 || step.outputs_size() != 1 ||
+          desc.chain.size() != 2) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": OP_SEND_RECV without a slice (the operand form) needs ",
+            "a group of 2 [sender, receiver], 1 input and 1 output; has ",
+            desc.chain.size(), " devices, ", step.inputs_size(), " and ",
+            step.outputs_size()));
+      }
+      ASSIGN_OR_RETURN(
+          OperandDesc input,
+          resolve(step.inputs(0), what + " inputs[0]", desc.chain[0]));
+      ASSIGN_OR_RETURN(
+          OperandDesc output,
+          resolve(step.outputs(0), what + " outputs[0]", desc.chain[1]));
+      RETURN_IF_ERROR(CheckOperandCopy(program, what, input, output));
+      desc.tensor = -1;
+      desc.inputs.push_back(std::move(input));
+      desc.outputs.push_back(std::move(output));
+      desc.bytes = RelayElements(desc) * RelayElementSize(desc, program);
+      program.steps.push_back(std::move(desc));
+      continue;
+    }
     if (relay) {
       if (desc.tensor < 0 ||
           desc.tensor >= static_cast<int>(program.tensors.size())) {

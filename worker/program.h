@@ -69,9 +69,14 @@ struct OperandDesc {
 
 // One step of any op. Relay ops (OP_BROADCAST, OP_SEND_RECV): chain[0]
 // sends `slice` of `tensor` to chain[1], which forwards it to chain[2], and
-// so on. Collectives: `chain` is the group in rank order and inputs[r] /
-// outputs[r] belong to rank r (plan.proto). OP_LOCAL_COPY and OP_COMPUTE
-// have no group; `device` is the device that runs them.
+// so on. OP_SEND_RECV in the operand form (`operand_form`; plan.proto):
+// chain[0] sends the region inputs[0] of its buffer to chain[1], which
+// writes it into the region outputs[0] of its buffer, element e of one
+// region (row-major) to element e of the other; the operands may be of
+// different tensors, `tensor` is -1 and `slice` empty. Collectives:
+// `chain` is the group in rank order and inputs[r] / outputs[r] belong to
+// rank r (plan.proto). OP_LOCAL_COPY and OP_COMPUTE have no group; `device`
+// is the device that runs them.
 struct StepDesc {
   int id = 0;
   int tensor = 0;
@@ -79,6 +84,7 @@ struct StepDesc {
   std::vector<int> chain;  // global device ids, rank order of the group
   int stage = 0;
   v1::Step::Op op = v1::Step::OP_BROADCAST;
+  bool operand_form = false;  // OP_SEND_RECV between two operands
   // Ids of steps of this program that must finish first.
   std::vector<int> deps;
   // Relays: NumElements(slice) * DTypeSize(dtype); other ops: Step.bytes
@@ -95,6 +101,9 @@ struct StepDesc {
 // True for the ops that define their outputs' values (the tensors that
 // verification checks against a computed reference, not the initializer).
 bool DefinesValues(v1::Step::Op op);
+// The same for one step: also an OP_SEND_RECV in the operand form, a copy
+// that may land in another tensor (worker/kernels/reference.h).
+bool DefinesValues(const v1::Step& step);
 
 struct ParsedProgram {
   std::string job_id;
@@ -137,6 +146,11 @@ struct ParsedProgram {
 };
 
 absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& program);
+
+// A relay step's elements and element size: its slice of `tensor`, or in
+// the operand form its operands' region (whichever this program knows).
+int64_t RelayElements(const StepDesc& step);
+int RelayElementSize(const StepDesc& step, const ParsedProgram& program);
 
 // Bytes this worker's devices receive in `step` (its share of
 // JobResult.bytes_moved), the same on every backend: the slice for every

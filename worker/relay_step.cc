@@ -1,6 +1,7 @@
 #include "worker/relay_step.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -59,6 +60,28 @@ int64_t ContiguousOffset(const TileBuffer& tile, const Box& slice) {
   return offset;
 }
 
+// The region the sender reads and the one every receiver writes: the
+// step's slice of its tensor, or in the operand form of OP_SEND_RECV the
+// input's and the output's regions (equal element counts; ParseProgram).
+const Box& SendRegion(const StepDesc& step) {
+  return step.operand_form ? step.inputs[0].box : step.slice;
+}
+const Box& ReceiveRegion(const StepDesc& step) {
+  return step.operand_form ? step.outputs[0].box : step.slice;
+}
+
+// The tile of an operand-form step's operand on this worker.
+absl::StatusOr<TileBuffer*> OperandTile(const BufferSet& buffers,
+                                        const OperandDesc& operand,
+                                        const char* what) {
+  TileBuffer* tile = buffers.ById(operand.buffer);
+  if (tile == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " buffer ", operand.buffer, " has no tile on this worker"));
+  }
+  return tile;
+}
+
 // A run of consecutive chain positions on this worker, with its staging
 // slots (one chunk each) and the transfers in flight on them.
 struct Segment {
@@ -86,8 +109,8 @@ class RelayRun {
   absl::Status Run() {
     const ParsedProgram& program = *env_.program;
     const int length = static_cast<int>(step_.chain.size());
-    element_size_ = DTypeSize(program.tensors[step_.tensor].dtype);
-    elements_ = NumElements(step_.slice);
+    element_size_ = RelayElementSize(step_, program);
+    elements_ = RelayElements(step_);
     if (elements_ == 0) return absl::OkStatus();
 
     // Resolve the tiles of the local positions.
@@ -99,7 +122,18 @@ class RelayRun {
         all_local = false;
         continue;
       }
-      if (p == 0) {
+      if (step_.operand_form) {
+        ASSIGN_OR_RETURN(
+            TileBuffer * tile,
+            OperandTile(*env_.buffers,
+                        p == 0 ? step_.inputs[0] : step_.outputs[0],
+                        p == 0 ? "inputs[0]" : "outputs[0]"));
+        if (p == 0) {
+          sender_ = tile;
+        } else {
+          destinations_[p] = tile;
+        }
+      } else if (p == 0) {
         ASSIGN_OR_RETURN(sender_, env_.buffers->SenderTile(device, step_.tensor,
                                                            step_.slice));
       } else {
@@ -108,7 +142,9 @@ class RelayRun {
             env_.buffers->ReceiverTile(device, step_.tensor, step_.slice));
       }
     }
-    if (all_local) return CopyAlongChain();
+    if (all_local) {
+      return step_.operand_form ? CopyBetweenRegions() : CopyAlongChain();
+    }
     if (env_.comm == nullptr) {
       return absl::FailedPreconditionError(
           "the chain crosses workers but this job has no communicator");
@@ -131,6 +167,41 @@ class RelayRun {
       HopDone(p);
       previous = destinations_[p];
     }
+    return absl::OkStatus();
+  }
+
+  // The operand form on one worker: element e of the input's region to
+  // element e of the output's, one memcpy per piece where both regions are
+  // contiguous in their tiles, through a bounded staging buffer otherwise.
+  absl::Status CopyBetweenRegions() {
+    const Box& from = SendRegion(step_);
+    const Box& to = ReceiveRegion(step_);
+    TileBuffer* destination = destinations_[1];
+    if (destination == sender_ && from == to) return absl::OkStatus();
+    const int64_t from_offset = ContiguousOffset(*sender_, from);
+    const int64_t to_offset = ContiguousOffset(*destination, to);
+    const int64_t piece =
+        std::max<int64_t>(1, env_.slicing.elements(element_size_));
+    std::vector<uint8_t> staging;
+    if (from_offset < 0 || to_offset < 0) {
+      staging.resize(std::min(piece, elements_) * element_size_);
+    }
+    for (int64_t first = 0; first < elements_; first += piece) {
+      RETURN_IF_ERROR(env_.slicing.Next(*env_.cancellation));
+      const int64_t last = std::min(elements_, first + piece);
+      const size_t bytes = (last - first) * element_size_;
+      if (staging.empty()) {
+        std::memcpy(
+            destination->bytes().data() + (to_offset + first) * element_size_,
+            sender_->bytes().data() + (from_offset + first) * element_size_,
+            bytes);
+        continue;
+      }
+      const absl::Span<uint8_t> data = absl::MakeSpan(staging.data(), bytes);
+      RETURN_IF_ERROR(sender_->PackSlice(from, first, last, data));
+      RETURN_IF_ERROR(destination->UnpackSlice(to, first, last, data));
+    }
+    HopDone(1);
     return absl::OkStatus();
   }
 
@@ -169,7 +240,10 @@ class RelayRun {
                              ? destinations_[segment.first]
                              : const_cast<TileBuffer*>(sender_);
       const int64_t offset =
-          tile == nullptr ? -1 : ContiguousOffset(*tile, step_.slice);
+          tile == nullptr ? -1
+                          : ContiguousOffset(*tile, segment.source_rank >= 0
+                                                        ? ReceiveRegion(step_)
+                                                        : SendRegion(step_));
       if (offset >= 0) {
         segment.tile = tile;
         segment.offset = offset;
@@ -227,8 +301,8 @@ class RelayRun {
     const int first_copy =
         segment.source_rank >= 0 ? segment.first + 1 : std::max(1, segment.first);
     for (int p = first_copy; p <= segment.last; ++p) {
-      RETURN_IF_ERROR(destinations_[p]->UnpackSlice(step_.slice, ChunkBegin(c),
-                                                    ChunkEnd(c), data));
+      RETURN_IF_ERROR(destinations_[p]->UnpackSlice(
+          ReceiveRegion(step_), ChunkBegin(c), ChunkEnd(c), data));
     }
     if (c == chunks_ - 1) {
       for (int p = std::max(1, segment.first); p <= segment.last; ++p) {
@@ -287,8 +361,8 @@ class RelayRun {
       RETURN_IF_ERROR(receive->Wait());
     } else {
       RETURN_IF_ERROR(WaitSend(segment, slot));
-      RETURN_IF_ERROR(
-          sender_->PackSlice(step_.slice, ChunkBegin(c), ChunkEnd(c), data));
+      RETURN_IF_ERROR(sender_->PackSlice(SendRegion(step_), ChunkBegin(c),
+                                         ChunkEnd(c), data));
     }
     // 2. Forward before the local copies, to keep the chain moving.
     if (segment.next_rank >= 0) {
@@ -299,8 +373,8 @@ class RelayRun {
     }
     // 3. Local receivers (position 0 is the sender, not a receiver).
     for (int p = std::max(1, segment.first); p <= segment.last; ++p) {
-      RETURN_IF_ERROR(destinations_[p]->UnpackSlice(step_.slice, ChunkBegin(c),
-                                                    ChunkEnd(c), data));
+      RETURN_IF_ERROR(destinations_[p]->UnpackSlice(
+          ReceiveRegion(step_), ChunkBegin(c), ChunkEnd(c), data));
       if (c == chunks_ - 1) HopDone(p);
     }
     // 4. Keep `depth_` receives posted: re-post into the slot freed last
@@ -333,7 +407,7 @@ class RelayRun {
 
 int64_t RelayStagingBytes(const StepDesc& step, const ParsedProgram& program,
                           const RelayOptions& options) {
-  const int64_t elements = NumElements(step.slice);
+  const int64_t elements = RelayElements(step);
   if (elements == 0) return 0;
   // Segments: runs of consecutive local positions; none if all are local.
   int segments = 0;
@@ -346,8 +420,8 @@ int64_t RelayStagingBytes(const StepDesc& step, const ParsedProgram& program,
     }
   }
   if (all_local) return 0;
-  const ChunkLayout layout = LayoutOf(
-      elements, DTypeSize(program.tensors[step.tensor].dtype), options);
+  const ChunkLayout layout =
+      LayoutOf(elements, RelayElementSize(step, program), options);
   return segments * layout.depth * layout.slot_bytes;
 }
 
@@ -355,6 +429,16 @@ absl::Status ExecuteRelayStep(const StepDesc& step,
                               const RelayEnvironment& env) {
   absl::Status status = RelayRun(step, env).Run();
   if (status.ok()) return status;
+  if (step.operand_form) {
+    return absl::Status(
+        status.code(),
+        absl::StrCat("step ", step.id, " (OP_SEND_RECV buffer ",
+                     step.inputs[0].buffer, " ",
+                     BoxToString(step.inputs[0].box), " -> buffer ",
+                     step.outputs[0].buffer, " ",
+                     BoxToString(step.outputs[0].box), " chain ",
+                     absl::StrJoin(step.chain, "->"), "): ", status.message()));
+  }
   return absl::Status(
       status.code(),
       absl::StrCat("step ", step.id, " (tensor ", step.tensor, " slice ",

@@ -15,6 +15,12 @@
 // are sent from and received into that tile, no staging; such a segment
 // keeps up to 16 receives posted, the next as soon as a chunk is in.
 //
+// OP_SEND_RECV in the operand form (program.h) is the same two-position
+// chain, packing chunks from the input's region on the sender and
+// unpacking them into the output's region on the receiver (element e of
+// one to element e of the other); on one worker it is a copy between the
+// two regions.
+//
 // Messages carry MessageTag(step, hop, chunk), hop p being the link into
 // chain position p, so concurrent steps and chunks never mix.
 //

@@ -5,10 +5,15 @@
 #include "worker/relay_step.h"
 
 #include <cstdint>
+#include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/executor.h"
+#include "worker/gloo_communicator.h"
+#include "worker/in_memory_kv_store.h"
 #include "worker/testing/test_job.h"
 
 namespace meshcast::worker {
@@ -86,6 +91,288 @@ TEST(RelayStepTest, StagedSenderDirectReceivers) {
   // they are the whole of the receivers' column-shard tiles.
   RunChain({"column-shard", {40, 17}, {{0, 40}, {0, 17}}, {{0, 40}, {3, 11}},
             {{0, 40}, {3, 11}}, 3 * 40 * 8, 0});
+}
+
+// The operand form of OP_SEND_RECV: a region of a buffer on the sender to
+// a region of another buffer (another tensor) on the receiver, element e
+// to element e in each region's row-major order. The receiving tensor is
+// defined by the copies, so every destination element is checked against
+// the reference: the sending tensor's initializer at the matching element.
+v1::Step OperandSendRecv(int from, const Box& from_slice, int to,
+                         const Box& to_slice) {
+  v1::Step step;
+  step.set_op(v1::Step::OP_SEND_RECV);
+  *step.add_inputs() = TestJob::Operand(from, from_slice);
+  *step.add_outputs() = TestJob::Operand(to, to_slice);
+  return step;
+}
+
+v1::Initializer RandomInit(uint64_t seed) {
+  v1::Initializer init;
+  init.set_kind(v1::Initializer::KIND_RANDOM);
+  init.set_seed(seed);
+  return init;
+}
+
+// Z [24, 18] on `receiver` is filled by two copies from X [30, 20] on
+// `sender`: Z's columns [0, 8) from X[2:26, 3:11] and its columns [8, 18)
+// from X[0:12, 0:20] (contiguous there). Z's column blocks are never
+// contiguous in Z's tile, X's first block is not in X's: both paths of
+// relay_step.cc (staged and direct) on each side.
+void RunOperandCopies(int workers, int devices_per_worker, int sender,
+                      int receiver, DType dtype, const char* name) {
+  SCOPED_TRACE(name);
+  TestJob job(workers, devices_per_worker, name);
+  const int x = job.AddTensor({{30, 20}, dtype});
+  job.SetInitializer(x, RandomInit(7));
+  const int z = job.AddTensor({{24, 18}, dtype});
+  const int from =
+      job.AddBuffer(sender, x, job.FullBox(x), BufferRole::kSource);
+  const int to =
+      job.AddBuffer(receiver, z, job.FullBox(z), BufferRole::kDestination);
+  job.AddStep(OperandSendRecv(from, {{2, 26}, {3, 11}}, to, {{0, 24}, {0, 8}}),
+              {sender, receiver});
+  job.AddStep(OperandSendRecv(from, {{0, 12}, {0, 20}}, to, {{0, 24}, {8, 18}}),
+              {sender, receiver});
+  TestJobOutcome outcome = RunTestJob(job, SmallChunks());
+  for (size_t w = 0; w < outcome.results.size(); ++w) {
+    ASSERT_TRUE(outcome.results[w].ok())
+        << "worker " << w << ": " << outcome.results[w].status();
+  }
+  EXPECT_EQ(outcome.elements_verified, 24 * 18);
+  EXPECT_EQ(outcome.mismatches, 0);
+  EXPECT_EQ(outcome.max_abs_error, 0);  // a copy is exact
+}
+
+TEST(RelayStepTest, OperandFormAcrossWorkers) {
+  RunOperandCopies(2, 1, 0, 1, DType::kFloat32, "operands-float32");
+  RunOperandCopies(2, 1, 1, 0, DType::kBFloat16, "operands-reverse-bf16");
+}
+
+TEST(RelayStepTest, OperandFormBetweenDevicesOfOneWorker) {
+  RunOperandCopies(1, 2, 0, 1, DType::kFloat64, "operands-local");
+}
+
+TEST(RelayStepTest, OperandFormWholeBuffersAcrossWorkersGoDirect) {
+  // Two contiguous regions (whole buffers, no slices) of different shapes:
+  // zero-copy on both sides, many chunks in flight.
+  TestJob job(2, 1, "operands-whole");
+  const int x = job.AddTensor({{1000}, DType::kInt32});
+  const int z = job.AddTensor({{40, 25}, DType::kInt32});
+  const int from = job.AddBuffer(0, x, job.FullBox(x), BufferRole::kSource);
+  const int to = job.AddBuffer(1, z, job.FullBox(z), BufferRole::kDestination);
+  job.AddStep(OperandSendRecv(from, {}, to, {}), {0, 1});
+  TestJobOutcome outcome = RunTestJob(job, SmallChunks());
+  ASSERT_TRUE(outcome.all_ok)
+      << outcome.results[0].status() << " / " << outcome.results[1].status();
+  EXPECT_EQ(outcome.elements_verified, 1000);
+  EXPECT_EQ(outcome.mismatches, 0);
+}
+
+TEST(RelayStepTest, OperandFormIntoScratchIsNotVerifiedButFeedsACopy) {
+  // X -> scratch S on device 1 (worker 1) -> Z on device 0 (worker 0): the
+  // reference follows both copies.
+  TestJob job(2, 1, "operands-scratch");
+  const int x = job.AddTensor({{9, 7}, DType::kFloat32});
+  job.SetInitializer(x, RandomInit(3));
+  const int s = job.AddTensor({{7, 9}, DType::kFloat32});
+  const int z = job.AddTensor({{63}, DType::kFloat32});
+  const int from = job.AddBuffer(0, x, job.FullBox(x), BufferRole::kSource);
+  const int scratch = job.AddBuffer(1, s, job.FullBox(s), BufferRole::kScratch);
+  const int to = job.AddBuffer(0, z, job.FullBox(z), BufferRole::kDestination);
+  const int first = job.AddStep(OperandSendRecv(from, {}, scratch, {}), {0, 1});
+  v1::Step back = OperandSendRecv(scratch, {}, to, {});
+  back.add_deps(first);
+  job.AddStep(back, {1, 0});
+  TestJobOutcome outcome = RunTestJob(job, SmallChunks());
+  ASSERT_TRUE(outcome.all_ok)
+      << outcome.results[0].status() << " / " << outcome.results[1].status();
+  EXPECT_EQ(outcome.elements_verified, 63);
+  EXPECT_EQ(outcome.mismatches, 0);
+}
+
+// Runs one program per worker, each on its own thread with a Gloo
+// communicator (as RunTestJob, but the programs may come from different
+// plans); returns the destination mismatches over all workers.
+int64_t RunPrograms(const std::vector<v1::WorkerProgram>& protos) {
+  const int n = static_cast<int>(protos.size());
+  InMemoryKvStore kv;
+  std::vector<absl::StatusOr<v1::JobResult>> results(
+      n, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int w = 0; w < n; ++w) {
+    threads.emplace_back([&, w] {
+      absl::StatusOr<ParsedProgram> program = ParseProgram(protos[w]);
+      if (!program.ok()) {
+        results[w] = program.status();
+        return;
+      }
+      GlooOptions gloo;
+      gloo.rendezvous_timeout = absl::Seconds(20);
+      gloo.op_timeout = absl::Seconds(20);
+      auto comm = GlooCommunicator::Create(
+          kv, absl::StrCat("job/", protos[w].job_id(), "/gloo/"), w, n, gloo);
+      if (!comm.ok()) {
+        results[w] = comm.status();
+        return;
+      }
+      results[w] = Executor(SmallChunks()).Run(*program, comm->get());
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  int64_t mismatches = 0;
+  for (int w = 0; w < n; ++w) {
+    EXPECT_TRUE(results[w].ok())
+        << "worker " << w << ": " << results[w].status();
+    if (results[w].ok()) mismatches += results[w]->mismatches();
+  }
+  return mismatches;
+}
+
+TEST(RelayStepTest, OperandFormAWrongRegionIsCaughtByTheReference) {
+  // The receiver's plan says Z = X[:, 5:10], the sender sends X[:, 0:5]:
+  // the reference does not trust the kernel, so all 50 random elements of
+  // Z are mismatches; with the sender's plan on both sides, none.
+  const auto plan = [](const Box& sent) {
+    TestJob job(2, 1, "operands-region");
+    const int x = job.AddTensor({{10, 10}, DType::kFloat32});
+    job.SetInitializer(x, RandomInit(11));
+    const int z = job.AddTensor({{10, 5}, DType::kFloat32});
+    const int from = job.AddBuffer(0, x, job.FullBox(x), BufferRole::kSource);
+    const int to =
+        job.AddBuffer(1, z, job.FullBox(z), BufferRole::kDestination);
+    job.AddStep(OperandSendRecv(from, sent, to, {}), {0, 1});
+    return job;
+  };
+  const TestJob right = plan({{0, 10}, {0, 5}});
+  const TestJob wrong = plan({{0, 10}, {5, 10}});
+  EXPECT_EQ(RunPrograms({right.ProgramFor(0), right.ProgramFor(1)}), 0);
+  EXPECT_EQ(RunPrograms({right.ProgramFor(0), wrong.ProgramFor(1)}), 50);
+}
+
+TEST(RelayStepTest, OperandFormRefusesMismatchedCountsAndDTypes) {
+  for (const bool dtype_differs : {false, true}) {
+    TestJob job(2, 1, dtype_differs ? "operands-dtype" : "operands-count");
+    const int x = job.AddTensor({{8, 8}, DType::kFloat32});
+    const int z = job.AddTensor(
+        {{8, 8}, dtype_differs ? DType::kFloat16 : DType::kFloat32});
+    const int from = job.AddBuffer(0, x, job.FullBox(x), BufferRole::kSource);
+    const int to = job.AddBuffer(1, z, job.FullBox(z), BufferRole::kScratch);
+    job.AddStep(OperandSendRecv(
+                    from, {{0, 8}, {0, 8}}, to,
+                    dtype_differs ? Box{{0, 8}, {0, 8}} : Box{{0, 8}, {0, 7}}),
+                {0, 1});
+    for (int w = 0; w < 2; ++w) {
+      const absl::StatusOr<ParsedProgram> program =
+          ParseProgram(job.ProgramFor(w));
+      ASSERT_FALSE(program.ok()) << "worker " << w;
+      EXPECT_EQ(program.status().code(), absl::StatusCode::kFailedPrecondition)
+          << program.status();
+      const std::string message(program.status().message());
+      EXPECT_NE(message.find("plan.steps id 0"), std::string::npos) << message;
+      EXPECT_NE(message.find("input buffer 0"), std::string::npos) << message;
+      EXPECT_NE(message.find("output buffer 1"), std::string::npos) << message;
+    }
+  }
+}
+
+TEST(RelayStepTest, OperandFormParsesWithoutATensorAndCountsItsBytes) {
+  TestJob job(2, 1, "operands-parse");
+  const int x = job.AddTensor({{6, 4}, DType::kFloat16});
+  const int z = job.AddTensor({{12}, DType::kFloat16});
+  const int from = job.AddBuffer(0, x, job.FullBox(x), BufferRole::kSource);
+  const int to = job.AddBuffer(1, z, job.FullBox(z), BufferRole::kScratch);
+  job.AddStep(OperandSendRecv(from, {{0, 6}, {1, 3}}, to, {}), {0, 1});
+  RelayOptions options;
+  options.chunk_bytes = 8;
+  options.pipeline_depth = 2;
+  for (int w = 0; w < 2; ++w) {
+    const absl::StatusOr<ParsedProgram> program =
+        ParseProgram(job.ProgramFor(w));
+    ASSERT_TRUE(program.ok()) << program.status();
+    ASSERT_EQ(program->steps.size(), 1u);
+    const StepDesc& step = program->steps[0];
+    EXPECT_TRUE(step.operand_form);
+    EXPECT_EQ(step.tensor, -1);
+    EXPECT_EQ(step.bytes, 12 * 2);
+    EXPECT_EQ(RelayElements(step), 12);
+    EXPECT_EQ(RelayElementSize(step, *program), 2);
+    EXPECT_EQ(LocalDeliveredBytes(*program, step), w == 1 ? 24 : 0);
+    // The copy defines tensor z; x stays initialized.
+    EXPECT_TRUE(program->IsComputed(z));
+    EXPECT_FALSE(program->IsComputed(x));
+    // The sender's region is staged (columns), the receiver's is direct,
+    // but both count depth slots of one chunk for the memory check.
+    EXPECT_EQ(RelayStagingBytes(step, *program, options), 2 * 8);
+  }
+}
+
+// The fused mode's chain in miniature: a GEMM on device 0 (worker 0), its
+// product sent to a scratch buffer on device 1 (worker 1, or the same
+// worker), added there to device 1's own product; the sum is verified
+// against the float64 reference, which follows the copy.
+void GemmSendAdd(int workers, int devices_per_worker, const char* name) {
+  SCOPED_TRACE(name);
+  const int64_t m = 9, k = 11, n = 6;
+  TestJob job(workers, devices_per_worker, name);
+  const int a = job.AddTensor({{2, m, k}, DType::kFloat32});
+  const int b = job.AddTensor({{2, k, n}, DType::kFloat32});
+  const int p = job.AddTensor({{2, m, n}, DType::kFloat32});
+  const int received = job.AddTensor({{m, n}, DType::kFloat32});
+  const int y = job.AddTensor({{m, n}, DType::kFloat32});
+  job.SetInitializer(a, RandomInit(1));
+  job.SetInitializer(b, RandomInit(2));
+  std::vector<int> products, gemms;
+  for (int r = 0; r < 2; ++r) {
+    v1::Step gemm;
+    gemm.set_op(v1::Step::OP_COMPUTE);
+    gemm.set_device(r);
+    v1::GemmAttrs* attrs = gemm.mutable_compute()->mutable_gemm();
+    attrs->set_m(m);
+    attrs->set_n(n);
+    attrs->set_k(k);
+    *gemm.add_inputs() = TestJob::Operand(
+        job.AddBuffer(r, a, {{r, r + 1}, {0, m}, {0, k}}, BufferRole::kSource));
+    *gemm.add_inputs() = TestJob::Operand(
+        job.AddBuffer(r, b, {{r, r + 1}, {0, k}, {0, n}}, BufferRole::kSource));
+    products.push_back(job.AddBuffer(r, p, {{r, r + 1}, {0, m}, {0, n}},
+                                     BufferRole::kScratch));
+    *gemm.add_outputs() = TestJob::Operand(products.back());
+    gemms.push_back(job.AddStep(gemm));
+  }
+  const int inbox =
+      job.AddBuffer(1, received, job.FullBox(received), BufferRole::kScratch);
+  v1::Step send = OperandSendRecv(products[0], {}, inbox, {});
+  send.add_deps(gemms[0]);
+  const int sent = job.AddStep(send, {0, 1});
+  v1::Step add;
+  add.set_op(v1::Step::OP_COMPUTE);
+  add.set_device(1);
+  add.mutable_compute()->mutable_elementwise()->set_kind(
+      v1::ElementwiseAttrs::KIND_ADD);
+  *add.add_inputs() = TestJob::Operand(inbox);
+  *add.add_inputs() = TestJob::Operand(products[1]);
+  *add.add_outputs() = TestJob::Operand(
+      job.AddBuffer(1, y, job.FullBox(y), BufferRole::kDestination));
+  add.add_deps(sent);
+  add.add_deps(gemms[1]);
+  job.AddStep(add);
+  TestJobOutcome outcome = RunTestJob(job, SmallChunks());
+  for (size_t w = 0; w < outcome.results.size(); ++w) {
+    ASSERT_TRUE(outcome.results[w].ok())
+        << "worker " << w << ": " << outcome.results[w].status();
+  }
+  EXPECT_EQ(outcome.elements_verified, m * n);
+  EXPECT_EQ(outcome.mismatches, 0);
+  EXPECT_LT(outcome.max_abs_error, 1e-5);
+}
+
+TEST(RelayStepTest, GemmThenOperandSendThenAddIsVerifiedAcrossWorkers) {
+  GemmSendAdd(2, 1, "gemm-send-add-2x1");
+}
+
+TEST(RelayStepTest, GemmThenOperandSendThenAddIsVerifiedOnOneWorker) {
+  GemmSendAdd(1, 2, "gemm-send-add-1x2");
 }
 
 }  // namespace

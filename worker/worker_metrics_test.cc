@@ -120,6 +120,25 @@ TEST(WorkerMetricsTest, BytesFollowTheChainsHops) {
               Optional(20.0));
 }
 
+// OP_SEND_RECV between two operands has no tensor: its bytes (the
+// operands' region, set by ParseProgram) count on its hop like any relay's.
+TEST(WorkerMetricsTest, OperandSendRecvCountsItsBytes) {
+  WorkerMetrics metrics(4, "gloo");
+  const ParsedProgram program = TwoWorkerProgram();
+  StepDesc step = Step({0, 4}, v1::Step::OP_SEND_RECV, 64);
+  step.operand_form = true;
+  step.tensor = -1;
+  metrics.StepFinished(program, step, 1);
+  step.chain = {1, 0};
+  metrics.StepFinished(program, step, 1);
+  const std::string text = metrics.registry().Render();
+  EXPECT_THAT(FindSample(text, Bytes("sent", "inter", "gloo")), Optional(64.0));
+  EXPECT_THAT(FindSample(text, Bytes("sent", "intra", "local")),
+              Optional(64.0));
+  EXPECT_THAT(FindSample(text, Bytes("received", "intra", "local")),
+              Optional(64.0));
+}
+
 TEST(WorkerMetricsTest, HopsAreIntraOrInterByTheirSender) {
   WorkerMetrics metrics(4, "nccl");
   const ParsedProgram program = TwoWorkerProgram();

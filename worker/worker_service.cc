@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
+#include "security/call_guard.h"
 #include "grpcpp/server_context.h"
 #include "worker/host_memory.h"
 #include "worker/log.h"
@@ -40,9 +41,22 @@ WorkerServiceOptions WithDefaults(WorkerServiceOptions options) {
 WorkerService::WorkerService(WorkerServiceOptions options, KvStore* kv)
     : options_(WithDefaults(std::move(options))), kv_(kv) {}
 
+grpc::Status WorkerService::CheckCaller(const grpc::ServerContext* context,
+                                        absl::string_view method) const {
+  // In-process callers (tests) pass no context and set no identity.
+  if (options_.controller_identity.empty()) return grpc::Status::OK;
+  if (context == nullptr) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "no caller");
+  }
+  return security::AdmitController(
+      false, options_.controller_identity, *context,
+      absl::StrCat("/meshcast.v1.Worker/", method));
+}
+
 grpc::Status WorkerService::RunTask(grpc::ServerContext* context,
                                     const v1::RunTaskRequest* request,
                                     v1::RunTaskResponse* response) {
+  if (grpc::Status s = CheckCaller(context, "RunTask"); !s.ok()) return s;
   const v1::WorkerProgram& program = request->program();
   const std::string& job_id = program.job_id();
   if (job_id.empty()) {
@@ -185,9 +199,10 @@ absl::StatusOr<v1::JobResult> WorkerService::RunWatched(
   return result;
 }
 
-grpc::Status WorkerService::AbortTask(grpc::ServerContext*,
+grpc::Status WorkerService::AbortTask(grpc::ServerContext* context,
                                       const v1::AbortTaskRequest* request,
                                       v1::AbortTaskResponse* response) {
+  if (grpc::Status s = CheckCaller(context, "AbortTask"); !s.ok()) return s;
   std::shared_ptr<Task> task;
   {
     absl::MutexLock lock(&mu_);
@@ -208,9 +223,10 @@ grpc::Status WorkerService::AbortTask(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::GetStatus(grpc::ServerContext*,
+grpc::Status WorkerService::GetStatus(grpc::ServerContext* context,
                                       const v1::GetStatusRequest*,
                                       v1::GetStatusResponse* response) {
+  if (grpc::Status s = CheckCaller(context, "GetStatus"); !s.ok()) return s;
   response->set_name(options_.name);
   response->set_num_devices(options_.num_devices);
   for (const std::shared_ptr<Task>& task : RunningTasks()) {

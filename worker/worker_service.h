@@ -37,6 +37,10 @@ namespace meshcast::worker {
 
 struct WorkerServiceOptions {
   std::string name;
+  // Under TLS: the CN of the controller's certificate; RunTask, AbortTask
+  // and GetStatus from any other peer are PERMISSION_DENIED
+  // (security/call_guard.h). Empty: no check (--insecure, tests).
+  std::string controller_identity;
   int num_devices = 0;
   TaskOptions task;
   // Optional; must outlive the service. Also handed to every task's
@@ -71,6 +75,10 @@ class WorkerService final : public v1::Worker::Service {
   std::vector<std::string> RunningJobs() const;
 
  private:
+  // PERMISSION_DENIED unless the peer is the controller (when
+  // options_.controller_identity is set).
+  grpc::Status CheckCaller(const grpc::ServerContext* context,
+                           absl::string_view method) const;
   // The tasks running now, by job id.
   std::vector<std::shared_ptr<Task>> RunningTasks() const
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -73,7 +73,7 @@ inter=${INTER_GBPS:-$TCP_GBPS}
 intra=${INTRA_GBPS:-$MEMCPY_GBPS}
 
 # 2. The cluster.
-up_flags=(--workers "$WORKERS" --devices-per-worker "$DEVICES"
+up_flags=(--workers "$WORKERS" --devices-per-worker "$DEVICES" --insecure
   --inter-gbps "$inter" --intra-gbps "$intra")
 if [[ -n "${CONTROLLER_FLAGS:-}" ]]; then
   up_flags+=(--controller-flags "$CONTROLLER_FLAGS")

@@ -93,6 +93,15 @@ class JobKind {
 
   virtual void Summarize(const v1::JobSpec& spec, const v1::Plan& plan,
                          v1::JobResult& result) const = 0;
+
+  // The measured seconds that the plan's predicted_seconds stands for, from
+  // a summarized result (the measured/predicted metrics compare the two):
+  // the whole job by default. A kind whose plan runs more than its
+  // prediction covers (tp_overlap measures the GEMM and the collective
+  // alone before the mode) returns the span the prediction is for.
+  virtual double PredictedSpanSeconds(const v1::JobResult& result) const {
+    return result.seconds();
+  }
 };
 
 // The kind of `spec` (by its oneof field); INVALID_ARGUMENT naming the

@@ -7,6 +7,7 @@
 #include "planner/kinds/job_kind.h"
 #include "planner/kinds/reshard/reshard_kind.h"
 #include "planner/kinds/tp_overlap/tp_overlap_kind.h"
+#include "util/text_safety.h"
 
 namespace meshcast {
 namespace {
@@ -44,8 +45,8 @@ absl::StatusOr<const JobKind*> FindJobKindByName(absl::string_view name) {
   for (const JobKind* kind : kKinds) {
     if (kind->name() == name) return kind;
   }
-  return absl::NotFoundError(absl::StrCat("unknown job kind \"", name,
-                                          "\"; known kinds: ", KindNames()));
+  return absl::NotFoundError(absl::StrCat(
+      "unknown job kind ", QuotePrefix(name), "; known kinds: ", KindNames()));
 }
 
 std::vector<const JobKind*> AllJobKinds() {

@@ -120,7 +120,7 @@ def unreachable_and_addresses(cluster):
                     "--controller", "host:port", what="malformed address")
     # The environment and the cluster directory find the controller.
     address = cluster.info["controller"]
-    for env in ({"MESHCAST_CONTROLLER": address},
+    for env in (dict(cluster.client_env(), MESHCAST_CONTROLLER=address),
                 {"MESHCAST_HOME": cluster.cluster_dir}):
         result = lib.meshctl("list", env=env)
         lib.check(result.code == 0, "list with %s: %r" % (env, result))

@@ -137,8 +137,10 @@ class Result:
 def meshctl(*args, timeout=60, env=None):
     full_env = dict(os.environ)
     # Only what a test passes may point meshctl at a controller.
-    full_env.pop("MESHCAST_CONTROLLER", None)
-    full_env.pop("MESHCAST_HOME", None)
+    for name in ("MESHCAST_CONTROLLER", "MESHCAST_HOME", "MESHCAST_TLS_CA",
+                 "MESHCAST_TLS_CERT", "MESHCAST_TLS_KEY",
+                 "MESHCAST_TOKEN_FILE"):
+        full_env.pop(name, None)
     if env:
         full_env.update(env)
     try:
@@ -209,10 +211,15 @@ class LocalCluster:
     """`meshctl up` in a fresh directory; `meshctl down` (and SIGKILL of
     anything left) on exit."""
 
-    def __init__(self, workers, devices, up_args=(), output="json"):
+    def __init__(self, workers, devices, up_args=(), output="json",
+                 prepare=None):
         """`devices`: an int K gives `--devices-per-worker K`, a string
         `--devices SPEC`. `output="table"` runs `up` with its human output
-        (kept in `up_text`) and reads cluster.json instead."""
+        (kept in `up_text`) and reads cluster.json instead. `prepare(dir)`
+        runs before `up` with the cluster directory (e.g. to seed
+        DIR/tls/tokens). `up` turns TLS and tokens on unless `up_args` has
+        --insecure; meshctl run through ctl() finds them in cluster.json."""
+        self.prepare = prepare
         self.workers = workers
         self.devices = devices
         self.up_args = list(up_args)
@@ -232,6 +239,8 @@ class LocalCluster:
             check(path and os.access(path, os.X_OK),
                   "binary %s not found (%r)" % (name, path))
             os.symlink(path, os.path.join(self.bin_dir, name))
+        if self.prepare is not None:
+            self.prepare(self.cluster_dir)
         devices_flag = ("--devices" if isinstance(self.devices, str)
                         else "--devices-per-worker")
         result = meshctl("up", "--dir", self.cluster_dir, "--bin-dir", self.bin_dir,
@@ -352,6 +361,16 @@ class LocalCluster:
         return proc
 
     # -- meshctl against this cluster
+
+    def client_env(self):
+        """The environment that lets meshctl reach this cluster without
+        --dir: its CA and admin token (TLS, the default of `meshctl up`),
+        or nothing for an --insecure cluster."""
+        security = self.info.get("security", {})
+        if security.get("insecure", True):
+            return {}
+        return {"MESHCAST_TLS_CA": security["tls_ca"],
+                "MESHCAST_TOKEN_FILE": security["token_file"]}
 
     def ctl(self, *args, timeout=60):
         return meshctl(*args, "--dir", self.cluster_dir, timeout=timeout)

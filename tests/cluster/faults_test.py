@@ -12,8 +12,11 @@ are short (2 s):
     hosts succeeds afterwards.
 (f) kill -9 the controller in the middle of a job and start it again on
     the same port and database: every finished job is still listed with its
-    state, the running one is FAILED with "controller restarted", the
-    workers re-register, and new jobs run.
+    state, the running one is FAILED with "controller restarted", a queued
+    one is queued again and runs, the workers re-register with the host
+    indices they had, and new jobs run.
+(g) `meshctl down` stops the daemons the test restarted by hand (pids
+    that are not in cluster.json) within its grace.
 """
 
 import time
@@ -160,6 +163,14 @@ def restart_controller(cluster):
     running = cluster.submit(SLOW + ["--src-mesh", "2x2@0", "--dst-mesh",
                                      "2x2@2", "--name", "interrupted"])
     wait_running(cluster, running)
+    # Waits for hosts 0 and 1, which the running job holds.
+    queued = cluster.submit(SMALL + ["--src-mesh", "2x2@0", "--dst-mesh",
+                                     "2x2@4", "--name", "resumed"])
+    lib.check(cluster.get(queued)["state"] == "QUEUED",
+              "the second job waits: %s" % cluster.get(queued))
+    hosts_before = {w["name"]: w["host_index"] for w in
+                    cluster.ctl("cluster", "--output",
+                                "json").json()["workers"]}
     cluster.kill("controller")
     time.sleep(0.2)
     result = cluster.ctl("list")
@@ -180,6 +191,16 @@ def restart_controller(cluster):
     lib.check(after[running]["state"] == "FAILED" and
               "controller restarted" in after[running]["message"],
               "the interrupted job: %s" % after[running])
+    hosts_after = {w["name"]: w["host_index"] for w in
+                   cluster.ctl("cluster", "--output",
+                               "json").json()["workers"]}
+    lib.check(hosts_after == hosts_before,
+              "host indices kept across the restart: %s -> %s" %
+              (hosts_before, hosts_after))
+    resumed = cluster.wait_for(queued, lib.FINAL_STATES, timeout=60)
+    lib.check_job_succeeded(
+        resumed, lib.expected_elements([8, 64, 64], [2, 2], "RS0R"),
+        "the queued job, resumed after the restart")
     detail = cluster.get(before[0]["id"])
     lib.check(detail.get("result", {}).get("elements_verified", 0) > 0 or
               detail["state"] != "SUCCEEDED",
@@ -204,6 +225,25 @@ def run():
         cancel(cluster)
         kill_worker(cluster)
         restart_controller(cluster)
+        down_stops_hand_restarted(cluster)
+
+
+def down_stops_hand_restarted(cluster):
+    lib.log("(g) meshctl down stops daemons restarted by hand")
+    restarted = sorted(cluster.extra_pids)
+    lib.check(restarted, "the test restarted daemons by hand")
+    result = cluster.ctl("down", "--grace", "5", timeout=60)
+    lib.check(result.code == 0, "down: %r" % result)
+    lib.check("not in cluster.json" in result.out,
+              "down names the daemons it found by scanning: %r" % result)
+    deadline = time.time() + 10
+    while any(lib.process_running(pid) for pid in restarted):
+        lib.check(time.time() < deadline,
+                  "hand-restarted pids %s still run after down" %
+                  [pid for pid in restarted if lib.process_running(pid)])
+        time.sleep(0.1)
+    # The cluster is down on purpose: nothing left for the harness to stop.
+    cluster.info = None
 
 
 if __name__ == "__main__":

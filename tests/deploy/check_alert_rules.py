@@ -4,8 +4,9 @@
 1. `promtool check rules` on deploy/prometheus/rules/meshcast-alerts.yml.
 2. `promtool test rules` on deploy/prometheus/tests/meshcast-alerts.test.yml.
 3. The unit tests must be able to fail: for each alert, a broken copy of the
-   rules (threshold flipped, `for` stretched, metric renamed, ...) must make
-   `promtool test rules` fail. A mutation that survives means that alert's
+   rules (threshold flipped, `for` stretched, metric renamed, the bandwidth
+   ratio back to its old unweighted form, ...) must make `promtool test
+   rules` fail. A mutation that survives means that alert's
    tests check nothing.
 4. Every alert the task requires exists and has severity, summary and
    description.
@@ -38,7 +39,13 @@ MUTATIONS = [
     ("MeshcastBandwidthBelowPrediction", "> 2", "> 4"),
     ("MeshcastBandwidthBelowPrediction", "> 2", "> 1.1"),
     ("MeshcastBandwidthBelowPrediction", "for", "1h"),
-    ("meshcast:measured_over_predicted_ratio:avg30m", "_sum[30m]", "_count[30m]"),
+    ("meshcast:dataplane_measured_over_predicted:ratio30m", "predicted_seconds_total[30m]",
+     "measured_seconds_total[30m]"),
+    # The old, unweighted form (mean of per-job ratios): the healthy cluster
+    # of many tiny jobs must make it fail.
+    ("meshcast:dataplane_measured_over_predicted:ratio30m", "expr",
+     "sum by (type) (rate(meshcast_controller_measured_over_predicted_ratio_sum[30m])) / "
+     "sum by (type) (rate(meshcast_controller_measured_over_predicted_ratio_count[30m]))"),
     ("MeshcastQueueGrowing", "deriv(meshcast_controller_queue_depth[15m]) > 0",
      "deriv(meshcast_controller_queue_depth[15m]) >= 0"),
     ("MeshcastQueueGrowing", "min_over_time", "max_over_time"),
@@ -54,6 +61,9 @@ def mutate(doc, name, old, new):
                 continue
             if old == "for":
                 rule["for"] = new
+                return True
+            if old == "expr":
+                rule["expr"] = new
                 return True
             if old in rule["expr"]:
                 rule["expr"] = rule["expr"].replace(old, new)

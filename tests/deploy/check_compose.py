@@ -6,7 +6,9 @@ services controller, two CPU workers, prometheus and grafana; every build
 context and Dockerfile exists; every bind-mounted host path exists; workers
 point --controller at the controller service's gRPC port, use CPU devices,
 distinct names and data addresses equal to their hostnames; published ports
-are unique and bound to 127.0.0.1; named volumes are declared.
+are unique and bound to 127.0.0.1; named volumes are declared; every
+daemon either gets TLS files or an explicit --insecure that the file's
+comments explain (the daemons refuse to start with neither).
 `docker compose config` also runs when a compose plugin is installed.
 """
 
@@ -46,6 +48,14 @@ def main():
     listen = flag(ctrl.get("command"), "listen") or ""
     c.check(listen.startswith("0.0.0.0:"), "controller --listen binds all interfaces")
     c.check(bool(flag(ctrl.get("command"), "db")), "controller --db")
+    text = open(COMPOSE).read()
+    for n in ["controller"] + sorted(workers):
+        cmd = services.get(n, {}).get("command") or []
+        tls = all(flag(cmd, f) for f in ("tls_cert", "tls_key", "tls_ca"))
+        c.check(tls != ("--insecure" in cmd), f"{n}: TLS files or an explicit --insecure, not both or neither")
+        if "--insecure" in cmd:
+            c.check("--insecure" in text.split("services:")[0] and "127.0.0.1" in text.split("services:")[0],
+                    f"{n}: the file's header explains why the stack runs --insecure")
     names, addresses = set(), set()
     for n, s in workers.items():
         cmd = s.get("command")

@@ -14,7 +14,13 @@
   docs/metrics.md, and the fake exporter serves exactly the documented ones;
 - provisioning files: the Prometheus data source has uid "prometheus", the
   dashboard provider's path is where compose mounts dashboards/, and the
-  kustomize ConfigMap generator lists every dashboard file.
+  kustomize ConfigMap generator lists every dashboard file;
+- the last-step bandwidth panels go blank when the cluster is idle: each
+  query is run by `promtool test rules` on a worker whose steps stop, and
+  must return data while steps finish and nothing 30 minutes later (the
+  former plain gauge query is run too and must fail that test);
+- measured-over-predicted panels are bytes-weighted (sums of seconds), never
+  the unweighted mean of per-job ratios (_ratio_sum / _ratio_count).
 """
 
 import glob
@@ -132,6 +138,66 @@ def check_dashboard(c, path, uids):
     return dash, all_exprs
 
 
+IDLE_TEST = """
+rule_files: [rules.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'meshcast_worker_achieved_bandwidth_bytes_per_second{instance="w0:9402", worker="w0", op="broadcast"}'
+        values: '1e9x60'
+      # Steps finish for 10 minutes, then the cluster is idle.
+      - series: 'meshcast_worker_step_duration_seconds_count{instance="w0:9402", worker="w0", op="broadcast"}'
+        values: '0+3x10 30x50'
+    promql_expr_test:
+      - expr: count(panel:idle)
+        eval_time: 8m
+        exp_samples: [{labels: '{}', value: 1}]
+      - expr: count(panel:idle)
+        eval_time: 40m
+        exp_samples: []
+"""
+
+
+def idle_test(promtool, work, expr, show_failure=True):
+    """Runs IDLE_TEST on `expr`; True when it passes (data while busy, none when idle)."""
+    with open(os.path.join(work, "rules.yml"), "w") as f:
+        f.write("groups: [{name: idle, rules: [{record: 'panel:idle', expr: %s}]}]\n" % json.dumps(expr))
+    with open(os.path.join(work, "idle.test.yml"), "w") as f:
+        f.write(IDLE_TEST)
+    r = run([promtool, "test", "rules", os.path.join(work, "idle.test.yml")], timeout=60)
+    if r.returncode != 0 and show_failure:
+        print((r.stdout + r.stderr)[-600:])
+    return r.returncode == 0
+
+
+def check_idle_and_weighting(c, promtool):
+    queries, problems = panel_queries.extract(DASHBOARDS, {}, {"__rate_interval": "5m", "__interval": "1m",
+                                                               "__range": "1h"})
+    c.check(not problems, f"panel queries: {problems}")
+    bandwidth = [q for q in queries if "meshcast_worker_achieved_bandwidth_bytes_per_second" in q.expr]
+    c.check(len(bandwidth) >= 2, f"the last-step bandwidth panels: found {len(bandwidth)}")
+    work = tempfile.mkdtemp(prefix="meshcast-idle-")
+    try:
+        for q in bandwidth:
+            c.check(idle_test(promtool, work, q.expr), f"{q.name()}: must show data while steps finish and "
+                                                       f"go blank when idle: {q.raw}")
+        # The check can fail: the plain gauge holds its last value when idle.
+        c.check(not idle_test(promtool, work, "max by (op) (meshcast_worker_achieved_bandwidth_bytes_per_second)",
+                                 show_failure=False),
+                "the idle test passes the former gauge-only query")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    ratio = [q for q in queries if "measured_over_predicted" in q.expr or "dataplane_" in q.expr]
+    for q in ratio:
+        c.check("measured_over_predicted_ratio_count" not in q.expr,
+                f"{q.name()}: an unweighted mean of per-job ratios (use the dataplane seconds counters): {q.raw}")
+    weighted = [q for q in ratio if "dataplane_measured_seconds_total" in q.expr
+                and "dataplane_predicted_seconds_total" in q.expr]
+    c.check({q.dashboard for q in weighted} >= {"meshcast-communication", "meshcast-jobs"},
+            "measured over predicted panels use the bytes-weighted seconds counters on both dashboards")
+
+
 def main():
     promtool = shutil.which("promtool")
     if not promtool:
@@ -166,6 +232,8 @@ def main():
         c.check(r.returncode != 0, "promtool accepted a malformed query")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+    check_idle_and_weighting(c, promtool)
 
     # Metric names: documented, and the fake exporter serves the documented set.
     documented = documented_metrics()

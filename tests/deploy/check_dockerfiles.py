@@ -7,10 +7,13 @@ declared before the first FROM; COPY/ADD sources exist in the build context
 (the repository root) or name an earlier stage with --from; the build stage
 runs scripts/install-deps.sh and scripts/build.sh; the runtime stage is the
 intended base (debian:bookworm-slim; an NVIDIA CUDA runtime image) with an
-ENTRYPOINT of the right daemon, non-root USER, and EXPOSEd ports. Then
+ENTRYPOINT of the right daemon, non-root USER, EXPOSEd ports, and a
+HEALTHCHECK running deploy/docker/healthcheck.sh on the gRPC port. Then
 deploy/docker/stage-runtime.sh runs for real on a copy of a system binary: it
 must stage it and list the Debian packages of its libraries, and fail on a
-missing binary.
+missing binary; and healthcheck.sh runs against a real listening socket
+(healthy), the same port closed (unhealthy) and a command line without a
+fixed port (unhealthy).
 """
 
 import glob
@@ -18,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
 
@@ -112,6 +116,13 @@ def check_dockerfile(c, path, entrypoint, runtime_base_re):
     c.check(json.loads(words.get("ENTRYPOINT", "[]")) == [entrypoint], f"{name}: ENTRYPOINT [{entrypoint}]")
     c.check(words.get("USER", "root") not in ("root", "0"), f"{name}: runs as a non-root USER")
     c.check(bool(words.get("EXPOSE")), f"{name}: EXPOSEs its ports")
+    health = words.get("HEALTHCHECK", "")
+    grpc_port = (words.get("EXPOSE") or "0").split()[0]
+    cmd = json.loads(health.split("CMD", 1)[1]) if "CMD" in health else []
+    c.check(cmd == ["/usr/local/bin/meshcast-healthcheck", grpc_port],
+            f"{name}: HEALTHCHECK runs meshcast-healthcheck on the gRPC port {grpc_port} ({health})")
+    c.check(any(w == "COPY" and "deploy/docker/healthcheck.sh" in r and "/usr/local/bin/meshcast-healthcheck" in r
+                for _, w, r in runtime["instrs"]), f"{name}: the runtime stage installs healthcheck.sh")
     c.check(not any(w == "RUN" and "install-deps.sh" in r for _, w, r in runtime["instrs"]),
             f"{name}: the runtime stage must not install build dependencies")
     ignore = path + ".dockerignore"
@@ -144,8 +155,40 @@ def check_stage_runtime(c):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def check_healthcheck_script(c):
+    script = os.path.join(DOCKER, "healthcheck.sh")
+    work = tempfile.mkdtemp(prefix="meshcast-health-")
+    try:
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        port = listener.getsockname()[1]
+        cmdline = os.path.join(work, "cmdline")
+
+        def health(args, default="1"):
+            with open(cmdline, "wb") as f:
+                f.write(b"".join(a.encode() + b"\0" for a in args))
+            env = dict(os.environ, MESHCAST_HEALTH_CMDLINE=cmdline)
+            return run(["bash", script, default], timeout=20, env=env)
+
+        r = health(["meshcast-worker", f"--listen=0.0.0.0:{port}", "--insecure"])
+        c.check(r.returncode == 0, f"healthcheck: a listening --listen=0.0.0.0:{port} is healthy ({r.stderr.strip()})")
+        r = health(["meshcast-controller", "--listen", f"127.0.0.1:{port}"])
+        c.check(r.returncode == 0, f"healthcheck: `--listen ADDR` (two words) is understood ({r.stderr.strip()})")
+        r = health(["meshcast-controller"], default=str(port))
+        c.check(r.returncode == 0, "healthcheck: without --listen it checks the default port")
+        listener.close()
+        r = health(["meshcast-worker", f"--listen=127.0.0.1:{port}"])
+        c.check(r.returncode != 0 and "nothing accepts" in r.stderr, "healthcheck: a closed port is unhealthy")
+        r = health(["meshcast-worker", "--listen=127.0.0.1:0"])
+        c.check(r.returncode != 0 and "no fixed port" in r.stderr, "healthcheck: port 0 cannot be checked")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
     c = Checker()
+    check_healthcheck_script(c)
     check_dockerfile(c, os.path.join(DOCKER, "Dockerfile.controller"), "meshcast-controller",
                      r"^debian:bookworm-slim$")
     check_dockerfile(c, os.path.join(DOCKER, "Dockerfile.worker"), "meshcast-worker",

@@ -6,7 +6,10 @@ repository's rules directory (inside the container they live at
 /etc/prometheus/rules), so that the rule files the stack loads are checked
 too. Then: every scrape target is a compose service with the metrics port its
 command line sets, and every worker target carries the `worker` label that
-equals that worker's --name.
+equals that worker's --name. deploy/prometheus/prometheus-tls.yml (scraping
+daemons behind --metrics_web_config) passes promtool too, with its CA and
+password files present, and scrapes both jobs over https with basic auth,
+verifying the metrics certificate's server name.
 """
 
 import os
@@ -19,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from deploy_test_util import REPO, Checker, need_yaml, rel, run, skip  # noqa: E402
 
 CONFIG = os.path.join(REPO, "deploy", "prometheus", "prometheus.yml")
+TLS_CONFIG = os.path.join(REPO, "deploy", "prometheus", "prometheus-tls.yml")
 COMPOSE = os.path.join(REPO, "deploy", "docker", "docker-compose.yml")
 
 
@@ -28,6 +32,33 @@ def flag(command, name):
         if m:
             return m.group(1)
     return None
+
+
+def check_tls_config(c, promtool, yaml):
+    with open(TLS_CONFIG) as f:
+        config = yaml.safe_load(f)
+    jobs = {j["job_name"]: j for j in config.get("scrape_configs", [])}
+    for name in ("meshcast-controller", "meshcast-worker"):
+        job = jobs.get(name, {})
+        c.check(job.get("scheme") == "https" and job.get("tls_config", {}).get("server_name") == "meshcast-metrics"
+                and job.get("tls_config", {}).get("ca_file") and job.get("basic_auth", {}).get("password_file"),
+                f"{rel(TLS_CONFIG)}: {name} scrapes https, verifies meshcast-metrics, sends basic auth")
+    work = tempfile.mkdtemp(prefix="meshcast-promtls-")
+    try:
+        # promtool checks that the referenced files exist: point them at real ones.
+        for job in config["scrape_configs"]:
+            for section, key in (("tls_config", "ca_file"), ("basic_auth", "password_file")):
+                path = os.path.join(work, os.path.basename(job[section][key]))
+                open(path, "a").close()
+                job[section][key] = path
+        path = os.path.join(work, "prometheus-tls.yml")
+        with open(path, "w") as f:
+            yaml.safe_dump(config, f)
+        r = run([promtool, "check", "config", path])
+        print(r.stdout + r.stderr, end="")
+        c.check(r.returncode == 0 and "SUCCESS" in r.stdout, f"promtool check config {rel(TLS_CONFIG)}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main():
@@ -57,6 +88,8 @@ def main():
                 "promtool check config with the repository's rule files")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+    check_tls_config(c, promtool, yaml)
 
     with open(COMPOSE) as f:
         services = yaml.safe_load(f)["services"]

@@ -37,6 +37,10 @@ CONTROLLER = [
      [{"type": "reshard", "state": s} for s in ("succeeded", "failed", "cancelled")]),
     ("meshcast_controller_measured_over_predicted_ratio", "histogram",
      "Measured data-plane time over the simulator's prediction.", [{"type": "reshard"}]),
+    ("meshcast_controller_dataplane_measured_seconds_total", "counter",
+     "Measured data-plane time of succeeded jobs that had a prediction.", [{"type": "reshard"}]),
+    ("meshcast_controller_dataplane_predicted_seconds_total", "counter",
+     "The simulator's predicted data-plane time of the same jobs.", [{"type": "reshard"}]),
     ("meshcast_controller_rpcs_total", "counter", "RPCs served.",
      [{"method": m, "code": c} for m in ("SubmitJob", "GetJob", "Heartbeat")
       for c in ("OK", "NOT_FOUND")]),

@@ -8,7 +8,8 @@
 //  1. the JSON-schema validator that the npm package `kubernetes-models`
 //     (core and apps APIs, generated from the Kubernetes OpenAPI spec) or
 //     `@kubernetes-models/prometheus-operator` (ServiceMonitor,
-//     PrometheusRule, generated from the operator's CRDs) ships for the
+//     PrometheusRule, generated from the operator's CRDs) or
+//     `@kubernetes-models/cert-manager` (Certificate, Issuer) ships for the
 //     kind: types, enums, required fields, formats;
 //  2. unknown fields, which those validators allow but the API server
 //     rejects (kubectl --validate=strict): every field name is looked up in
@@ -31,6 +32,9 @@ function modulePathFor(apiVersion, kind) {
   const [group, version] = apiVersion.includes("/") ? apiVersion.split("/") : ["", apiVersion];
   if (group === "monitoring.coreos.com") {
     return `@kubernetes-models/prometheus-operator/${group}/${version}/${kind}`;
+  }
+  if (group === "cert-manager.io") {
+    return `@kubernetes-models/cert-manager/${group}/${version}/${kind}`;
   }
   return group ? `kubernetes-models/${group}/${version}/${kind}` : `kubernetes-models/${version}/${kind}`;
 }

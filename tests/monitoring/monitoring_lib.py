@@ -141,6 +141,7 @@ class LocalCluster:
             "--metrics-address=127.0.0.1",
             "--metrics-port-file=" + metrics_file,
             "--lease-seconds=3", "--heartbeat-seconds=0.25",
+            "--insecure",  # security is tested in tests/cluster
         ] + self.controller_args)
         port = int(wait_for_file(port_file, "controller", 20, [controller]))
         self.controller_address = "127.0.0.1:%d" % port
@@ -156,6 +157,7 @@ class LocalCluster:
                 "--metrics-address=127.0.0.1",
                 "--metrics-port-file=" + os.path.join(
                     self.dir, name + ".metrics-port"),
+                "--insecure",
             ] + self.worker_args))
         for name, proc in zip(self.worker_names, workers):
             self.worker_metrics_ports[name] = int(wait_for_file(

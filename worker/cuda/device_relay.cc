@@ -520,6 +520,14 @@ absl::Status EnqueueRelayStep(const StepDesc& step,
                               const DeviceLane& lane,
                               absl::Span<const cudaEvent_t> waits,
                               const StepEvents& events) {
+  if (step.operand_form) {
+    // Copies between two operands (tp_overlap's fused mode) run on CPU
+    // workers only so far.
+    return absl::UnimplementedError(absl::StrCat(
+        "step ", step.id, " (OP_SEND_RECV between buffers ",
+        step.inputs[0].buffer, " and ", step.outputs[0].buffer,
+        "): the operand form has no GPU kernel yet; run it on CPU workers"));
+  }
   absl::Status status = StepEnqueuer(step, env, lane).Enqueue(waits, events);
   if (status.ok()) return status;
   return absl::Status(

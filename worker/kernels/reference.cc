@@ -103,6 +103,11 @@ struct Reference::GemmCache {
 Reference::Reference() = default;
 Reference::~Reference() = default;
 
+bool IsOperandCopy(const v1::Step& step) {
+  return step.op() == v1::Step::OP_SEND_RECV && step.slice().empty() &&
+         (step.inputs_size() > 0 || step.outputs_size() > 0);
+}
+
 Tolerance ToleranceFor(DType dtype, int64_t terms) {
   int mantissa = 0;
   int min_exponent = 0;  // of the smallest subnormal
@@ -246,6 +251,9 @@ absl::Status Reference::Build(const v1::Plan& plan) {
       case v1::Step::OP_ALL_TO_ALL:
       case v1::Step::OP_COMPUTE:
         break;
+      case v1::Step::OP_SEND_RECV:
+        if (IsOperandCopy(s)) break;
+        continue;  // the tensor form moves values within a tensor
       default:
         continue;  // moves do not change values
     }
@@ -329,6 +337,23 @@ absl::Status Reference::Build(const v1::Plan& plan) {
             " elements but tensor ", info.in_tensors[0], " has ",
             in.num_elements(), " and tensor ", info.out_tensor, " has ",
             out.num_elements()));
+      }
+    } else if (s.op() == v1::Step::OP_SEND_RECV) {
+      if (s.inputs_size() != 1 || s.outputs_size() != 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("step ", s.id(),
+                         ": OP_SEND_RECV (operand form) takes 1 input and "
+                         "1 output, got ",
+                         s.inputs_size(), " and ", s.outputs_size()));
+      }
+      if (NumElements(info.in_boxes[0]) != NumElements(out_boxes[0]) ||
+          in.dtype != out.dtype) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "step ", s.id(), ": OP_SEND_RECV input ",
+            BoxToString(info.in_boxes[0]), " of tensor ", info.in_tensors[0],
+            " (", DTypeName(in.dtype), ") and output ",
+            BoxToString(out_boxes[0]), " of tensor ", info.out_tensor, " (",
+            DTypeName(out.dtype), ") differ in elements or dtype"));
       }
     } else {  // OP_COMPUTE
       if (s.compute().has_gemm()) {
@@ -522,6 +547,16 @@ Expected Reference::EvalStep(const StepInfo& step, const Definition& def,
       const TensorSpec& in = tensors_[in_tensor];
       Coord in_coord(in.shape.size());
       CoordOfIndex(in_index, in.shape, in_coord.data());
+      return ConvertTo(Eval(in_tensor, in_coord.data(), step.index), in.dtype,
+                       out_dtype);
+    }
+    case v1::Step::OP_SEND_RECV: {
+      // A copy: the same row-major position in the input's region.
+      const int64_t e = OffsetInBox(absl::MakeConstSpan(coord, rank), def.box);
+      const int in_tensor = step.in_tensors[0];
+      const TensorSpec& in = tensors_[in_tensor];
+      Coord in_coord(in.shape.size());
+      CoordInBox(e, step.in_boxes[0], in_coord.data());
       return ConvertTo(Eval(in_tensor, in_coord.data(), step.index), in.dtype,
                        out_dtype);
     }

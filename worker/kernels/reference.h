@@ -9,11 +9,14 @@
 //                                   v1::VERIFY_MODE_SAMPLE, cancellation));
 //
 // Value semantics (plan.proto): all buffers of a tensor hold the same value
-// at the same coordinate, so moves (broadcast, send/recv, all-gather, local
-// copy) are ignored here. A tensor element is
+// at the same coordinate, so moves (broadcast, tensor-form send/recv,
+// all-gather, local copy) are ignored here. A tensor element is
 //  - defined by the last value-defining step (in dependency order) whose
 //    output operand covers it, computed from its inputs as they were before
 //    that step:
+//      OP_SEND_RECV in the operand form (IsOperandCopy): a copy between two
+//        regions, maybe of different tensors: OUT element e = IN element e,
+//        e counting each operand's region in row-major order;
 //      OP_ALL_REDUCE, OP_REDUCE_SCATTER: OUT[x] = sum | max over r of
 //        IN[r, x] (IN = tensor of inputs[0], OUT = tensor of the outputs);
 //      OP_ALL_TO_ALL: OUT block (s, r) = IN block (r, s) over flat indices,
@@ -98,6 +101,12 @@ struct ComputedCheck {
   // for the first mismatch in row-major order; empty if none.
   std::string first_mismatch;
 };
+
+// True for an OP_SEND_RECV in the operand form (plan.proto): no `slice`,
+// inputs[0] on the sender and outputs[0] on the receiver, which may be
+// regions of different tensors. Unlike the tensor form (a move within one
+// tensor), it defines its output's values as a copy of its input's.
+bool IsOperandCopy(const v1::Step& step);
 
 class Reference {
  public:

@@ -383,6 +383,79 @@ TEST(ReferenceTest, GemmAccumulate) {
   }
 }
 
+// OP_SEND_RECV in the operand form is a copy between regions of two
+// tensors (element e of one region to element e of the other, row-major):
+// the reference follows it, through a scratch tensor and into an add,
+// while the tensor form (a move within one tensor) defines nothing.
+TEST(ReferenceTest, OperandSendRecvIsACopyBetweenRegions) {
+  PlanBuilder p;
+  const int x =
+      p.Tensor({4, 6}, DType::kFloat32, v1::Initializer::KIND_RANDOM, 5);
+  const int s = p.Tensor({3, 4}, DType::kFloat32, v1::Initializer::KIND_ZEROS);
+  const int y =
+      p.Tensor({12}, DType::kFloat32, v1::Initializer::KIND_RANDOM, 6);
+  const int z = p.Tensor({12}, DType::kFloat32, v1::Initializer::KIND_ZEROS);
+  const int xb = p.Buffer(x, 0, {{0, 4}, {0, 6}});
+  const int sb = p.Buffer(s, 1, {{0, 3}, {0, 4}});
+  const int yb = p.Buffer(y, 1, {{0, 12}});
+  const int zb = p.Buffer(z, 1, {{0, 12}});
+  // S = X[1:4, 2:6] (12 elements, not contiguous in X).
+  v1::Step* copy = p.Step(v1::Step::OP_SEND_RECV, {xb}, {sb});
+  copy->set_group(0);
+  for (auto [begin, end] : {std::pair{1, 4}, std::pair{2, 6}}) {
+    v1::Interval* i = copy->mutable_inputs(0)->add_slice();
+    i->set_begin(begin);
+    i->set_end(end);
+  }
+  EXPECT_TRUE(IsOperandCopy(*copy));
+  v1::Step* add = p.Step(v1::Step::OP_COMPUTE, {sb, yb}, {zb});
+  add->mutable_compute()->mutable_elementwise()->set_kind(
+      v1::ElementwiseAttrs::KIND_ADD);
+  add->add_deps(copy->id());
+  // A tensor-form move of X (a slice): no definition.
+  v1::Step* move = p.Step(v1::Step::OP_SEND_RECV, {}, {});
+  move->set_tensor(x);
+  move->add_slice()->set_end(4);
+  move->add_slice()->set_end(6);
+  EXPECT_FALSE(IsOperandCopy(*move));
+  auto ref = MustCreate(p.plan());
+  ASSERT_NE(ref, nullptr);
+  EXPECT_TRUE(ref->IsComputed(s));
+  EXPECT_TRUE(ref->IsComputed(z));
+  EXPECT_FALSE(ref->IsComputed(x));
+  for (int64_t e = 0; e < 12; ++e) {
+    const int64_t row = 1 + e / 4, col = 2 + e % 4;
+    const double copied = p.Initial(x, row * 6 + col);
+    EXPECT_EQ(*ref->Value(s, {e / 4, e % 4}), copied) << e;
+    const absl::StatusOr<Expected> want = ref->Expect(z, {e});
+    ASSERT_TRUE(want.ok()) << want.status();
+    EXPECT_EQ(want->value, copied + p.Initial(y, e)) << e;
+    EXPECT_EQ(want->terms, 1);  // the copy adds no rounding, the add one
+  }
+  // Different element counts or dtypes are refused.
+  PlanBuilder bad;
+  const int u = bad.Tensor({4}, DType::kFloat32);
+  const int v = bad.Tensor({4}, DType::kFloat16);
+  const int w = bad.Tensor({5}, DType::kFloat32);
+  const int ub = bad.Buffer(u, 0, {{0, 4}});
+  const int vb = bad.Buffer(v, 1, {{0, 4}});
+  const int wb = bad.Buffer(w, 1, {{0, 5}});
+  bad.Step(v1::Step::OP_SEND_RECV, {ub}, {vb});
+  auto refused = Reference::Create(bad.plan());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  PlanBuilder bad2;
+  bad2.Tensor({4}, DType::kFloat32);
+  bad2.Tensor({5}, DType::kFloat32);
+  const int ub2 = bad2.Buffer(0, 0, {{0, 4}});
+  const int wb2 = bad2.Buffer(1, 1, {{0, 5}});
+  bad2.Step(v1::Step::OP_SEND_RECV, {ub2}, {wb2});
+  refused = Reference::Create(bad2.plan());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("differ"), std::string::npos)
+      << refused.status();
+  (void)wb;
+}
+
 TEST(ReferenceTest, MalformedPlansAreRejected) {
   {
     PlanBuilder p;

@@ -112,9 +112,18 @@ grpc::Status FakeController::ReportProgress(
   return grpc::Status::OK;
 }
 
+std::vector<std::string> FakeController::kv_callers() const {
+  absl::MutexLock lock(&mu_);
+  return kv_callers_;
+}
+
 grpc::Status FakeController::KvSet(grpc::ServerContext*,
                                    const v1::KvSetRequest* request,
                                    v1::KvSetResponse*) {
+  {
+    absl::MutexLock lock(&mu_);
+    kv_callers_.push_back(request->worker());
+  }
   absl::Status status = kv_.Set(request->key(), request->value());
   return status.ok() ? grpc::Status::OK
                      : grpc::Status(grpc::StatusCode::INTERNAL,
@@ -124,6 +133,10 @@ grpc::Status FakeController::KvSet(grpc::ServerContext*,
 grpc::Status FakeController::KvGet(grpc::ServerContext*,
                                    const v1::KvGetRequest* request,
                                    v1::KvGetResponse* response) {
+  {
+    absl::MutexLock lock(&mu_);
+    kv_callers_.push_back(request->worker());
+  }
   absl::StatusOr<std::string> value =
       kv_.Get(request->key(), absl::Seconds(request->timeout_seconds()));
   if (!value.ok()) {

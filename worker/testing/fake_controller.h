@@ -45,6 +45,9 @@ class FakeController : public v1::Controller::Service {
   v1::WorkerInfo worker(const std::string& name) const;
   void set_heartbeat_seconds(double seconds);
 
+  // The worker field of every KvSet and KvGet received, in order.
+  std::vector<std::string> kv_callers() const;
+
   // Every ReportProgress request received, in order.
   std::vector<v1::ReportProgressRequest> progress_reports() const;
   // While held, ReportProgress calls wait (until released or cancelled by
@@ -77,6 +80,7 @@ class FakeController : public v1::Controller::Service {
   absl::flat_hash_map<std::string, v1::WorkerInfo> workers_
       ABSL_GUARDED_BY(mu_);
   int registrations_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> kv_callers_ ABSL_GUARDED_BY(mu_);
   int heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
   double heartbeat_seconds_ ABSL_GUARDED_BY(mu_) = 0.05;
   std::vector<v1::ReportProgressRequest> progress_reports_

@@ -176,7 +176,7 @@ v1::WorkerProgram TestJob::ProgramFor(int worker) const {
     const v1::Step& step = plan_.steps(s);
     bool touches = false;
     for (int device : step_chains_[s]) touches |= WorkerOf(device) == worker;
-    if (!touches && !DefinesValues(step.op())) continue;
+    if (!touches && !DefinesValues(step)) continue;
     *plan->add_steps() = step;
     if (step.op() != v1::Step::OP_LOCAL_COPY &&
         step.op() != v1::Step::OP_COMPUTE) {
@@ -184,7 +184,7 @@ v1::WorkerProgram TestJob::ProgramFor(int worker) const {
     }
     // The reference closure: operands of value-defining steps only (a
     // worker learns other operands' extents at run time).
-    if (!DefinesValues(step.op())) continue;
+    if (!DefinesValues(step)) continue;
     for (const v1::Operand& operand : step.inputs()) {
       buffers[operand.buffer()] = true;
     }

@@ -11,6 +11,7 @@
 #include "planner/sim/plan_simulator.h"
 #include "util/bytes_text.h"
 #include "util/status_macros.h"
+#include "util/text_safety.h"
 
 namespace meshcast {
 namespace {
@@ -74,7 +75,7 @@ absl::StatusOr<CollectiveRequest> RequestOf(const v1::JobSpec& spec) {
   request.op = FindOp(c.op());
   if (request.op == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "collective.op \"", c.op(), "\" is not one of ",
+        "collective.op ", QuotePrefix(c.op()), " is not one of ",
         absl::StrJoin(CollectiveOpNames(), ", ")));
   }
   if (!c.has_mesh()) {
@@ -109,13 +110,15 @@ absl::StatusOr<CollectiveRequest> RequestOf(const v1::JobSpec& spec) {
       element * (request.RoundsToRanks() ? request.ranks() : 1);
   if (request.requested_bytes < minimum) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "collective.size ", c.size(), " is below the smallest ", c.op(),
+        "collective.size ", QuotePrefix(c.size()), " is below the smallest ",
+        c.op(),
         " on ", request.ranks(), " ranks of ", DTypeName(request.dtype), ": ",
         minimum, " bytes"));
   }
   if (request.requested_bytes > (int64_t{1} << 40)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "collective.size ", c.size(), " is over the 1 TiB limit per rank"));
+        "collective.size ", QuotePrefix(c.size()),
+        " is over the 1 TiB limit per rank"));
   }
   if (c.reduction().empty() || c.reduction() == "sum") {
     request.reduction = v1::REDUCTION_SUM;
@@ -123,7 +126,8 @@ absl::StatusOr<CollectiveRequest> RequestOf(const v1::JobSpec& spec) {
     request.reduction = v1::REDUCTION_MAX;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "collective.reduction \"", c.reduction(), "\" is not one of sum, max"));
+        "collective.reduction ", QuotePrefix(c.reduction()),
+        " is not one of sum, max"));
   }
   if (c.iterations() < 0 || c.iterations() > kMaxIterations) {
     return absl::InvalidArgumentError(

@@ -166,6 +166,20 @@ TEST(CollectiveKindTest, RejectsBadSpecsNamingTheField) {
                         "broadcast"));
 }
 
+// A hostile value is quoted escaped, and only a short prefix of it.
+TEST(CollectiveKindTest, ErrorsQuoteAShortEscapedPrefix) {
+  const CollectiveKind kind;
+  const std::string op = "\x1b[2J" + std::string(100000, 'x');
+  absl::Status status = kind.Validate(Spec(op, "1MiB"));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("collective.op \"\\x1B[2Jxxx"));
+  EXPECT_THAT(status.message(), HasSubstr("(100004 bytes)"));
+  EXPECT_LT(status.message().size(), 300u);
+  v1::JobSpec reduction = Spec("all_reduce", "1MiB");
+  reduction.mutable_collective()->set_reduction(std::string(5000, 'r'));
+  EXPECT_LT(kind.Validate(reduction).message().size(), 300u);
+}
+
 TEST(CollectiveKindTest, SummaryFollowsNcclTestsDefinitions) {
   absl::StatusOr<PlannedJob> job = PlanOf(Spec("all_reduce", "1MiB"));
   ASSERT_TRUE(job.ok());
