@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "controller/grpc_worker_client.h"
 #include "controller/log.h"
-#include "controller/parse_error_interceptor.h"
+#include "security/parse_error_interceptor.h"
 #include "security/token_file.h"
 #include "util/status_macros.h"
 
@@ -62,7 +62,7 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
       interceptors;
   // Unparsable requests (invalid UTF-8) get INVALID_ARGUMENT, not INTERNAL;
   // first, so that the metrics count the code the client gets.
-  interceptors.push_back(NewParseErrorInterceptorFactory());
+  interceptors.push_back(security::NewParseErrorInterceptorFactory());
   interceptors.push_back(server->metrics_->NewRpcInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.AddListeningPort(config.listen, server_credentials, &server->port_);

@@ -41,6 +41,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "util/flags_usage.h"
+#include "security/parse_error_interceptor.h"
 #include "security/tls_credentials.h"
 #include "util/metrics_http_server.h"
 #include "util/web_config.h"
@@ -326,6 +327,13 @@ int Main(int argc, char** argv) {
   builder.AddListeningPort(listen, *server_credentials, &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(256 << 20);  // large programs
+  // A request that does not parse (e.g. invalid UTF-8 in a string field)
+  // gets INVALID_ARGUMENT naming the field, as on the controller.
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(security::NewParseErrorInterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     return Fail(absl::StrCat("cannot listen on --listen=", listen));

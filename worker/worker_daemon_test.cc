@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "meshcast/v1/worker.grpc.pb.h"
@@ -240,6 +242,37 @@ TEST_F(WorkerDaemonTest, SigtermDuringTheDataPhaseExitsWithinTwoSeconds) {
   EXPECT_LT(stop, absl::Seconds(2));
   EXPECT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// A request whose string field is not UTF-8 does not parse; the daemon
+// answers INVALID_ARGUMENT naming the field, as the controller does.
+TEST_F(WorkerDaemonTest, InvalidUtf8IsInvalidArgumentNamingTheField) {
+  const std::string address =
+      RegisteredAddress(controller_, "w0", *daemons_[0]);
+  grpc::GenericStub stub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  // AbortTaskRequest{job_id: "\xff"} on the wire: field 1, length 1.
+  const std::string wire = "\x0a\x01\xff";
+  grpc::Slice slice(wire.data(), wire.size());
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&context, "/meshcast.v1.Worker/AbortTask",
+                 grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   status = std::move(s);
+                   done.Notify();
+                 });
+  done.WaitForNotification();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << status.error_message();
+  EXPECT_NE(status.error_message().find("job_id"), std::string::npos)
+      << status.error_message();
+  EXPECT_FALSE(daemons_[0]->Exited());
 }
 
 TEST_F(WorkerDaemonTest, SigtermShutsDownCleanly) {

@@ -78,6 +78,14 @@ grpc::Status WorkerService::RunTask(grpc::ServerContext* context,
              absl::StrCat("worker is shutting down: ", shutdown_reason_));
       return grpc::Status::OK;
     }
+    if (auto early = aborted_early_.find(job_id);
+        early != aborted_early_.end()) {
+      Reject(options_.metrics, response, job_id,
+             absl::StrCat("job ", job_id,
+                          " was aborted before its program arrived here: ",
+                          early->second));
+      return grpc::Status::OK;
+    }
     if (!running_.emplace(job_id, task).second) {
       Reject(options_.metrics, response, job_id,
              absl::StrCat("job ", job_id, " is already running here"));
@@ -203,11 +211,23 @@ grpc::Status WorkerService::AbortTask(grpc::ServerContext* context,
                                       const v1::AbortTaskRequest* request,
                                       v1::AbortTaskResponse* response) {
   if (grpc::Status s = CheckCaller(context, "AbortTask"); !s.ok()) return s;
+  const std::string reason = request->reason().empty()
+                                 ? "aborted by the controller"
+                                 : request->reason();
   std::shared_ptr<Task> task;
   {
     absl::MutexLock lock(&mu_);
     auto it = running_.find(request->job_id());
-    if (it != running_.end()) task = it->second;
+    if (it != running_.end()) {
+      task = it->second;
+    } else if (!request->job_id().empty() &&
+               aborted_early_.emplace(request->job_id(), reason).second) {
+      aborted_early_order_.push_back(request->job_id());
+      if (aborted_early_order_.size() > kRememberedAborts) {
+        aborted_early_.erase(aborted_early_order_.front());
+        aborted_early_order_.pop_front();
+      }
+    }
   }
   response->set_found(task != nullptr);
   if (task == nullptr) {
@@ -215,9 +235,6 @@ grpc::Status WorkerService::AbortTask(grpc::ServerContext* context,
                      ": abort requested but it is not running here"));
     return grpc::Status::OK;
   }
-  const std::string reason = request->reason().empty()
-                                 ? "aborted by the controller"
-                                 : request->reason();
   Log(absl::StrCat("job ", request->job_id(), ": aborting: ", reason));
   task->Abort(reason);
   return grpc::Status::OK;

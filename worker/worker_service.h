@@ -6,7 +6,12 @@
 //   reads one shape of reply. A run that verified with mismatches is also
 //   ok=false (error names the first mismatch) but carries the full result.
 //   If the controller cancels the call, the task is aborted.
-// - AbortTask aborts a running job (found=false if none by that id).
+// - AbortTask aborts a running job (found=false if none by that id). An
+//   abort for a job that is not running here is remembered (the last
+//   kRememberedAborts ids), so a RunTask for it that arrives later — the
+//   controller aborts every worker of a failed job, some before their
+//   program reached them — is refused at once instead of waiting in the
+//   rendezvous for peers that are gone.
 // - GetStatus: name, devices, running jobs.
 // Communicators are kept across jobs on the same workers unless
 // WorkerServiceOptions::cache_communicators is false.
@@ -21,6 +26,7 @@
 #ifndef MESHCAST_WORKER_WORKER_SERVICE_H_
 #define MESHCAST_WORKER_WORKER_SERVICE_H_
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -99,6 +105,14 @@ class WorkerService final : public v1::Worker::Service {
       ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::string shutdown_reason_ ABSL_GUARDED_BY(mu_);
+  // Jobs aborted before their RunTask arrived: id -> reason, and the ids
+  // oldest first so the memory stays bounded.
+  absl::flat_hash_map<std::string, std::string> aborted_early_
+      ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> aborted_early_order_ ABSL_GUARDED_BY(mu_);
+
+ public:
+  static constexpr size_t kRememberedAborts = 1024;
 };
 
 }  // namespace meshcast::worker

@@ -148,6 +148,37 @@ TEST(WorkerServiceTest, RejectsProgramsItCannotRun) {
       << bad_dtype.error();
 }
 
+TEST(WorkerServiceTest, AnAbortBeforeTheProgramRefusesItLater) {
+  testing::FakeController controller;
+  ASSERT_TRUE(controller.Start().ok());
+  ServedWorker a("node-a", 2, controller.address());
+  TestJob job = TwoWorkerBroadcast("job-late");
+  grpc::ClientContext context;
+  v1::AbortTaskRequest abort;
+  abort.set_job_id("job-late");
+  abort.set_reason("worker node-b lost");
+  v1::AbortTaskResponse aborted;
+  ASSERT_TRUE(a.stub().AbortTask(&context, abort, &aborted).ok());
+  EXPECT_FALSE(aborted.found());
+  // Its peer never comes; without the remembered abort this would wait in
+  // the rendezvous.
+  const absl::Time start = absl::Now();
+  v1::RunTaskResponse response = a.RunTask(job.ProgramFor(0));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_FALSE(response.ok());
+  EXPECT_NE(response.error().find("aborted before its program arrived"),
+            std::string::npos)
+      << response.error();
+  EXPECT_NE(response.error().find("worker node-b lost"), std::string::npos);
+  // Another job is not affected.
+  TestJob other(1, 2, "job-other");
+  const int t = other.AddTensor({{10}, DType::kInt32});
+  other.AddBuffer(0, t, other.FullBox(t), BufferRole::kSource);
+  other.AddBuffer(1, t, other.FullBox(t), BufferRole::kDestination);
+  other.AddTransfer(t, other.FullBox(t), {0, 1});
+  EXPECT_TRUE(a.RunTask(other.ProgramFor(0)).ok());
+}
+
 TEST(WorkerServiceTest, AbortTaskStopsARunningJobAndGetStatusListsIt) {
   testing::FakeController controller;
   ASSERT_TRUE(controller.Start().ok());

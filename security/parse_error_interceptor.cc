@@ -1,4 +1,4 @@
-#include "controller/parse_error_interceptor.h"
+#include "security/parse_error_interceptor.h"
 
 #include <deque>
 #include <mutex>
@@ -12,7 +12,7 @@
 #include "google/protobuf/stubs/logging.h"
 #include "util/text_safety.h"
 
-namespace meshcast {
+namespace meshcast::security {
 namespace {
 
 namespace gpb = ::google::protobuf;
@@ -156,4 +156,4 @@ std::string ParseErrorMessage(absl::string_view method,
                       type, " message; the request was not processed");
 }
 
-}  // namespace meshcast
+}  // namespace meshcast::security

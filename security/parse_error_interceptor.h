@@ -30,8 +30,8 @@
 //
 // Thread safety: the factory and its interceptors are used by gRPC from any
 // thread; each interceptor belongs to one call.
-#ifndef MESHCAST_CONTROLLER_PARSE_ERROR_INTERCEPTOR_H_
-#define MESHCAST_CONTROLLER_PARSE_ERROR_INTERCEPTOR_H_
+#ifndef MESHCAST_SECURITY_PARSE_ERROR_INTERCEPTOR_H_
+#define MESHCAST_SECURITY_PARSE_ERROR_INTERCEPTOR_H_
 
 #include <memory>
 #include <string>
@@ -39,7 +39,7 @@
 #include "absl/strings/string_view.h"
 #include "grpcpp/support/server_interceptor.h"
 
-namespace meshcast {
+namespace meshcast::security {
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
 NewParseErrorInterceptorFactory();
@@ -50,6 +50,6 @@ NewParseErrorInterceptorFactory();
 std::string ParseErrorMessage(absl::string_view method,
                               absl::string_view utf8_field);
 
-}  // namespace meshcast
+}  // namespace meshcast::security
 
-#endif  // MESHCAST_CONTROLLER_PARSE_ERROR_INTERCEPTOR_H_
+#endif  // MESHCAST_SECURITY_PARSE_ERROR_INTERCEPTOR_H_

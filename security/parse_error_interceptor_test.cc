@@ -1,6 +1,6 @@
 // Requests with invalid UTF-8 in a string field, sent through a real
 // in-process gRPC server, get INVALID_ARGUMENT naming the field.
-#include "controller/parse_error_interceptor.h"
+#include "security/parse_error_interceptor.h"
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "meshcast/v1/controller.grpc.pb.h"
 
-namespace meshcast {
+namespace meshcast::security {
 namespace {
 
 using ::testing::HasSubstr;
@@ -143,4 +143,4 @@ TEST(ParseErrorMessageTest, NamesThePathOrSaysItCannot) {
 }
 
 }  // namespace
-}  // namespace meshcast
+}  // namespace meshcast::security
