@@ -56,14 +56,21 @@ absl::Status DeviceMesh::Validate(const Topology& topology) const {
   if (shape.empty()) {
     return absl::InvalidArgumentError("mesh: shape is empty");
   }
+  // Far beyond any device list; checked before multiplying, so that huge
+  // extents cannot overflow the product (found by fuzz/parsers_fuzz).
+  constexpr int64_t kMaxDevices = int64_t{1} << 40;
   int64_t count = 1;
   for (int extent : shape) {
     if (extent < 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           "mesh ", ShapeToString(shape), ": every extent must be >= 1"));
     }
+    if (count > kMaxDevices / extent) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mesh ", ShapeToString(shape), " needs more than 2^40 "
+                       "devices"));
+    }
     count *= extent;
-    if (count > (int64_t{1} << 40)) break;  // far beyond any device list
   }
   if (count != static_cast<int64_t>(devices.size())) {
     return absl::InvalidArgumentError(

@@ -34,6 +34,12 @@ TEST(DeviceMeshTest, Validate) {
               HasSubstr("outside the topology"));
   EXPECT_FALSE((DeviceMesh{{}, {}}).Validate(topology).ok());
   EXPECT_FALSE((DeviceMesh{{0}, {}}).Validate(topology).ok());
+  // Extents whose product overflows 64 bits (found by fuzzing) are refused
+  // by name, not multiplied.
+  EXPECT_THAT((DeviceMesh{{400402153, 304, 600402153, 30, 8}, {0}})
+                  .Validate(topology)
+                  .message(),
+              HasSubstr("needs more than 2^40 devices"));
 }
 
 TEST(ParseMeshTest, PlacesHostsAndFirstDevices) {
