@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "planner/ir/plan_building.h"
 #include "planner/ir/spec_convert.h"
 #include "planner/sim/plan_simulator.h"
 #include "util/bytes_text.h"
@@ -231,21 +232,12 @@ class CollectivePlanBuilder {
 
  private:
   int AddTensor(std::vector<int64_t> shape) {
-    v1::TensorSpec* tensor = plan_.add_tensors();
-    for (int64_t extent : shape) tensor->add_shape(extent);
-    tensor->set_dtype(DTypeToProto(request_.dtype));
-    plan_.add_tensor_inits()->set_kind(v1::Initializer::KIND_PATTERN);
-    return plan_.tensors_size() - 1;
+    return AddPlanTensor(plan_, shape, request_.dtype,
+                         v1::Initializer::KIND_PATTERN);
   }
 
   int AddBuffer(int tensor, int rank, const Box& box, v1::Buffer::Role role) {
-    v1::Buffer* buffer = plan_.add_buffers();
-    buffer->set_id(plan_.buffers_size() - 1);
-    buffer->set_tensor(tensor);
-    buffer->set_device(devices_[rank]);
-    BoxToProto(box, buffer->mutable_box());
-    buffer->set_role(role);
-    return buffer->id();
+    return AddPlanBuffer(plan_, tensor, devices_[rank], box, role);
   }
 
   const CollectiveRequest& request_;

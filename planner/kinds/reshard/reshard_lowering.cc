@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "planner/ir/plan_building.h"
 #include "planner/ir/spec_convert.h"
 #include "planner/sharding.h"
 
@@ -17,12 +18,7 @@ void AddBuffers(const ReshardProblem& problem, int tensor_index,
     for (int i = 0; i < mesh.num_devices(); ++i) {
       Box box = DeviceBox(problem.tensor, mesh, spec, i);
       if (IsEmpty(box)) continue;
-      v1::Buffer* buffer = plan->add_buffers();
-      buffer->set_id(plan->buffers_size() - 1);
-      buffer->set_tensor(tensor_index);
-      buffer->set_device(mesh.devices[i]);
-      BoxToProto(box, buffer->mutable_box());
-      buffer->set_role(role);
+      AddPlanBuffer(*plan, tensor_index, mesh.devices[i], box, role);
     }
   };
   add(problem.src_mesh, problem.src_spec, v1::Buffer::ROLE_SOURCE);

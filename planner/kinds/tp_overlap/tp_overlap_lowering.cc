@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "planner/ir/plan_building.h"
 #include "planner/ir/spec_convert.h"
 #include "planner/kinds/tp_overlap/tp_overlap_cost.h"
 #include "util/status_macros.h"
@@ -29,23 +30,11 @@ class PlanBuilder {
 
   int AddTensor(std::vector<int64_t> shape, v1::Initializer::Kind init,
                 uint64_t seed = 0) {
-    v1::TensorSpec* tensor = plan_.add_tensors();
-    for (int64_t extent : shape) tensor->add_shape(extent);
-    tensor->set_dtype(DTypeToProto(shape_.dtype));
-    v1::Initializer* i = plan_.add_tensor_inits();
-    i->set_kind(init);
-    i->set_seed(seed);
-    return plan_.tensors_size() - 1;
+    return AddPlanTensor(plan_, shape, shape_.dtype, init, seed);
   }
 
   int AddBuffer(int tensor, int rank, const Box& box, v1::Buffer::Role role) {
-    v1::Buffer* buffer = plan_.add_buffers();
-    buffer->set_id(plan_.buffers_size() - 1);
-    buffer->set_tensor(tensor);
-    buffer->set_device(devices_[rank]);
-    BoxToProto(box, buffer->mutable_box());
-    buffer->set_role(role);
-    return buffer->id();
+    return AddPlanBuffer(plan_, tensor, devices_[rank], box, role);
   }
 
   int AddGroup(const std::vector<int>& devices) {
