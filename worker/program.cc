@@ -9,6 +9,8 @@
 #include "proto/dtype_convert.h"
 #include "util/status_macros.h"
 #include "worker/box_runs.h"
+#include "worker/kernels/compute.h"
+#include "worker/kernels/element.h"
 #include "worker/kernels/initializer.h"
 #include "worker/kernels/reference.h"
 
@@ -107,35 +109,43 @@ absl::Status CheckOperandCounts(const v1::Step& step, const StepDesc& desc,
     case v1::Step::OP_LOCAL_COPY:
       return absl::OkStatus();  // checked by the caller
     case v1::Step::OP_COMPUTE: {
-      int inputs = 0;
+      int min_inputs = 0, max_inputs = 0;
+      const char* name = "";
       switch (step.compute().op_case()) {
         case v1::ComputeAttrs::kGemm:
-          inputs = 2;
+          min_inputs = max_inputs = 2;
+          name = "gemm";
           break;
         case v1::ComputeAttrs::kElementwise:
-          if (step.compute().elementwise().kind() ==
-              v1::ElementwiseAttrs::KIND_ADD) {
-            inputs = 2;
-          } else if (step.compute().elementwise().kind() ==
-                     v1::ElementwiseAttrs::KIND_SCALE) {
-            inputs = 1;
-          } else {
-            return absl::InvalidArgumentError(
-                absl::StrCat(what,
-                             ": compute.elementwise.kind must be KIND_ADD or "
-                             "KIND_SCALE"));
+          min_inputs = max_inputs =
+              ElementwiseInputs(step.compute().elementwise().kind());
+          if (min_inputs == 0) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                what, ": compute.elementwise.kind ",
+                static_cast<int>(step.compute().elementwise().kind()),
+                " is unknown; allowed: ", kElementwiseKinds));
           }
+          name = "elementwise";
+          break;
+        case v1::ComputeAttrs::kGather:
+          // [X] or [X, W].
+          min_inputs = 1;
+          max_inputs = 2;
+          name = "gather";
           break;
         default:
           return absl::InvalidArgumentError(absl::StrCat(
-              what, ": OP_COMPUTE needs compute.gemm or compute.elementwise"));
+              what,
+              ": OP_COMPUTE needs compute.gemm, compute.elementwise or "
+              "compute.gather"));
       }
-      if (step.inputs_size() != inputs || step.outputs_size() != 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, ": OP_COMPUTE (",
-                         step.compute().has_gemm() ? "gemm" : "elementwise",
-                         ") needs ", inputs, " inputs and 1 output, has ",
-                         step.inputs_size(), " and ", step.outputs_size()));
+      if (step.inputs_size() < min_inputs || step.inputs_size() > max_inputs ||
+          step.outputs_size() != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": OP_COMPUTE (", name, ") needs ", min_inputs,
+            min_inputs == max_inputs ? "" : absl::StrCat(" or ", max_inputs),
+            " inputs and 1 output, has ", step.inputs_size(), " and ",
+            step.outputs_size()));
       }
       return absl::OkStatus();
     }
@@ -171,6 +181,50 @@ absl::Status CheckOperandCopy(const ParsedProgram& program,
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": OP_SEND_RECV input ", BoxToString(input.box), " and output ",
         BoxToString(output.box), " overlap in buffer ", input.buffer));
+  }
+  return absl::OkStatus();
+}
+
+// What OP_COMPUTE needs of its resolved operands beyond their count:
+// RELU / SIGMOID a floating-point output; a gather, operands whose sizes fit
+// its attributes (CheckGather) and, with weights, a floating-point dtype.
+// INVALID_ARGUMENT naming the step and field; UNIMPLEMENTED for weights on
+// an integer dtype (as the kernels).
+absl::Status CheckComputeOperands(const ParsedProgram& program,
+                                  const v1::Step& step, const StepDesc& desc,
+                                  const std::string& what) {
+  if (desc.outputs.empty() || !desc.outputs[0].known()) return absl::OkStatus();
+  const DType dtype = program.tensors[desc.outputs[0].tensor].dtype;
+  if (step.compute().has_elementwise()) {
+    const v1::ElementwiseAttrs& e = step.compute().elementwise();
+    if (ElementwiseNeedsFloat(e.kind()) && IsIntegerDType(dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": compute.elementwise.kind ",
+          v1::ElementwiseAttrs::Kind_Name(e.kind()), " on ", DTypeName(dtype),
+          " (output buffer ", desc.outputs[0].buffer,
+          ") is not defined; allowed dtypes: float16, bfloat16, float32, "
+          "float64"));
+    }
+    return absl::OkStatus();
+  }
+  if (!step.compute().has_gather()) return absl::OkStatus();
+  for (const OperandDesc& input : desc.inputs) {
+    if (!input.known()) return absl::OkStatus();
+  }
+  const int64_t w_elements =
+      desc.inputs.size() == 2 ? NumElements(desc.inputs[1].box) : -1;
+  absl::Status valid =
+      CheckGather(step.compute().gather(), NumElements(desc.inputs[0].box),
+                  w_elements, NumElements(desc.outputs[0].box));
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": compute.", valid.message()));
+  }
+  if (desc.inputs.size() == 2 && IsIntegerDType(dtype)) {
+    return absl::UnimplementedError(absl::StrCat(
+        what, ": compute.gather with weights (inputs[1]) on ", DTypeName(dtype),
+        " is not supported; allowed: float16, bfloat16, float32, float64 "
+        "(integer dtypes gather without W)"));
   }
   return absl::OkStatus();
 }
@@ -572,6 +626,9 @@ absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& proto) {
           BoxToString(desc.inputs[0].box), ") and output (tensor ",
           desc.outputs[0].tensor, " ", BoxToString(desc.outputs[0].box),
           ") must be the same tensor and slice"));
+    }
+    if (desc.op == v1::Step::OP_COMPUTE) {
+      RETURN_IF_ERROR(CheckComputeOperands(program, step, desc, what));
     }
     if (desc.op == v1::Step::OP_LOCAL_COPY && !desc.inputs[0].local) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -11,7 +11,11 @@
 // checked loosely, kept aside (`other_buffers`; the whole plan stays in
 // `plan`) and never allocated or run. Deps on steps outside the program are
 // dropped (the contract says they are ignored); a dependency cycle is an
-// error. Every error names the offending field and id.
+// error. Every error names the offending field and id. A compute step of
+// this worker has its operand count checked by op (gemm 2 inputs, gather 1
+// or 2, elementwise by kind), RELU / SIGMOID a floating-point dtype, and a
+// gather its attributes against its operands' sizes (kernels/compute.h
+// CheckGather), so that a malformed step fails before the job starts.
 //
 //   ASSIGN_OR_RETURN(ParsedProgram program, ParseProgram(request.program()));
 //

@@ -289,5 +289,165 @@ TEST(ParseProgramTest, RejectsBadProgramsNamingTheField) {
   }
 }
 
+// A weighted gather on device 0: X [4, 3] float32, W [4], Y [2, 3] (k = 2),
+// and a relu of Y into Z; `dtype` for every tensor.
+TestJob GatherJob(DType dtype = DType::kFloat32) {
+  TestJob job(1, 1);
+  const int x = job.AddTensor({{4, 3}, dtype});
+  const int w = job.AddTensor({{4}, dtype});
+  const int y = job.AddTensor({{2, 3}, dtype});
+  const int z = job.AddTensor({{2, 3}, dtype});
+  v1::Step gather;
+  gather.set_op(v1::Step::OP_COMPUTE);
+  gather.set_device(0);
+  v1::GatherAttrs* g = gather.mutable_compute()->mutable_gather();
+  g->set_row(3);
+  g->set_k(2);
+  for (int64_t i : {0, 3, -1, 1}) g->add_index(i);
+  *gather.add_inputs() = TestJob::Operand(
+      job.AddBuffer(0, x, job.FullBox(x), BufferRole::kSource));
+  *gather.add_inputs() = TestJob::Operand(
+      job.AddBuffer(0, w, job.FullBox(w), BufferRole::kSource));
+  const int yb = job.AddBuffer(0, y, job.FullBox(y), BufferRole::kScratch);
+  *gather.add_outputs() = TestJob::Operand(yb);
+  job.AddStep(gather);
+  v1::Step relu;
+  relu.set_op(v1::Step::OP_COMPUTE);
+  relu.set_device(0);
+  relu.mutable_compute()->mutable_elementwise()->set_kind(
+      v1::ElementwiseAttrs::KIND_RELU);
+  *relu.add_inputs() = TestJob::Operand(yb);
+  *relu.add_outputs() = TestJob::Operand(
+      job.AddBuffer(0, z, job.FullBox(z), BufferRole::kDestination));
+  relu.add_deps(0);
+  job.AddStep(relu);
+  return job;
+}
+
+TEST(ParseProgramTest, AcceptsGathersAndActivations) {
+  auto program = ParseProgram(GatherJob().ProgramFor(0));
+  ASSERT_TRUE(program.ok()) << program.status();
+  ASSERT_EQ(program->steps.size(), 2u);
+  EXPECT_TRUE(program->steps[0].compute.has_gather());
+  EXPECT_EQ(program->steps[0].inputs.size(), 2u);
+  EXPECT_EQ(program->tensor_computed,
+            (std::vector<bool>{false, false, true, true}));
+  // Without W, and with an integer dtype (a copy / wrapping sum), too.
+  for (DType dtype : {DType::kFloat32, DType::kInt32}) {
+    v1::WorkerProgram proto = GatherJob(dtype).ProgramFor(0);
+    proto.mutable_plan()->mutable_steps(0)->mutable_inputs()->RemoveLast();
+    proto.mutable_plan()->mutable_steps()->RemoveLast();  // the relu
+    EXPECT_TRUE(ParseProgram(proto).ok()) << DTypeName(dtype);
+  }
+}
+
+TEST(ParseProgramTest, RejectsBadGathersAndActivationsNamingTheField) {
+  const std::vector<BadCase> cases = {
+      {"row 0",
+       [](v1::WorkerProgram& p) {
+         p.mutable_plan()
+             ->mutable_steps(0)
+             ->mutable_compute()
+             ->mutable_gather()
+             ->set_row(0);
+       },
+       absl::StatusCode::kInvalidArgument,
+       "plan.steps id 0: compute.gather.row = 0 must be >= 1"},
+      {"row does not divide X",
+       [](v1::WorkerProgram& p) {
+         p.mutable_plan()
+             ->mutable_steps(0)
+             ->mutable_compute()
+             ->mutable_gather()
+             ->set_row(5);
+       },
+       absl::StatusCode::kInvalidArgument,
+       "compute.gather.row = 5: X has 12 elements and Y 6"},
+      {"index out of range",
+       [](v1::WorkerProgram& p) {
+         p.mutable_plan()
+             ->mutable_steps(0)
+             ->mutable_compute()
+             ->mutable_gather()
+             ->set_index(3, 4);
+       },
+       absl::StatusCode::kInvalidArgument,
+       "compute.gather.index[3] = 4 is outside [-1, rows(X) = 4)"},
+      {"index count",
+       [](v1::WorkerProgram& p) {
+         p.mutable_plan()
+             ->mutable_steps(0)
+             ->mutable_compute()
+             ->mutable_gather()
+             ->set_k(1);
+       },
+       absl::StatusCode::kInvalidArgument,
+       "compute.gather.index has 4 entries; it needs rows(Y) * k = 2 * 1 = 2"},
+      {"W size",
+       [](v1::WorkerProgram& p) {
+         p.mutable_plan()->mutable_steps(0)->mutable_inputs(1)->set_buffer(0);
+       },
+       absl::StatusCode::kInvalidArgument, "compute.gather: W has 12 elements"},
+      {"three inputs",
+       [](v1::WorkerProgram& p) {
+         *p.mutable_plan()->mutable_steps(0)->add_inputs() =
+             TestJob::Operand(0);
+       },
+       absl::StatusCode::kInvalidArgument,
+       "OP_COMPUTE (gather) needs 1 or 2 inputs and 1 output, has 3 and 1"},
+      {"relu with two inputs",
+       [](v1::WorkerProgram& p) {
+         *p.mutable_plan()->mutable_steps(1)->add_inputs() =
+             TestJob::Operand(0);
+       },
+       absl::StatusCode::kInvalidArgument,
+       "plan.steps id 1: OP_COMPUTE (elementwise) needs 1 inputs"},
+      {"unknown kind",
+       [](v1::WorkerProgram& p) {
+         p.mutable_plan()
+             ->mutable_steps(1)
+             ->mutable_compute()
+             ->mutable_elementwise()
+             ->set_kind(static_cast<v1::ElementwiseAttrs::Kind>(9));
+       },
+       absl::StatusCode::kInvalidArgument,
+       "compute.elementwise.kind 9 is unknown; allowed: KIND_ADD, KIND_SCALE, "
+       "KIND_RELU, KIND_SIGMOID"},
+      {"no op",
+       [](v1::WorkerProgram& p) {
+         p.mutable_plan()->mutable_steps(1)->clear_compute();
+       },
+       absl::StatusCode::kInvalidArgument,
+       "OP_COMPUTE needs compute.gemm, compute.elementwise or compute.gather"},
+  };
+  for (const BadCase& bad : cases) {
+    SCOPED_TRACE(bad.name);
+    v1::WorkerProgram proto = GatherJob().ProgramFor(0);
+    bad.corrupt(proto);
+    auto program = ParseProgram(proto);
+    ASSERT_FALSE(program.ok());
+    EXPECT_EQ(program.status().code(), bad.code) << program.status();
+    EXPECT_NE(program.status().message().find(bad.message_part),
+              std::string::npos)
+        << program.status();
+  }
+  // Integers: RELU is not defined, weights are not implemented.
+  auto integer = ParseProgram(GatherJob(DType::kInt32).ProgramFor(0));
+  EXPECT_EQ(integer.status().code(), absl::StatusCode::kUnimplemented)
+      << integer.status();
+  EXPECT_NE(integer.status().message().find("compute.gather with weights"),
+            std::string::npos)
+      << integer.status();
+  v1::WorkerProgram relu = GatherJob(DType::kInt8).ProgramFor(0);
+  relu.mutable_plan()->mutable_steps(0)->mutable_inputs()->RemoveLast();
+  integer = ParseProgram(relu);
+  EXPECT_EQ(integer.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(integer.status().message().find(
+                "plan.steps id 1: compute.elementwise.kind KIND_RELU on int8 "
+                "(output buffer 3) is not defined; allowed dtypes: float16"),
+            std::string::npos)
+      << integer.status();
+}
+
 }  // namespace
 }  // namespace meshcast::worker

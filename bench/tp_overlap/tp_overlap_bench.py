@@ -32,16 +32,17 @@ ran succeeded with 0 mismatches, 1 otherwise, 2 on bad flags.
 
 import argparse
 import json
-import math
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "bench", "common"))
+import bench_common as bc  # noqa: E402
+from bench_common import (find_binary, fmt, fmt_s, geomean,  # noqa: E402
+                          load_average, log, ratio, write_spec)
 MODES = ["sequential", "chunked", "fused", "auto"]
 # nccl-tests style: fixed-width columns, "#" header lines.
 ROW = ("%-16s %3s %-6s %-10s %-12s %9s %9s %6s %9s %9s %9s %6s %6s %6s %7s "
@@ -79,38 +80,6 @@ PAPER_GEOMEAN, PAPER_MAX = 0.30, 0.47
 NVLINK_GBPS, NVLINK_LATENCY_US = 3600, 2
 
 
-def log(*parts):
-    print(*parts, flush=True)
-
-
-def fmt(x, spec="%.3f"):
-    if x is None or (isinstance(x, float) and (math.isnan(x) or
-                                                math.isinf(x))):
-        return "-"
-    return spec % x
-
-
-def fmt_s(x):
-    return fmt(x, "%.4g")
-
-
-def ratio(a, b):
-    return a / b if a and b else None
-
-
-def geomean(xs):
-    xs = [x for x in xs if x and x > 0]
-    return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else None
-
-
-def load_average():
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "?"
-
-
 def job_spec(m, n, k, tp, collective, mode, chunks=0, dtype="DTYPE_FLOAT32",
              mesh=None, verify="VERIFY_MODE_FULL"):
     return {"name": "tp-%dx%dx%d-tp%d-%s-%s" % (m, n, k, tp, collective,
@@ -122,105 +91,21 @@ def job_spec(m, n, k, tp, collective, mode, chunks=0, dtype="DTYPE_FLOAT32",
                            "chunks": chunks}}
 
 
-def write_spec(spec):
-    f = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
-    json.dump(spec, f)
-    f.close()
-    return f.name
-
-
 def not_available(text):
     return "not available" in text
 
 
-# ---- binaries and clusters ------------------------------------------------
+# ---- clusters -------------------------------------------------------------
 
-def find_binary(bin_dir, name, subdir):
-    candidates = []
-    if bin_dir:
-        candidates += [os.path.join(bin_dir, name),
-                       os.path.join(bin_dir, subdir, name)]
-    candidates.append(os.path.join(REPO, "build", subdir, name))
-    for c in candidates:
-        if os.access(c, os.X_OK):
-            return os.path.abspath(c)
-    raise RuntimeError("%s not found in %s (pass --bin-dir)" %
-                       (name, ", ".join(candidates)))
+def local_cluster(args, workers):
+    return bc.LocalCluster(args.meshctl, args.controller_bin,
+                           args.worker_bin, workers, devices=1,
+                           up_args=args.up_args, prefix="tp-overlap-bench-")
 
 
-class LocalCluster:
-    """`meshctl up` of TP workers x 1 CPU device in a temporary directory;
-    `meshctl down` on exit."""
-
-    def __init__(self, args, workers):
-        self.meshctl = args.meshctl
-        self.workers = workers
-        self.dir = tempfile.mkdtemp(prefix="tp-overlap-bench-")
-        self.cluster_dir = os.path.join(self.dir, "cluster")
-        self.bin_dir = os.path.join(self.dir, "bin")
-        self.up_args = args.up_args
-        self.controller = args.controller_bin
-        self.worker = args.worker_bin
-        self.ok = False
-
-    def __enter__(self):
-        os.makedirs(self.bin_dir)
-        os.symlink(self.controller,
-                   os.path.join(self.bin_dir, "meshcast-controller"))
-        os.symlink(self.worker, os.path.join(self.bin_dir, "meshcast-worker"))
-        result = subprocess.run(
-            [self.meshctl, "up", "--dir", self.cluster_dir, "--bin-dir",
-             self.bin_dir, "--workers", str(self.workers),
-             "--devices-per-worker", "1", "--output", "json"] + self.up_args,
-            capture_output=True, text=True, timeout=90)
-        if result.returncode != 0:
-            self.__exit__(None, None, None)
-            raise RuntimeError("meshctl up failed: %s" %
-                               (result.stderr.strip()[-1500:]))
-        return self
-
-    def __exit__(self, *exc):
-        subprocess.run([self.meshctl, "down", "--dir", self.cluster_dir,
-                        "--grace", "5"], capture_output=True, timeout=90)
-        if self.ok:
-            shutil.rmtree(self.dir, ignore_errors=True)
-        else:
-            log("# cluster logs kept in %s/logs" % self.cluster_dir)
-        return False
-
-    def ctl(self, argv, timeout):
-        return subprocess.run([self.meshctl] + argv + ["--dir",
-                                                      self.cluster_dir],
-                              capture_output=True, text=True,
-                              timeout=timeout)
-
-
-class NetCluster:
-    """scripts/netcluster.sh: TP hosts x 1 device, links at --rate."""
-
-    def __init__(self, args, hosts):
-        sys.path.insert(0, os.path.join(REPO, "bench", "netcluster"))
-        import netcluster_bench  # noqa: E402 (the netcluster driver)
-        self.dir = tempfile.mkdtemp(prefix="tp-overlap-netbench-")
-        options = argparse.Namespace(
-            dir=self.dir, id="tpov", hosts=hosts, devices=1, rate=args.rate,
-            bin_dir=args.bin_dir, intra_gbps=None, host_copy_gbps=None,
-            transfer_setup_us=None)
-        self.cluster = netcluster_bench.Cluster(options)
-        self.ok = False
-
-    def __enter__(self):
-        self.cluster.up()
-        return self
-
-    def __exit__(self, *exc):
-        self.cluster.down()
-        if self.ok:
-            shutil.rmtree(self.dir, ignore_errors=True)
-        return False
-
-    def ctl(self, argv, timeout):
-        return self.cluster.meshctl(argv, timeout)
+def net_cluster(args, hosts):
+    return bc.NetCluster(args.bin_dir, args.rate, hosts, devices=1,
+                         cluster_id="tpov", prefix="tp-overlap-netbench-")
 
 
 # ---- the grid on a cluster ------------------------------------------------
@@ -393,7 +278,7 @@ def section_local(args, grid):
     start = time.time()
     rows = []
     for tp in sorted({g[3] for g in grid}):
-        with LocalCluster(args, tp) as cluster:
+        with local_cluster(args, tp) as cluster:
             part = run_grid(cluster, [g for g in grid if g[3] == tp], args,
                             "local")
             cluster.ok = all(r["status"] in ("ok", "not available")
@@ -413,7 +298,7 @@ def section_net(args, grid):
     start = time.time()
     rows = []
     for tp in sorted({g[3] for g in grid}):
-        with NetCluster(args, tp) as cluster:
+        with net_cluster(args, tp) as cluster:
             part = run_grid(cluster, [g for g in grid if g[3] == tp], args,
                             "net")
             cluster.ok = all(r["status"] in ("ok", "not available")

@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "planner/kinds/collective/collective_kind.h"
 #include "planner/kinds/job_kind.h"
+#include "planner/kinds/moe/moe_kind.h"
 #include "planner/kinds/reshard/reshard_kind.h"
 #include "planner/kinds/tp_overlap/tp_overlap_kind.h"
 #include "util/text_safety.h"
@@ -15,8 +16,9 @@ namespace {
 const ReshardKind kReshard;
 const CollectiveKind kCollective;
 const TpOverlapKind kTpOverlap;
-const std::array<const JobKind*, 3> kKinds = {&kReshard, &kCollective,
-                                              &kTpOverlap};
+const MoeKind kMoe;
+const std::array<const JobKind*, 4> kKinds = {&kReshard, &kCollective,
+                                              &kTpOverlap, &kMoe};
 
 std::string KindNames() {
   std::vector<std::string> names;
@@ -34,6 +36,8 @@ absl::StatusOr<const JobKind*> FindJobKind(const v1::JobSpec& spec) {
       return &kCollective;
     case v1::JobSpec::kTpOverlap:
       return &kTpOverlap;
+    case v1::JobSpec::kMoe:
+      return &kMoe;
     case v1::JobSpec::KIND_NOT_SET:
       break;
   }

@@ -20,14 +20,15 @@ TEST(JobKindsTest, FindsTheKindOfASpec) {
 TEST(JobKindsTest, ASpecWithoutAKindNamesTheKinds) {
   absl::StatusOr<const JobKind*> kind = FindJobKind(v1::JobSpec());
   EXPECT_EQ(kind.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(kind.status().message(), HasSubstr("reshard, collective, tp_overlap"));
+  EXPECT_THAT(kind.status().message(), HasSubstr("reshard, collective, tp_overlap, moe"));
 }
 
 TEST(JobKindsTest, ByName) {
   EXPECT_EQ((*FindJobKindByName("reshard"))->name(), "reshard");
-  EXPECT_EQ(FindJobKindByName("moe").status().code(),
+  EXPECT_EQ((*FindJobKindByName("moe"))->name(), "moe");
+  EXPECT_EQ(FindJobKindByName("pipeline").status().code(),
             absl::StatusCode::kNotFound);
-  EXPECT_EQ(AllJobKinds().size(), 3u);
+  EXPECT_EQ(AllJobKinds().size(), 4u);
 }
 
 }  // namespace

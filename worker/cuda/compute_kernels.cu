@@ -37,6 +37,92 @@ __global__ void ScaleKernel(double alpha, const WordT<kType>* in,
   }
 }
 
+template <PatternType kType, bool kSigmoid>
+__global__ void ActivationKernel(const WordT<kType>* in, WordT<kType>* out,
+                                 int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride) {
+    out[i] = static_cast<WordT<kType>>(kSigmoid ? SigmoidBits(kType, in[i])
+                                                : ReluBits(kType, in[i]));
+  }
+}
+
+// One output element (i, c) per iteration; see LaunchGather.
+template <PatternType kType>
+__global__ void GatherKernel(const WordT<kType>* x, const WordT<kType>* w,
+                             const int64_t* index, int64_t row, int64_t k,
+                             int64_t n, WordT<kType>* y) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       e < n; e += stride) {
+    const int64_t i = e / row, c = e % row;
+    if (!CoreIsFloatType(kType)) {
+      uint64_t sum = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t source = index[i * k + j];
+        if (source < 0) continue;
+        sum +=
+            static_cast<uint64_t>(CoreIntegerValue(kType, x[source * row + c]));
+      }
+      y[e] = static_cast<WordT<kType>>(
+          CoreIntegerBits(kType, static_cast<int64_t>(sum)));
+      continue;
+    }
+    double acc = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t source = index[i * k + j];
+      if (source < 0) continue;
+      const double weight =
+          w == nullptr ? 1.0 : CoreFloatValue(kType, w[i * k + j]);
+      acc = GatherMulAdd(kType, acc, weight,
+                         CoreFloatValue(kType, x[source * row + c]));
+    }
+    y[e] = static_cast<WordT<kType>>(CoreFloatStoreBits(kType, acc));
+  }
+}
+
+template <PatternType kType, bool kSigmoid>
+cudaError_t Activation(const void* in, void* out, int64_t n,
+                       cudaStream_t stream) {
+  using W = WordT<kType>;
+  ActivationKernel<kType, kSigmoid>
+      <<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
+          static_cast<const W*>(in), static_cast<W*>(out), n);
+  return cudaGetLastError();
+}
+
+template <bool kSigmoid>
+cudaError_t LaunchActivation(PatternType type, const void* in, void* out,
+                             int64_t n, cudaStream_t stream) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  switch (type) {
+    case PatternType::kFloat16:
+      return Activation<PatternType::kFloat16, kSigmoid>(in, out, n, stream);
+    case PatternType::kBFloat16:
+      return Activation<PatternType::kBFloat16, kSigmoid>(in, out, n, stream);
+    case PatternType::kFloat32:
+      return Activation<PatternType::kFloat32, kSigmoid>(in, out, n, stream);
+    case PatternType::kFloat64:
+      return Activation<PatternType::kFloat64, kSigmoid>(in, out, n, stream);
+    default:
+      return cudaErrorInvalidValue;  // RELU / SIGMOID take floats only
+  }
+}
+
+template <PatternType kType>
+cudaError_t Gather(const void* x, const void* w, const int64_t* index,
+                   int64_t row, int64_t k, int64_t n, void* y,
+                   cudaStream_t stream) {
+  using W = WordT<kType>;
+  if (w != nullptr && !CoreIsFloatType(kType)) return cudaErrorInvalidValue;
+  GatherKernel<kType><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
+      static_cast<const W*>(x), static_cast<const W*>(w), index, row, k, n,
+      static_cast<W*>(y));
+  return cudaGetLastError();
+}
+
 template <PatternType kType>
 cudaError_t Reduce(bool max, const void* in, void* inout, int64_t n,
                    cudaStream_t stream) {
@@ -99,5 +185,25 @@ cudaError_t LaunchScale(PatternType type, double alpha, const void* in,
 #undef MESHCAST_SCALE
 }
 
+cudaError_t LaunchRelu(PatternType type, const void* in, void* out, int64_t n,
+                       cudaStream_t stream) {
+  return LaunchActivation<false>(type, in, out, n, stream);
+}
+
+cudaError_t LaunchSigmoid(PatternType type, const void* in, void* out,
+                          int64_t n, cudaStream_t stream) {
+  return LaunchActivation<true>(type, in, out, n, stream);
+}
+
+cudaError_t LaunchGather(PatternType type, const void* x, const void* w,
+                         const int64_t* index, int64_t row, int64_t k,
+                         int64_t rows_y, void* y, cudaStream_t stream) {
+  if (row < 1 || k < 1 || rows_y < 0) return cudaErrorInvalidValue;
+  const int64_t n = rows_y * row;
+  if (n == 0) return cudaSuccess;
+#define MESHCAST_GATHER(t) Gather<t>(x, w, index, row, k, n, y, stream)
+  MESHCAST_DISPATCH_PATTERN_TYPE(type, MESHCAST_GATHER);
+#undef MESHCAST_GATHER
+}
 
 }  // namespace meshcast::worker::cuda

@@ -1,13 +1,14 @@
 // CUDA kernels for the element arithmetic of the GPU backend: the combine
-// step of reducing collectives and the elementwise compute ops, with the
-// bits of worker/kernels/element_core.h (the host's rules, reduce.h and
-// compute.h). Plain C++ and the CUDA runtime API, so nvcc compiles it
-// without Abseil; worker/cuda/device_compute.h and device_collectives.h
-// wrap it with absl::Status.
+// step of reducing collectives, the elementwise compute ops and the row
+// gather, with the bits of worker/kernels/element_core.h (the host's rules,
+// reduce.h and compute.h). Plain C++ and the CUDA runtime API, so nvcc compiles
+// it without Abseil; worker/cuda/device_compute.h and device_collectives.h wrap
+// it with absl::Status.
 //
 //   LaunchReduceInto(PatternType::kFloat32, /*max=*/false, in, inout, n, s);
 //   LaunchAdd(PatternType::kBFloat16, a, b, out, n, s);
 //   LaunchScale(PatternType::kInt32, 0.5, in, out, n, s);
+//   LaunchGather(PatternType::kFloat16, x, w, index, row, k, rows_y, y, s);
 //
 // Contract: n elements of PatternTypeSize(type) bytes each, device memory of
 // the stream's GPU (or peer memory it can reach). `inout` and `in` must not
@@ -36,6 +37,27 @@ cudaError_t LaunchAdd(PatternType type, const void* a, const void* b,
 // out[i] = ScaleBits(type, alpha, in[i]).
 cudaError_t LaunchScale(PatternType type, double alpha, const void* in,
                         void* out, int64_t n, cudaStream_t stream);
+
+// out[i] = ReluBits(type, in[i]) / SigmoidBits(type, in[i]); float types
+// only (cudaErrorInvalidValue for integers).
+cudaError_t LaunchRelu(PatternType type, const void* in, void* out, int64_t n,
+                       cudaStream_t stream);
+cudaError_t LaunchSigmoid(PatternType type, const void* in, void* out,
+                          int64_t n, cudaStream_t stream);
+
+// compute.h's RunGather on device memory: `y` holds rows_y rows of `row`
+// elements; element (i, c) = sum over j < k, in j order, of w[i * k + j] *
+// x[index[i * k + j] * row + c] (w null: weights of 1), an index of -1
+// adding nothing. Floats accumulate with GatherMulAdd and round once
+// (CoreFloatStoreBits); integers, unweighted only (cudaErrorInvalidValue
+// with w), sum with wrap-around. `index` (rows_y * k int64 entries) is
+// device memory, already checked by the caller (compute.h CheckGather): an
+// index outside x reads out of bounds. `y` must not overlap x or w.
+// One thread per output element in a grid-stride loop, so a warp reads
+// consecutive columns of one source row.
+cudaError_t LaunchGather(PatternType type, const void* x, const void* w,
+                         const int64_t* index, int64_t row, int64_t k,
+                         int64_t rows_y, void* y, cudaStream_t stream);
 
 }  // namespace meshcast::worker::cuda
 

@@ -12,6 +12,7 @@
 #include "worker/cuda/cuda_handles.h"
 #include "worker/cuda/device_pattern.h"
 #include "worker/kernels/compute.h"
+#include "worker/kernels/element.h"
 #include "worker/pattern.h"
 
 namespace meshcast::worker::cuda {
@@ -176,21 +177,13 @@ absl::Status EnqueueElementwise(const StepDesc& step,
                                 absl::Span<const cudaEvent_t> waits,
                                 const StepEvents& events) {
   const v1::ElementwiseAttrs& attrs = step.compute.elementwise();
-  size_t inputs = 0;
-  switch (attrs.kind()) {
-    case v1::ElementwiseAttrs::KIND_ADD:
-      inputs = 2;
-      break;
-    case v1::ElementwiseAttrs::KIND_SCALE:
-      inputs = 1;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("elementwise kind ", static_cast<int>(attrs.kind()),
-                       " is unknown; allowed: KIND_ADD, KIND_SCALE"));
+  const size_t inputs = ElementwiseInputs(attrs.kind());
+  if (inputs == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("elementwise kind ", static_cast<int>(attrs.kind()),
+                     " is unknown; allowed: ", kElementwiseKinds));
   }
-  const char* name =
-      attrs.kind() == v1::ElementwiseAttrs::KIND_ADD ? "add" : "scale";
+  const char* name = ElementwiseName(attrs.kind());
   if (step.inputs.size() != inputs || step.outputs.size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "elementwise ", name, " needs ", inputs, " inputs and 1 output, has ",
@@ -218,20 +211,116 @@ absl::Status EnqueueElementwise(const StepDesc& step,
           "; operands must match"));
     }
   }
+  if (ElementwiseNeedsFloat(attrs.kind()) && IsIntegerDType(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "elementwise ", name, " on ", DTypeName(dtype),
+        " is not defined; allowed dtypes: float16, bfloat16, float32, "
+        "float64"));
+  }
   {
     ScopedCudaDevice on(gpu);
     RETURN_IF_ERROR(on.status());
     const PatternType type = ToPatternType(dtype);
+    cudaError_t launched = cudaSuccess;
+    switch (attrs.kind()) {
+      case v1::ElementwiseAttrs::KIND_ADD:
+        launched = LaunchAdd(type, in[0].data, in[1].data, out.data, count,
+                             s.stream());
+        break;
+      case v1::ElementwiseAttrs::KIND_RELU:
+        launched = LaunchRelu(type, in[0].data, out.data, count, s.stream());
+        break;
+      case v1::ElementwiseAttrs::KIND_SIGMOID:
+        launched = LaunchSigmoid(type, in[0].data, out.data, count, s.stream());
+        break;
+      default:
+        launched = LaunchScale(type, attrs.alpha(), in[0].data, out.data, count,
+                               s.stream());
+        break;
+    }
     RETURN_IF_ERROR(CudaStatus(
-        attrs.kind() == v1::ElementwiseAttrs::KIND_ADD
-            ? LaunchAdd(type, in[0].data, in[1].data, out.data, count,
-                        s.stream())
-            : LaunchScale(type, attrs.alpha(), in[0].data, out.data, count,
-                          s.stream()),
-        absl::StrCat("launching the elementwise ", name, " kernel")));
+        launched, absl::StrCat("launching the elementwise ", name, " kernel")));
   }
   if (out.staged) {
     RETURN_IF_ERROR(UnpackRegion(out.data, gpu, out.box, *out.tile, s));
+  }
+  return s.End();
+}
+
+// True if the two operands share bytes of one tile.
+bool SharesBytes(const Dense& a, const Dense& b) {
+  return a.tile == b.tile && !IsEmpty(Intersect(a.box, b.box));
+}
+
+absl::Status EnqueueGather(const StepDesc& step,
+                           const DeviceRelayEnvironment& env,
+                           const DeviceLane& lane,
+                           absl::Span<const cudaEvent_t> waits,
+                           const StepEvents& events) {
+  const v1::GatherAttrs& g = step.compute.gather();
+  if (step.inputs.empty() || step.inputs.size() > 2 ||
+      step.outputs.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gather needs inputs [X] or [X, W] and outputs [Y], has ",
+        step.inputs.size(), " inputs and ", step.outputs.size(), " outputs"));
+  }
+  const bool weighted = step.inputs.size() == 2;
+  ASSIGN_OR_RETURN(const int gpu, StepPrimaryGpu(step, env));
+  ASSIGN_OR_RETURN(StepStream s, StepStream::Begin(lane, gpu, waits, events));
+  ASSIGN_OR_RETURN(const Dense x,
+                   MakeDense(step.inputs[0], env, "inputs[0] (X)", true, s));
+  Dense w;
+  if (weighted) {
+    ASSIGN_OR_RETURN(w,
+                     MakeDense(step.inputs[1], env, "inputs[1] (W)", true, s));
+  }
+  ASSIGN_OR_RETURN(Dense y,
+                   MakeDense(step.outputs[0], env, "outputs[0] (Y)", false, s));
+  const DType dtype = y.tile->dtype();
+  if (x.tile->dtype() != dtype || (weighted && w.tile->dtype() != dtype)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gather operands must share one dtype: X is ",
+        DTypeName(x.tile->dtype()), weighted ? ", W " : "",
+        weighted ? DTypeName(w.tile->dtype()) : "", ", Y ", DTypeName(dtype)));
+  }
+  RETURN_IF_ERROR(CheckGather(g, NumElements(x.box),
+                              weighted ? NumElements(w.box) : -1,
+                              NumElements(y.box)));
+  if (weighted && IsIntegerDType(dtype)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "gather with weights on ", DTypeName(dtype),
+        " is not supported; allowed: float16, bfloat16, float32, float64 "
+        "(integer dtypes gather without W)"));
+  }
+  // Rows are read while others are written: a Y that shares bytes with X or
+  // W is gathered into staging and copied over afterwards, so X is read as
+  // it was before the step (compute.h).
+  if (!y.staged && (SharesBytes(y, x) || (weighted && SharesBytes(y, w)))) {
+    ASSIGN_OR_RETURN(y.data,
+                     s.Allocate(NumElements(y.box) * y.tile->element_size()));
+    y.staged = true;
+  }
+  const int64_t rows_y = NumElements(y.box) / g.row();
+  if (rows_y > 0) {
+    // The index list, to the GPU on the step's stream. The host copy is the
+    // program's, alive for the whole run; a pageable source is staged by
+    // the driver before cudaMemcpyAsync returns.
+    const size_t index_bytes = sizeof(int64_t) * g.index_size();
+    ASSIGN_OR_RETURN(uint8_t* index, s.Allocate(index_bytes));
+    ScopedCudaDevice on(gpu);
+    RETURN_IF_ERROR(on.status());
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(index, g.index().data(), index_bytes,
+                                   cudaMemcpyHostToDevice, s.stream()),
+                   "copying the gather index to the GPU"));
+    RETURN_IF_ERROR(CudaStatus(
+        LaunchGather(ToPatternType(dtype), x.data, weighted ? w.data : nullptr,
+                     reinterpret_cast<const int64_t*>(index), g.row(),
+                     GatherK(g), rows_y, y.data, s.stream()),
+        "launching the gather kernel"));
+  }
+  if (y.staged) {
+    RETURN_IF_ERROR(UnpackRegion(y.data, gpu, y.box, *y.tile, s));
   }
   return s.End();
 }
@@ -248,9 +337,11 @@ absl::Status EnqueueCompute(const StepDesc& step,
       return EnqueueGemm(step, env, lane, waits, events);
     case v1::ComputeAttrs::kElementwise:
       return EnqueueElementwise(step, env, lane, waits, events);
+    case v1::ComputeAttrs::kGather:
+      return EnqueueGather(step, env, lane, waits, events);
     default:
       return absl::InvalidArgumentError(
-          "compute names no op; allowed: gemm, elementwise");
+          "compute names no op; allowed: gemm, elementwise, gather");
   }
 }
 

@@ -1,7 +1,8 @@
-// The GPU kernel of OP_COMPUTE: GEMM with cuBLAS (cublasGemmEx) and the
-// elementwise ops with CUDA kernels (compute_kernels.h), on the step's
-// device; the GPU counterpart of worker/engine/compute_step.h with the same
-// contract (plan.proto GemmAttrs, ElementwiseAttrs; compute.h).
+// The GPU kernel of OP_COMPUTE: GEMM with cuBLAS (cublasGemmEx), the
+// elementwise ops and the row gather with CUDA kernels (compute_kernels.h),
+// on the step's device; the GPU counterpart of worker/engine/compute_step.h
+// with the same contract (plan.proto GemmAttrs, ElementwiseAttrs,
+// GatherAttrs; compute.h).
 //
 // Each operand is row-major over its own box. An operand that is one
 // contiguous segment of its tile is used in place; any other slice is
@@ -18,13 +19,21 @@
 // CPU path and the reference's tolerance assume; integer dtypes are
 // UNIMPLEMENTED, as on the CPU.
 //
-// Elementwise: KIND_ADD (two inputs) and KIND_SCALE (one), with the host's
-// bits (worker/kernels/element_core.h).
+// Elementwise: KIND_ADD (two inputs), KIND_SCALE, KIND_RELU and
+// KIND_SIGMOID (one; the last two floats only), with the host's bits
+// (worker/kernels/element_core.h).
+//
+// Gather (GatherAttrs): inputs [X] or [X, W], outputs [Y]; the index list
+// is copied to the GPU on the step's stream and one thread computes each Y
+// element, summing its k terms in the host's order and arithmetic
+// (element_core.h GatherMulAdd), so the bits equal compute.h RunGather's.
+// A Y that shares bytes with X or W is gathered into staging first.
 //
 // Errors: INVALID_ARGUMENT for m, n, k outside [0, 2^31 - 1], operand sizes
-// that do not match them, an unknown kind or the wrong operand count;
-// FAILED_PRECONDITION for an operand without a tile here or mixed dtypes;
-// cuBLAS and CUDA errors.
+// that do not match them or a gather's attributes (compute.h CheckGather),
+// an unknown kind, RELU / SIGMOID on integers or the wrong operand count;
+// UNIMPLEMENTED for a weighted integer gather; FAILED_PRECONDITION for an
+// operand without a tile here or mixed dtypes; cuBLAS and CUDA errors.
 // Thread safety: one lane thread per call (device_step.h).
 #ifndef MESHCAST_WORKER_CUDA_DEVICE_COMPUTE_H_
 #define MESHCAST_WORKER_CUDA_DEVICE_COMPUTE_H_

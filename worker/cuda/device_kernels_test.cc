@@ -3,10 +3,11 @@
 // tensors: worker/kernels/reference.h within the dtype's tolerance; moved
 // ones bit for bit): collectives on virtual devices of one GPU
 // (cuda:0xN), GEMM against the reference with its tolerance, elementwise
-// ops, initializer bits against the host BufferSet's, the GEMM ->
-// reduce-scatter DAG, and, on a machine with two GPUs, every collective
-// across two workers over NCCL. The table test runs everywhere; the rest
-// skip without a GPU (two GPUs for the last).
+// ops (relu and sigmoid included), the weighted row gather, initializer bits
+// against the host BufferSet's, the GEMM -> reduce-scatter DAG, and, on a
+// machine with two GPUs, every collective across two workers over NCCL. The
+// table test runs everywhere; the rest skip without a GPU (two GPUs for the
+// last).
 #include "worker/cuda/device_kernels.h"
 
 #include <numeric>
@@ -414,6 +415,93 @@ TEST_F(DeviceKernelsTest, ElementwiseAddThenScale) {
     job.AddStep(scale);
     ExpectVerified(RunWorker(job, 0, 0, 1), 20, 0.01);
   }
+}
+
+// RELU and SIGMOID of one random input in every float dtype, against the
+// reference (relu exact; sigmoid within its 4 terms).
+TEST_F(DeviceKernelsTest, ReluAndSigmoid) {
+  for (DType dtype :
+       {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    TestJob job(1, 1, absl::StrCat("act-", DTypeName(dtype)));
+    const int x = job.AddTensor({{6, 7}, dtype});
+    const int r = job.AddTensor({{6, 7}, dtype});
+    const int s = job.AddTensor({{42}, dtype});
+    job.SetInitializer(x, Random(8));
+    const int xb = job.AddBuffer(0, x, job.FullBox(x), BufferRole::kSource);
+    for (auto [kind, out] :
+         {std::pair{v1::ElementwiseAttrs::KIND_RELU, r},
+          std::pair{v1::ElementwiseAttrs::KIND_SIGMOID, s}}) {
+      v1::Step step;
+      step.set_op(v1::Step::OP_COMPUTE);
+      step.set_device(0);
+      step.mutable_compute()->mutable_elementwise()->set_kind(kind);
+      *step.add_inputs() = TestJob::Operand(xb);
+      *step.add_outputs() = TestJob::Operand(
+          job.AddBuffer(0, out, job.FullBox(out), BufferRole::kDestination));
+      job.AddStep(step);
+    }
+    ExpectVerified(RunWorker(job, 0, 0, 1), 2 * 42, 0.01);
+  }
+}
+
+// A weighted gather-sum (k = 3, some -1 indices) in every float dtype,
+// with X a slice of a wider buffer (packed first), against the reference;
+// then int8 row copies (k = 1, no W) that must be exact: a permutation
+// with a -1 row, and a second one in place on its output.
+TEST_F(DeviceKernelsTest, GatherWithWeightsAgainstTheReference) {
+  const int64_t rows_x = 7, row = 6, rows_y = 5, k = 3;
+  for (DType dtype :
+       {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    TestJob job(1, 1, absl::StrCat("gather-", DTypeName(dtype)));
+    const int x = job.AddTensor({{rows_x, row + 2}, dtype});
+    const int w = job.AddTensor({{rows_y, k}, dtype});
+    const int y = job.AddTensor({{rows_y, row}, dtype});
+    job.SetInitializer(x, Random(41));
+    job.SetInitializer(w, Random(42));
+    v1::Step step;
+    step.set_op(v1::Step::OP_COMPUTE);
+    step.set_device(0);
+    v1::GatherAttrs* g = step.mutable_compute()->mutable_gather();
+    g->set_row(row);
+    g->set_k(k);
+    for (int64_t e = 0; e < rows_y * k; ++e) {
+      g->add_index(e % 4 == 1 ? -1 : (e * 3 + 1) % rows_x);
+    }
+    *step.add_inputs() = TestJob::Operand(
+        job.AddBuffer(0, x, job.FullBox(x), BufferRole::kSource),
+        {{0, rows_x}, {1, row + 1}});
+    *step.add_inputs() = TestJob::Operand(
+        job.AddBuffer(0, w, job.FullBox(w), BufferRole::kSource));
+    *step.add_outputs() = TestJob::Operand(
+        job.AddBuffer(0, y, job.FullBox(y), BufferRole::kDestination));
+    job.AddStep(step);
+    // Sums of k products of magnitude < 1.
+    ExpectVerified(RunWorker(job, 0, 0, 1), rows_y * row, 0.05);
+  }
+  TestJob job(1, 1, "gather-int8");
+  const int x = job.AddTensor({{rows_x, row}, DType::kInt8});
+  const int y = job.AddTensor({{rows_x, row}, DType::kInt8});
+  job.SetInitializer(x, Random(43));
+  const int xb = job.AddBuffer(0, x, job.FullBox(x), BufferRole::kSource);
+  const int yb = job.AddBuffer(0, y, job.FullBox(y), BufferRole::kDestination);
+  v1::Step permute;
+  permute.set_op(v1::Step::OP_COMPUTE);
+  permute.set_device(0);
+  v1::GatherAttrs* g = permute.mutable_compute()->mutable_gather();
+  g->set_row(row);
+  for (int64_t i : {6, 5, -1, 0, 1, 2, 2}) g->add_index(i);
+  *permute.add_inputs() = TestJob::Operand(xb);
+  *permute.add_outputs() = TestJob::Operand(yb);
+  const int first = job.AddStep(permute);
+  // Y permuted again in place: reads Y as it was before the step.
+  v1::Step again = permute;
+  again.clear_inputs();
+  *again.add_inputs() = TestJob::Operand(yb);
+  again.add_deps(first);
+  job.AddStep(again);
+  ExpectVerified(RunWorker(job, 0, 0, 1), rows_x * row, 0);
 }
 
 // RANDOM and ZEROS sources hold the host BufferSet's bits (the fill kernel

@@ -75,6 +75,17 @@ absl::Status RunCompute(const StepDesc& step, const StepEnvironment& env) {
   if (step.compute.has_gemm()) {
     RETURN_IF_ERROR(RunGemm(step.compute.gemm(), dtype, inputs[0].bytes(),
                             inputs[1].bytes(), out.bytes()));
+  } else if (step.compute.has_gather()) {
+    // inputs [X] or [X, W] (ParseProgram checked the count).
+    if (inputs.empty() || inputs.size() > 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gather takes inputs [X] or [X, W], got ", inputs.size()));
+    }
+    const absl::Span<const uint8_t> w =
+        inputs.size() == 2 ? absl::Span<const uint8_t>(inputs[1].bytes())
+                           : absl::Span<const uint8_t>();
+    RETURN_IF_ERROR(RunGather(step.compute.gather(), dtype, inputs[0].bytes(),
+                              w, out.bytes()));
   } else {
     std::vector<absl::Span<const uint8_t>> spans;
     for (Dense& input : inputs) spans.push_back(input.bytes());

@@ -1,5 +1,6 @@
-// The CPU kernel of OP_COMPUTE: GEMM (OpenBLAS) or an elementwise op over
-// the step's operands, on the step's device (worker/kernels/compute.h).
+// The CPU kernel of OP_COMPUTE: GEMM (OpenBLAS), an elementwise op or a row
+// gather over the step's operands, on the step's device
+// (worker/kernels/compute.h).
 //
 // Each operand is row-major over its own box (plan.proto). An operand that
 // is its whole tile is used in place; a slice of a tile is packed into a

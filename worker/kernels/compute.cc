@@ -68,7 +68,243 @@ void GemmHalf(const v1::GemmAttrs& g, DType dtype, const uint8_t* a,
   }
 }
 
+// out[i] = fn(kType, in[i]) over element bits; kType a template argument so
+// that the type switches inside element_core.h's functions fold away.
+template <PatternType kType, typename Fn>
+void MapBits(const uint8_t* in, uint8_t* out, int64_t count, Fn fn) {
+  constexpr int kSize = PatternTypeSize(kType);
+  for (int64_t i = 0; i < count; ++i) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, in + kSize * i, kSize);
+    bits = fn(kType, bits);
+    std::memcpy(out + kSize * i, &bits, kSize);
+  }
+}
+
+template <typename Fn>
+void MapFloatBits(DType dtype, const uint8_t* in, uint8_t* out, int64_t count,
+                  Fn fn) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return MapBits<PatternType::kFloat16>(in, out, count, fn);
+    case DType::kBFloat16:
+      return MapBits<PatternType::kBFloat16>(in, out, count, fn);
+    case DType::kFloat32:
+      return MapBits<PatternType::kFloat32>(in, out, count, fn);
+    default:
+      return MapBits<PatternType::kFloat64>(in, out, count, fn);
+  }
+}
+
+template <PatternType kType>
+uint64_t LoadBits(const uint8_t* at) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, at, PatternTypeSize(kType));
+  return bits;
+}
+
+// The float gather of RunGather (see compute.h) for weighted or k > 1
+// steps: one row of accumulators, terms added in j order.
+template <PatternType kType>
+void GatherFloat(const v1::GatherAttrs& g, const uint8_t* x, const uint8_t* w,
+                 int64_t rows_y, uint8_t* y) {
+  constexpr int kSize = PatternTypeSize(kType);
+  const int64_t row = g.row(), k = GatherK(g);
+  std::vector<double> acc(static_cast<size_t>(row));
+  for (int64_t i = 0; i < rows_y; ++i) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t source = g.index(i * k + j);
+      if (source < 0) continue;
+      const double weight =
+          w == nullptr
+              ? 1.0
+              : CoreFloatValue(kType, LoadBits<kType>(w + kSize * (i * k + j)));
+      const uint8_t* from = x + kSize * source * row;
+      for (int64_t c = 0; c < row; ++c) {
+        acc[c] = GatherMulAdd(
+            kType, acc[c], weight,
+            CoreFloatValue(kType, LoadBits<kType>(from + kSize * c)));
+      }
+    }
+    uint8_t* to = y + kSize * i * row;
+    for (int64_t c = 0; c < row; ++c) {
+      const uint64_t bits = CoreFloatStoreBits(kType, acc[c]);
+      std::memcpy(to + kSize * c, &bits, kSize);
+    }
+  }
+}
+
+// RunGather on validated, non-overlapping operands.
+absl::Status GatherInto(const v1::GatherAttrs& g, DType dtype,
+                        absl::Span<const uint8_t> x,
+                        absl::Span<const uint8_t> w, absl::Span<uint8_t> y) {
+  const int64_t size = DTypeSize(dtype);
+  const int64_t row = g.row(), k = GatherK(g);
+  const int64_t row_bytes = row * size;
+  const int64_t rows_y = static_cast<int64_t>(y.size()) / row_bytes;
+  if (k == 1 && w.empty()) {
+    for (int64_t i = 0; i < rows_y; ++i) {
+      const int64_t source = g.index(i);
+      uint8_t* to = y.data() + i * row_bytes;
+      if (source < 0) {
+        std::memset(to, 0, row_bytes);
+      } else {
+        std::memcpy(to, x.data() + source * row_bytes, row_bytes);
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (IsIntegerDType(dtype)) {
+    // Wrapping sums; only unweighted reaches here.
+    std::vector<uint64_t> acc(static_cast<size_t>(row));
+    for (int64_t i = 0; i < rows_y; ++i) {
+      std::fill(acc.begin(), acc.end(), 0);
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t source = g.index(i * k + j);
+        if (source < 0) continue;
+        const uint8_t* from = x.data() + source * row_bytes;
+        for (int64_t c = 0; c < row; ++c) {
+          acc[c] += static_cast<uint64_t>(LoadInteger(dtype, from + size * c));
+        }
+      }
+      for (int64_t c = 0; c < row; ++c) {
+        StoreInteger(dtype, y.data() + i * row_bytes + size * c,
+                     static_cast<int64_t>(acc[c]));
+      }
+    }
+    return absl::OkStatus();
+  }
+  const uint8_t* wp = w.empty() ? nullptr : w.data();
+  switch (dtype) {
+    case DType::kFloat16:
+      GatherFloat<PatternType::kFloat16>(g, x.data(), wp, rows_y, y.data());
+      break;
+    case DType::kBFloat16:
+      GatherFloat<PatternType::kBFloat16>(g, x.data(), wp, rows_y, y.data());
+      break;
+    case DType::kFloat32:
+      GatherFloat<PatternType::kFloat32>(g, x.data(), wp, rows_y, y.data());
+      break;
+    default:
+      GatherFloat<PatternType::kFloat64>(g, x.data(), wp, rows_y, y.data());
+      break;
+  }
+  return absl::OkStatus();
+}
+
+bool Overlaps(absl::Span<const uint8_t> a, absl::Span<const uint8_t> b) {
+  if (a.empty() || b.empty()) return false;
+  const auto a0 = reinterpret_cast<uintptr_t>(a.data());
+  const auto b0 = reinterpret_cast<uintptr_t>(b.data());
+  return a0 < b0 + b.size() && b0 < a0 + a.size();
+}
+
 }  // namespace
+
+const char* ElementwiseName(v1::ElementwiseAttrs::Kind kind) {
+  switch (kind) {
+    case v1::ElementwiseAttrs::KIND_ADD:
+      return "add";
+    case v1::ElementwiseAttrs::KIND_SCALE:
+      return "scale";
+    case v1::ElementwiseAttrs::KIND_RELU:
+      return "relu";
+    case v1::ElementwiseAttrs::KIND_SIGMOID:
+      return "sigmoid";
+    default:
+      return "unknown";
+  }
+}
+
+bool ElementwiseNeedsFloat(v1::ElementwiseAttrs::Kind kind) {
+  return kind == v1::ElementwiseAttrs::KIND_RELU ||
+         kind == v1::ElementwiseAttrs::KIND_SIGMOID;
+}
+
+int ElementwiseInputs(v1::ElementwiseAttrs::Kind kind) {
+  switch (kind) {
+    case v1::ElementwiseAttrs::KIND_ADD:
+      return 2;
+    case v1::ElementwiseAttrs::KIND_SCALE:
+    case v1::ElementwiseAttrs::KIND_RELU:
+    case v1::ElementwiseAttrs::KIND_SIGMOID:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+absl::Status CheckGather(const v1::GatherAttrs& g, int64_t x_elements,
+                         int64_t w_elements, int64_t y_elements) {
+  if (g.row() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gather.row = ", g.row(), " must be >= 1 (elements per row)"));
+  }
+  if (g.k() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gather.k = ", g.k(),
+                     " must be >= 0 (terms per output row; 0 reads "
+                     "as 1)"));
+  }
+  const int64_t row = g.row();
+  if (x_elements % row != 0 || y_elements % row != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gather.row = ", row, ": X has ", x_elements, " elements and Y ",
+        y_elements, "; both must be whole rows (multiples of row)"));
+  }
+  const int64_t rows_x = x_elements / row, rows_y = y_elements / row;
+  const int64_t k = GatherK(g);
+  const int64_t entries = rows_y * k;
+  if (g.index_size() != entries) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gather.index has ", g.index_size(),
+        " entries; it needs rows(Y) * k = ", rows_y, " * ", k, " = ", entries));
+  }
+  if (w_elements >= 0 && w_elements != entries) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gather: W has ", w_elements, " elements; it needs rows(Y) * k = ",
+        rows_y, " * ", k, " = ", entries, " (one weight per index)"));
+  }
+  for (int i = 0; i < g.index_size(); ++i) {
+    const int64_t v = g.index(i);
+    if (v < -1 || v >= rows_x) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gather.index[", i, "] = ", v, " is outside [-1, rows(X) = ", rows_x,
+          "); -1 adds nothing, others name a row of X"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunGather(const v1::GatherAttrs& g, DType dtype,
+                       absl::Span<const uint8_t> x, absl::Span<const uint8_t> w,
+                       absl::Span<uint8_t> y) {
+  const size_t size = DTypeSize(dtype);
+  if (x.size() % size != 0 || w.size() % size != 0 || y.size() % size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gather on ", DTypeName(dtype), ": X has ", x.size(), " bytes, W ",
+        w.size(), ", Y ", y.size(), "; each must be a multiple of ", size));
+  }
+  RETURN_IF_ERROR(
+      CheckGather(g, static_cast<int64_t>(x.size() / size),
+                  w.empty() ? -1 : static_cast<int64_t>(w.size() / size),
+                  static_cast<int64_t>(y.size() / size)));
+  if (IsIntegerDType(dtype) && !w.empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "gather with weights on ", DTypeName(dtype),
+        " is not supported; allowed: float16, bfloat16, float32, float64 "
+        "(integer dtypes gather without W)"));
+  }
+  const absl::Span<const uint8_t> out(y.data(), y.size());
+  if (Overlaps(out, x) || Overlaps(out, w)) {
+    std::vector<uint8_t> copy(y.size());
+    RETURN_IF_ERROR(GatherInto(g, dtype, x, w, absl::MakeSpan(copy)));
+    std::memcpy(y.data(), copy.data(), copy.size());
+    return absl::OkStatus();
+  }
+  return GatherInto(g, dtype, x, w, y);
+}
 
 int64_t ScaleInteger(int64_t value, double alpha) {
   return CoreScaleInteger(value, alpha);
@@ -129,25 +365,23 @@ absl::Status RunGemm(const v1::GemmAttrs& g, DType dtype,
 absl::Status RunElementwise(const v1::ElementwiseAttrs& attrs, DType dtype,
                             const std::vector<absl::Span<const uint8_t>>& inputs,
                             absl::Span<uint8_t> out) {
-  size_t want_inputs = 0;
-  switch (attrs.kind()) {
-    case v1::ElementwiseAttrs::KIND_ADD:
-      want_inputs = 2;
-      break;
-    case v1::ElementwiseAttrs::KIND_SCALE:
-      want_inputs = 1;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("elementwise kind ", static_cast<int>(attrs.kind()),
-                       " is unknown; allowed: KIND_ADD, KIND_SCALE"));
+  const size_t want_inputs = ElementwiseInputs(attrs.kind());
+  if (want_inputs == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("elementwise kind ", static_cast<int>(attrs.kind()),
+                     " is unknown; allowed: ", kElementwiseKinds));
   }
-  const char* name =
-      attrs.kind() == v1::ElementwiseAttrs::KIND_ADD ? "add" : "scale";
+  const char* name = ElementwiseName(attrs.kind());
   if (inputs.size() != want_inputs) {
     return absl::InvalidArgumentError(
         absl::StrCat("elementwise ", name, " takes ", want_inputs,
                      " inputs, got ", inputs.size()));
+  }
+  if (ElementwiseNeedsFloat(attrs.kind()) && IsIntegerDType(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "elementwise ", name, " on ", DTypeName(dtype),
+        " is not defined; allowed dtypes: float16, bfloat16, float32, "
+        "float64"));
   }
   const size_t size = DTypeSize(dtype);
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -199,6 +433,18 @@ absl::Status RunElementwise(const v1::ElementwiseAttrs& attrs, DType dtype,
         }
         break;
     }
+    return absl::OkStatus();
+  }
+  if (attrs.kind() == v1::ElementwiseAttrs::KIND_RELU) {
+    MapFloatBits(dtype, in0, o, count, [](PatternType type, uint64_t bits) {
+      return ReluBits(type, bits);
+    });
+    return absl::OkStatus();
+  }
+  if (attrs.kind() == v1::ElementwiseAttrs::KIND_SIGMOID) {
+    MapFloatBits(dtype, in0, o, count, [](PatternType type, uint64_t bits) {
+      return SigmoidBits(type, bits);
+    });
     return absl::OkStatus();
   }
   const double alpha = attrs.alpha();

@@ -1,5 +1,5 @@
-// Compute kernels on host memory: GEMM (OpenBLAS for float32/float64) and
-// elementwise ops, as the CPU backend runs OP_COMPUTE steps.
+// Compute kernels on host memory: GEMM (OpenBLAS for float32/float64),
+// elementwise ops and row gathers, as the CPU backend runs OP_COMPUTE steps.
 //
 //   v1::GemmAttrs g;  g.set_m(64); g.set_n(32); g.set_k(256);
 //   RETURN_IF_ERROR(RunGemm(g, DType::kFloat32, a_bytes, b_bytes, c_bytes));
@@ -23,10 +23,32 @@
 //  - KIND_SCALE: out = alpha * in0 (one input; alpha is taken as given, 0
 //    included). Floats: computed in double and rounded once to the dtype;
 //    integers: an integral alpha multiplies with wrap-around, any other alpha
-//    multiplies in double and truncates toward zero (ScaleInteger).
+//    multiplies in double and truncates toward zero (ScaleInteger);
+//  - KIND_RELU: out = max(in0, 0) (one input; exact: negative values become
+//    +0, NaN stays NaN);
+//  - KIND_SIGMOID: out = 1 / (1 + exp(-in0)) (one input), in double and
+//    rounded once to the dtype;
+//  RELU and SIGMOID take floating-point dtypes only (INVALID_ARGUMENT for
+//  integers, as plan.proto defines them); their bits are element_core.h's
+//  ReluBits / SigmoidBits, shared with the GPU.
 // `out` may alias an input exactly (in place), not partly.
 // Errors: INVALID_ARGUMENT for an unknown kind, the wrong number of inputs,
 // or sizes that differ or are not a multiple of the element size.
+//
+// Gather (plan.proto GatherAttrs), `x` rows(X) rows and `y` rows(Y) rows of
+// `row` elements, `w` empty (no W) or rows(Y) * k elements, k 0 read as 1:
+// Y row i = sum over j < k of w(i, j) * X row index[i * k + j] (w = 1
+// without W); an index of -1 adds nothing (a row of -1s is zeros).
+//  - k = 1 without W: row copies (memcpy) and zero rows, exact in every
+//    dtype;
+//  - floats otherwise: each output element is summed over j in order in
+//    float (fp16/bf16) or double (float32/float64) and rounded once to the
+//    dtype (element_core.h GatherMulAdd, the GPU's arithmetic too);
+//  - integers without W: the sum wraps to the width, as elementwise ADD;
+//    with W: UNIMPLEMENTED (no job weights integer rows).
+// `y` may overlap `x` or `w` (the rows are gathered into a copy first), so
+// an in-place permutation reads X as it was before the step.
+// Errors: CheckGather's, with the sizes of the spans.
 //
 // Thread safety: pure functions. OpenBLAS runs its own threads inside
 // RunGemm for large float32/float64 problems.
@@ -50,6 +72,40 @@ absl::Status RunGemm(const v1::GemmAttrs& attrs, DType dtype,
 absl::Status RunElementwise(const v1::ElementwiseAttrs& attrs, DType dtype,
                             const std::vector<absl::Span<const uint8_t>>& inputs,
                             absl::Span<uint8_t> out);
+
+absl::Status RunGather(const v1::GatherAttrs& attrs, DType dtype,
+                       absl::Span<const uint8_t> x, absl::Span<const uint8_t> w,
+                       absl::Span<uint8_t> y);
+
+// GatherAttrs.k as used: 0 (unset) reads as 1.
+inline int64_t GatherK(const v1::GatherAttrs& attrs) {
+  return attrs.k() == 0 ? 1 : attrs.k();
+}
+
+// OK if a gather with these attributes fits operands of these element
+// counts (`w_elements` < 0: no W): row >= 1, k >= 0, X's and Y's counts
+// multiples of row, index holding rows(Y) * k entries each -1 or in [0,
+// rows(X)), W holding rows(Y) * k elements. INVALID_ARGUMENT naming the
+// field (gather.row, gather.k, gather.index[i]) or operand and the allowed
+// values otherwise. Shared by the kernels, the reference and the program
+// parser, so that all of them accept the same steps.
+absl::Status CheckGather(const v1::GatherAttrs& attrs, int64_t x_elements,
+                         int64_t w_elements, int64_t y_elements);
+
+// True for the elementwise kinds that take floating-point dtypes only
+// (RELU, SIGMOID).
+bool ElementwiseNeedsFloat(v1::ElementwiseAttrs::Kind kind);
+
+// The number of inputs of an elementwise kind (ADD 2, SCALE / RELU /
+// SIGMOID 1), 0 for an unknown kind.
+int ElementwiseInputs(v1::ElementwiseAttrs::Kind kind);
+
+// "add", "scale", "relu", "sigmoid" ("unknown" otherwise), for messages.
+const char* ElementwiseName(v1::ElementwiseAttrs::Kind kind);
+
+// "KIND_ADD, KIND_SCALE, KIND_RELU, KIND_SIGMOID", for error messages.
+inline constexpr char kElementwiseKinds[] =
+    "KIND_ADD, KIND_SCALE, KIND_RELU, KIND_SIGMOID";
 
 // GemmAttrs.alpha as used: 0 (unset) reads as 1.
 inline double GemmAlpha(const v1::GemmAttrs& attrs) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -180,6 +181,291 @@ TEST(ComputeTest, ElementwiseErrors) {
   EXPECT_EQ(ScaleInteger(7, 2.0), 14);
   EXPECT_EQ(ScaleInteger(7, 0.5), 3);
   EXPECT_EQ(ScaleInteger(-7, 0.5), -3);
+}
+
+const DType kFloatTypes[] = {DType::kFloat16, DType::kBFloat16, DType::kFloat32,
+                             DType::kFloat64};
+const DType kAllTypes[] = {DType::kInt8,    DType::kUInt8,   DType::kInt32,
+                           DType::kInt64,   DType::kFloat16, DType::kBFloat16,
+                           DType::kFloat32, DType::kFloat64};
+
+// `values` stored in `dtype`, one element each.
+std::vector<uint8_t> Stored(DType dtype, const std::vector<double>& values) {
+  const int size = DTypeSize(dtype);
+  std::vector<uint8_t> bytes(values.size() * size);
+  for (size_t i = 0; i < values.size(); ++i) {
+    StoreElement(dtype, bytes.data() + i * size, values[i]);
+  }
+  return bytes;
+}
+
+std::vector<double> Loaded(DType dtype, const std::vector<uint8_t>& bytes) {
+  const int size = DTypeSize(dtype);
+  std::vector<double> values(bytes.size() / size);
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = LoadElement(dtype, bytes.data() + i * size);
+  }
+  return values;
+}
+
+v1::GatherAttrs Gather(int64_t row, int k, const std::vector<int64_t>& index) {
+  v1::GatherAttrs g;
+  g.set_row(row);
+  g.set_k(k);
+  for (int64_t i : index) g.add_index(i);
+  return g;
+}
+
+// k = 1 without W: rows copied bit for bit in every dtype, -1 rows zeroed,
+// rows picked twice or not at all; k = 0 reads as 1.
+TEST(ComputeTest, GatherPermutesAndZeroesRowsExactly) {
+  for (DType dtype : kAllTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const int size = DTypeSize(dtype);
+    const int64_t row = 3;
+    const std::vector<uint8_t> x = Random(dtype, 5 * row, 4);
+    const std::vector<int64_t> index = {4, -1, 0, 2, 4};
+    std::vector<uint8_t> y(index.size() * row * size, 0xAB);
+    for (int k : {1, 0}) {
+      ASSERT_TRUE(
+          RunGather(Gather(row, k, index), dtype, x, {}, absl::MakeSpan(y))
+              .ok());
+      for (size_t i = 0; i < index.size(); ++i) {
+        const std::vector<uint8_t> got(y.begin() + i * row * size,
+                                       y.begin() + (i + 1) * row * size);
+        std::vector<uint8_t> want(row * size, 0);
+        if (index[i] >= 0) {
+          want.assign(x.begin() + index[i] * row * size,
+                      x.begin() + (index[i] + 1) * row * size);
+        }
+        EXPECT_EQ(got, want) << "row " << i << " k=" << k;
+      }
+    }
+  }
+}
+
+// Y row i = sum_j w(i, j) X row index[i * 2 + j] by hand, exact in every
+// float dtype (so the kernel must match to the bit): row 0 = 0.5 X0 - X2,
+// row 1 = 2 X1 + 0.25 X1, row 2 = (nothing) - X0, row 3 all -1: zeros.
+TEST(ComputeTest, GatherWeightedSumOfTwoMatchesHandComputedValues) {
+  const std::vector<double> x = {1, 2, 3, 4, 5, 6};
+  const std::vector<double> w = {0.5, -1, 2, 0.25, 7, -1, 3, 3};
+  const std::vector<int64_t> index = {0, 2, 1, 1, -1, 0, -1, -1};
+  const std::vector<double> want = {-4.5, -5, 6.75, 9, -1, -2, 0, 0};
+  for (DType dtype : kFloatTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    std::vector<uint8_t> y(want.size() * DTypeSize(dtype));
+    ASSERT_TRUE(RunGather(Gather(2, 2, index), dtype, Stored(dtype, x),
+                          Stored(dtype, w), absl::MakeSpan(y))
+                    .ok());
+    EXPECT_EQ(Loaded(dtype, y), want);
+  }
+}
+
+// Random operands, k = 3 with some -1 indices, against a float64 loop.
+// Tolerance: (k * u_acc + u) * sum_j |w x| per element: k roundings of
+// the accumulator (float for fp16/bf16, double for float32/float64) and one
+// of the store to the dtype.
+TEST(ComputeTest, GatherWeightedMatchesFloat64Loop) {
+  const int64_t row = 37, rows_x = 11, rows_y = 9, k = 3;
+  std::vector<int64_t> index;
+  for (int64_t e = 0; e < rows_y * k; ++e) {
+    index.push_back(e % 7 == 3 ? -1 : (e * 5 + 2) % rows_x);
+  }
+  const v1::GatherAttrs g = Gather(row, k, index);
+  for (DType dtype : kFloatTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const int size = DTypeSize(dtype);
+    const std::vector<uint8_t> x = Random(dtype, rows_x * row, 1);
+    const std::vector<uint8_t> w = Random(dtype, rows_y * k, 2);
+    std::vector<uint8_t> y(rows_y * row * size);
+    ASSERT_TRUE(RunGather(g, dtype, x, w, absl::MakeSpan(y)).ok());
+    const double u = UnitRoundoff(dtype);
+    const double u_acc = dtype == DType::kFloat16 || dtype == DType::kBFloat16
+                             ? std::ldexp(1.0, -24)
+                             : std::ldexp(1.0, -53);
+    for (int64_t i = 0; i < rows_y; ++i) {
+      for (int64_t c = 0; c < row; ++c) {
+        double sum = 0, mag = 0;
+        for (int64_t j = 0; j < k; ++j) {
+          const int64_t r = index[i * k + j];
+          if (r < 0) continue;
+          const double p = LoadElement(dtype, w.data() + (i * k + j) * size) *
+                           LoadElement(dtype, x.data() + (r * row + c) * size);
+          sum += p;
+          mag += std::abs(p);
+        }
+        ASSERT_NEAR(LoadElement(dtype, y.data() + (i * row + c) * size), sum,
+                    (k * u_acc + u) * mag + 1e-300)
+            << "[" << i << "," << c << "]";
+      }
+    }
+  }
+}
+
+// fp16 sums are rounded once, from float: 1 + 2^-11 + 2^-11 is 1 + 2^-10
+// (an fp16), where rounding to fp16 after each addition would give 1 (each
+// 1 + 2^-11 is a tie that rounds to even).
+TEST(ComputeTest, GatherRoundsAHalfPrecisionSumOnce) {
+  const double tiny = std::ldexp(1.0, -11);
+  const std::vector<uint8_t> x = Stored(DType::kFloat16, {1.0, tiny, tiny});
+  std::vector<uint8_t> y(2);
+  ASSERT_TRUE(RunGather(Gather(1, 3, {0, 1, 2}), DType::kFloat16, x, {},
+                        absl::MakeSpan(y))
+                  .ok());
+  EXPECT_EQ(LoadElement(DType::kFloat16, y.data()), 1.0 + 2 * tiny);
+  // The same with weights: 0.5 * 2 + 0.5 * 2^-10 + 0.5 * 2^-10.
+  const std::vector<uint8_t> x2 =
+      Stored(DType::kFloat16, {2.0, 2 * tiny, 2 * tiny});
+  ASSERT_TRUE(RunGather(Gather(1, 3, {0, 1, 2}), DType::kFloat16, x2,
+                        Stored(DType::kFloat16, {0.5, 0.5, 0.5}),
+                        absl::MakeSpan(y))
+                  .ok());
+  EXPECT_EQ(LoadElement(DType::kFloat16, y.data()), 1.0 + 2 * tiny);
+}
+
+// Integers: unweighted sums wrap to the width (int8 100 + 100 = -56, uint8
+// 200 + 100 = 44); weights are refused.
+TEST(ComputeTest, GatherOfIntegersWrapsAndRefusesWeights) {
+  std::vector<uint8_t> y(2);
+  ASSERT_TRUE(RunGather(Gather(1, 2, {0, 0, 1, -1}), DType::kInt8,
+                        Stored(DType::kInt8, {100, -3}), {}, absl::MakeSpan(y))
+                  .ok());
+  EXPECT_EQ(Loaded(DType::kInt8, y), (std::vector<double>{-56, -3}));
+  ASSERT_TRUE(RunGather(Gather(1, 2, {0, 1, 1, 1}), DType::kUInt8,
+                        Stored(DType::kUInt8, {200, 100}), {},
+                        absl::MakeSpan(y))
+                  .ok());
+  EXPECT_EQ(Loaded(DType::kUInt8, y), (std::vector<double>{44, 200}));
+  std::vector<uint8_t> y32(8);
+  const absl::Status weighted =
+      RunGather(Gather(1, 1, {0, 0}), DType::kInt32, Stored(DType::kInt32, {7}),
+                Stored(DType::kInt32, {1, 2}), absl::MakeSpan(y32));
+  EXPECT_EQ(weighted.code(), absl::StatusCode::kUnimplemented) << weighted;
+  EXPECT_NE(weighted.message().find("float32"), std::string::npos) << weighted;
+}
+
+// Y may be X itself: the rows are read as they were before the step.
+TEST(ComputeTest, GatherInPlaceReadsTheOldRows) {
+  std::vector<uint8_t> xy = Stored(DType::kFloat32, {1, 2, 3, 4, 5, 6});
+  const absl::Span<const uint8_t> x(xy.data(), xy.size());
+  ASSERT_TRUE(RunGather(Gather(2, 1, {2, 0, 1}), DType::kFloat32, x, {},
+                        absl::MakeSpan(xy))
+                  .ok());
+  EXPECT_EQ(Loaded(DType::kFloat32, xy),
+            (std::vector<double>{5, 6, 1, 2, 3, 4}));
+  xy = Stored(DType::kFloat32, {1, 2, 3, 4, 5, 6});
+  ASSERT_TRUE(RunGather(Gather(2, 2, {2, 0, 1, 1, 0, -1}), DType::kFloat32,
+                        absl::Span<const uint8_t>(xy.data(), xy.size()), {},
+                        absl::MakeSpan(xy))
+                  .ok());
+  EXPECT_EQ(Loaded(DType::kFloat32, xy),
+            (std::vector<double>{6, 8, 6, 8, 1, 2}));
+}
+
+// Attributes that do not fit the operands: INVALID_ARGUMENT naming the
+// field and what is allowed.
+TEST(ComputeTest, GatherErrorsNameTheField) {
+  const std::vector<uint8_t> x = Stored(DType::kFloat32, {1, 2, 3, 4, 5, 6});
+  std::vector<uint8_t> y(4 * 4);
+  struct Case {
+    v1::GatherAttrs attrs;
+    std::vector<uint8_t> w;
+    size_t y_bytes;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {Gather(0, 1, {0, 1}), {}, 16, "gather.row = 0 must be >= 1"},
+      {Gather(2, -1, {0, 1}), {}, 16, "gather.k = -1 must be >= 0"},
+      {Gather(4, 1, {0}), {}, 16, "X has 6 elements and Y 4"},
+      {Gather(2, 1, {0}),
+       {},
+       16,
+       "gather.index has 1 entries; it needs rows(Y) * k = 2 * 1 = 2"},
+      {Gather(2, 1, {0, 3}),
+       {},
+       16,
+       "gather.index[1] = 3 is outside [-1, rows(X) = 3)"},
+      {Gather(2, 1, {-2, 0}), {}, 16, "gather.index[0] = -2"},
+      {Gather(2, 2, {0, 1, 2, 0}), Stored(DType::kFloat32, {1, 2, 3}), 16,
+       "W has 3 elements; it needs rows(Y) * k = 2 * 2 = 4"},
+      {Gather(2, 1, {0, 1}), {}, 15, "multiple of 4"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message);
+    const absl::Status s = RunGather(c.attrs, DType::kFloat32, x, c.w,
+                                     absl::MakeSpan(y.data(), c.y_bytes));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find(c.message), std::string::npos) << s;
+  }
+}
+
+// RELU and SIGMOID in every float dtype: hand-picked values (exact
+// expectations where the result is exact: relu everywhere, sigmoid(0) =
+// 0.5, saturation to 1) and random values within one rounding of the
+// float64 function (sigmoid is computed in double, rounded once).
+TEST(ComputeTest, ReluAndSigmoidValues) {
+  const std::vector<double> x = {-1.5, -0.0, 0.0, 2.25, -100, 100, 0.75};
+  for (DType dtype : kFloatTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const std::vector<uint8_t> in = Stored(dtype, x);
+    std::vector<uint8_t> out(in.size());
+    v1::ElementwiseAttrs relu;
+    relu.set_kind(v1::ElementwiseAttrs::KIND_RELU);
+    ASSERT_TRUE(RunElementwise(relu, dtype, {in}, absl::MakeSpan(out)).ok());
+    EXPECT_EQ(Loaded(dtype, out),
+              (std::vector<double>{0, 0, 0, 2.25, 0, 100, 0.75}));
+    EXPECT_FALSE(std::signbit(LoadElement(dtype, out.data())));  // +0
+
+    v1::ElementwiseAttrs sigmoid;
+    sigmoid.set_kind(v1::ElementwiseAttrs::KIND_SIGMOID);
+    ASSERT_TRUE(RunElementwise(sigmoid, dtype, {in}, absl::MakeSpan(out)).ok());
+    const std::vector<double> got = Loaded(dtype, out);
+    EXPECT_EQ(got[1], 0.5);
+    EXPECT_EQ(got[2], 0.5);
+    EXPECT_EQ(got[5], 1.0);
+    EXPECT_GE(got[4], 0.0);
+    EXPECT_LT(got[4], 1e-40);
+    const double u = UnitRoundoff(dtype);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double want =
+          1.0 / (1.0 + std::exp(-LoadElement(
+                           dtype, in.data() + i * DTypeSize(dtype))));
+      // 1e-30: sigmoid(-100) underflows to zero in fp16 and bf16.
+      EXPECT_NEAR(got[i], want, u * want * 1.0001 + 1e-30) << x[i];
+    }
+    const std::vector<uint8_t> random = Random(dtype, 301, 6);
+    std::vector<uint8_t> r(random.size());
+    ASSERT_TRUE(
+        RunElementwise(sigmoid, dtype, {random}, absl::MakeSpan(r)).ok());
+    for (int64_t i = 0; i < 301; ++i) {
+      const double v = LoadElement(dtype, random.data() + i * DTypeSize(dtype));
+      const double want = 1.0 / (1.0 + std::exp(-v));
+      ASSERT_NEAR(LoadElement(dtype, r.data() + i * DTypeSize(dtype)), want,
+                  u * want * 1.0001)
+          << v;
+    }
+  }
+}
+
+TEST(ComputeTest, ReluAndSigmoidRefuseIntegers) {
+  for (auto kind :
+       {v1::ElementwiseAttrs::KIND_RELU, v1::ElementwiseAttrs::KIND_SIGMOID}) {
+    v1::ElementwiseAttrs attrs;
+    attrs.set_kind(kind);
+    std::vector<uint8_t> in(8), out(8);
+    const absl::Status s =
+        RunElementwise(attrs, DType::kInt32, {in}, absl::MakeSpan(out));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("allowed dtypes: float16, bfloat16, float32, "
+                               "float64"),
+              std::string::npos)
+        << s;
+    EXPECT_EQ(
+        RunElementwise(attrs, DType::kFloat32, {in, in}, absl::MakeSpan(out))
+            .code(),
+        absl::StatusCode::kInvalidArgument);
+  }
 }
 
 }  // namespace

@@ -21,6 +21,18 @@
 //    conversion); integers: ScaleInteger's rule (an integral alpha within
 //    int64 multiplies with wrap-around, any other alpha multiplies in double
 //    and truncates toward zero, wrapping modulo 2^64).
+//  - ReluBits(type, x): elementwise RELU on a float dtype: x < 0 becomes +0,
+//    every other value (+-0, NaN, +inf) keeps its bits: exact.
+//  - SigmoidBits(type, x): elementwise SIGMOID on a float dtype: 1 / (1 +
+//    exp(-x)) evaluated in double and rounded once to the dtype.
+//  - Gather (compute.h RunGather): CoreFloatValue decodes a float element,
+//    GatherMulAdd(type, acc, w, x) adds one term w * x to a row's running
+//    sum in the dtype's accumulator (fp16/bf16: float, float32/float64:
+//    double; the sum is held in a double either way, exactly), and
+//    CoreFloatStoreBits rounds the finished sum once to the dtype. Device
+//    code uses the _rn intrinsics, which nvcc never fuses into an FMA, and
+//    the host's x86-64 baseline has no FMA to fuse into, so host and GPU
+//    give the same bits for the same term order.
 // Thread safety: pure functions.
 #ifndef MESHCAST_WORKER_KERNELS_ELEMENT_CORE_H_
 #define MESHCAST_WORKER_KERNELS_ELEMENT_CORE_H_
@@ -292,6 +304,77 @@ MESHCAST_HOST_DEVICE inline uint64_t ScaleBits(PatternType type, double alpha,
       return CoreDoubleBits(alpha * CoreBitsDouble(x));
   }
   return 0;
+}
+
+MESHCAST_HOST_DEVICE inline bool CoreIsFloatType(PatternType type) {
+  return type == PatternType::kFloat16 || type == PatternType::kBFloat16 ||
+         type == PatternType::kFloat32 || type == PatternType::kFloat64;
+}
+
+// The value of a float element (exact in double). Integer types: their value.
+MESHCAST_HOST_DEVICE inline double CoreFloatValue(PatternType type,
+                                                  uint64_t bits) {
+  switch (type) {
+    case PatternType::kFloat16:
+    case PatternType::kBFloat16:
+      return CoreFloatBitsToDouble(bits, CoreExponentBits(type),
+                                   CoreMantissaBits(type));
+    case PatternType::kFloat32:
+      return static_cast<double>(CoreBitsFloat(static_cast<uint32_t>(bits)));
+    case PatternType::kFloat64:
+      return CoreBitsDouble(bits);
+    default:
+      return static_cast<double>(CoreIntegerValue(type, bits));
+  }
+}
+
+// `value` rounded once to a float dtype (nearest, ties to even), as bits.
+// Integer types: truncated and wrapped.
+MESHCAST_HOST_DEVICE inline uint64_t CoreFloatStoreBits(PatternType type,
+                                                        double value) {
+  switch (type) {
+    case PatternType::kFloat16:
+    case PatternType::kBFloat16:
+      return CoreRoundToFloatBits(value, CoreExponentBits(type),
+                                  CoreMantissaBits(type));
+    case PatternType::kFloat32:
+      return CoreFloatBits(static_cast<float>(value));
+    case PatternType::kFloat64:
+      return CoreDoubleBits(value);
+    default:
+      return CoreIntegerBits(type, CoreDoubleToWrappedInt64(value));
+  }
+}
+
+MESHCAST_HOST_DEVICE inline uint64_t ReluBits(PatternType type, uint64_t x) {
+  return CoreFloatValue(type, x) < 0 ? 0 : x;  // +0 is all zero bits
+}
+
+MESHCAST_HOST_DEVICE inline uint64_t SigmoidBits(PatternType type, uint64_t x) {
+  const double v = CoreFloatValue(type, x);
+  return CoreFloatStoreBits(type, 1.0 / (1.0 + ::exp(-v)));
+}
+
+// acc + w * x, rounded as the dtype's gather accumulator does (see the top
+// of the file); `acc` and the result are that accumulator's values.
+MESHCAST_HOST_DEVICE inline double GatherMulAdd(PatternType type, double acc,
+                                                double w, double x) {
+  if (type == PatternType::kFloat16 || type == PatternType::kBFloat16) {
+    const float a = static_cast<float>(acc);
+    const float wf = static_cast<float>(w), xf = static_cast<float>(x);
+#if defined(__CUDA_ARCH__)
+    return static_cast<double>(__fadd_rn(a, __fmul_rn(wf, xf)));
+#else
+    const float product = wf * xf;
+    return static_cast<double>(a + product);
+#endif
+  }
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(acc, __dmul_rn(w, x));
+#else
+  const double product = w * x;
+  return acc + product;
+#endif
 }
 
 }  // namespace meshcast::worker

@@ -1,8 +1,9 @@
 // Host-only (no GPU): the element arithmetic the GPU kernels run
 // (element_core.h) gives the CPU backend's bits, for every dtype, on random
 // and special values (signed zeros, infinities, NaN, subnormals, the
-// largest finite values, integer extremes); and the RANDOM initializer's
-// shared core gives FillInitializer's bits.
+// largest finite values, integer extremes); the GPU gather's per-element
+// loop gives RunGather's bits; and the RANDOM initializer's shared core
+// gives FillInitializer's bits.
 #include "worker/kernels/element_core.h"
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/kernels/compute.h"
 #include "worker/kernels/element.h"
@@ -135,6 +137,103 @@ TEST(ElementCoreTest, AddAndScaleBitsMatchRunElementwise) {
         }
       }
       EXPECT_EQ(differ, 0) << DTypeName(dtype) << " SCALE " << alpha;
+    }
+  }
+}
+
+// RELU and SIGMOID on special and random bits: the host kernel's bits are
+// the core's (what the GPU runs), and they mean what compute.h says.
+TEST(ElementCoreTest, ReluAndSigmoidBitsMatchRunElementwise) {
+  constexpr int64_t kCount = 1 << 12;
+  for (DType dtype :
+       {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const PatternType type = KernelPatternType(dtype);
+    const std::vector<uint8_t> a = Elements(dtype, kCount, 5);
+    std::vector<uint8_t> relu(a.size()), sigmoid(a.size());
+    v1::ElementwiseAttrs attrs;
+    attrs.set_kind(v1::ElementwiseAttrs::KIND_RELU);
+    ASSERT_TRUE(RunElementwise(attrs, dtype, {a}, absl::MakeSpan(relu)).ok());
+    attrs.set_kind(v1::ElementwiseAttrs::KIND_SIGMOID);
+    ASSERT_TRUE(
+        RunElementwise(attrs, dtype, {a}, absl::MakeSpan(sigmoid)).ok());
+    const int size = DTypeSize(dtype);
+    for (int64_t i = 0; i < kCount; ++i) {
+      const uint64_t x = Bits(dtype, a, i);
+      ASSERT_EQ(ReluBits(type, x), Bits(dtype, relu, i)) << i;
+      ASSERT_EQ(SigmoidBits(type, x), Bits(dtype, sigmoid, i)) << i;
+      const double v = LoadElement(dtype, a.data() + i * size);
+      const double r = LoadElement(dtype, relu.data() + i * size);
+      const double s = LoadElement(dtype, sigmoid.data() + i * size);
+      if (std::isnan(v)) {
+        EXPECT_TRUE(std::isnan(r) && std::isnan(s)) << i;
+        continue;
+      }
+      EXPECT_EQ(r, v < 0 ? 0.0 : v) << v;
+      EXPECT_FALSE(v < 0 && std::signbit(r)) << v;  // +0, not -0
+      EXPECT_TRUE(s >= 0 && s <= 1) << v << " -> " << s;
+      if (std::isinf(v)) {
+        EXPECT_EQ(s, v > 0 ? 1.0 : 0.0) << v;
+      }
+    }
+  }
+}
+
+// The GPU's gather computes each output element on its own (one thread
+// per element, its k terms in j order); the host gathers row by row. The
+// GPU's per-element loop, run here on the host, gives RunGather's bits in
+// every dtype, weighted (floats) and unweighted, on special values too.
+TEST(ElementCoreTest, PerElementGatherMatchesRunGather) {
+  const int64_t row = 5, rows_x = 300, rows_y = 400, k = 3;
+  v1::GatherAttrs g;
+  g.set_row(row);
+  g.set_k(k);
+  std::mt19937_64 random(9);
+  for (int64_t e = 0; e < rows_y * k; ++e) {
+    g.add_index(static_cast<int64_t>(random() % (rows_x + 1)) - 1);
+  }
+  for (DType dtype : kAllTypes) {
+    const PatternType type = KernelPatternType(dtype);
+    const bool integer = IsIntegerDType(dtype);
+    const std::vector<uint8_t> x = Elements(dtype, rows_x * row, 6);
+    const std::vector<uint8_t> w = Elements(dtype, rows_y * k, 7);
+    for (bool weighted : {false, true}) {
+      if (weighted && integer) continue;
+      SCOPED_TRACE(absl::StrCat(DTypeName(dtype), weighted ? " weighted" : ""));
+      std::vector<uint8_t> host(rows_y * row * DTypeSize(dtype));
+      ASSERT_TRUE(RunGather(g, dtype, x, weighted ? w : std::vector<uint8_t>{},
+                            absl::MakeSpan(host))
+                      .ok());
+      int64_t differ = 0;
+      for (int64_t e = 0; e < rows_y * row; ++e) {
+        const int64_t i = e / row, c = e % row;
+        uint64_t bits;
+        if (integer) {
+          uint64_t sum = 0;
+          for (int64_t j = 0; j < k; ++j) {
+            const int64_t source = g.index(i * k + j);
+            if (source < 0) continue;
+            sum += static_cast<uint64_t>(
+                CoreIntegerValue(type, Bits(dtype, x, source * row + c)));
+          }
+          bits = CoreIntegerBits(type, static_cast<int64_t>(sum));
+        } else {
+          double acc = 0;
+          for (int64_t j = 0; j < k; ++j) {
+            const int64_t source = g.index(i * k + j);
+            if (source < 0) continue;
+            const double weight =
+                weighted ? CoreFloatValue(type, Bits(dtype, w, i * k + j))
+                         : 1.0;
+            acc = GatherMulAdd(
+                type, acc, weight,
+                CoreFloatValue(type, Bits(dtype, x, source * row + c)));
+          }
+          bits = CoreFloatStoreBits(type, acc);
+        }
+        differ += bits != Bits(dtype, host, e);
+      }
+      EXPECT_EQ(differ, 0);
     }
   }
 }

@@ -87,6 +87,8 @@ struct Reference::StepInfo {
   // Compute.
   bool gemm = false;
   v1::GemmAttrs gemm_attrs;
+  bool gather = false;
+  v1::GatherAttrs gather_attrs;
   v1::ElementwiseAttrs elementwise;
   std::unique_ptr<GemmCache> cache;
 };
@@ -390,18 +392,24 @@ absl::Status Reference::Build(const v1::Plan& plan) {
       } else if (s.compute().has_elementwise()) {
         info.elementwise = s.compute().elementwise();
         const auto kind = info.elementwise.kind();
-        const int want = kind == v1::ElementwiseAttrs::KIND_ADD     ? 2
-                         : kind == v1::ElementwiseAttrs::KIND_SCALE ? 1
-                                                                    : 0;
+        const int want = ElementwiseInputs(kind);
         if (want == 0) {
           return absl::InvalidArgumentError(absl::StrCat(
               "step ", s.id(), ": elementwise kind ", static_cast<int>(kind),
-              " is unknown; allowed: KIND_ADD, KIND_SCALE"));
+              " is unknown; allowed: ", kElementwiseKinds));
         }
         if (s.inputs_size() != want) {
           return absl::InvalidArgumentError(
               absl::StrCat("step ", s.id(), ": elementwise takes ", want,
                            " inputs, got ", s.inputs_size()));
+        }
+        if (ElementwiseNeedsFloat(kind) && IsIntegerDType(out.dtype)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "step ", s.id(), ": elementwise ",
+              v1::ElementwiseAttrs::Kind_Name(kind), " on ",
+              DTypeName(out.dtype),
+              " is not defined; allowed dtypes: float16, bfloat16, float32, "
+              "float64"));
         }
         for (const Box& out_box : out_boxes) {
           for (size_t o = 0; o < info.in_boxes.size(); ++o) {
@@ -413,10 +421,36 @@ absl::Status Reference::Build(const v1::Plan& plan) {
             }
           }
         }
+      } else if (s.compute().has_gather()) {
+        info.gather = true;
+        info.gather_attrs = s.compute().gather();
+        if (s.inputs_size() > 2 || s.outputs_size() != 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "step ", s.id(),
+              ": gather takes inputs [X] or [X, W] and outputs [Y]; got ",
+              s.inputs_size(), " inputs and ", s.outputs_size(), " outputs"));
+        }
+        const bool weighted = s.inputs_size() == 2;
+        const absl::Status valid =
+            CheckGather(info.gather_attrs, NumElements(info.in_boxes[0]),
+                        weighted ? NumElements(info.in_boxes[1]) : -1,
+                        NumElements(out_boxes[0]));
+        if (!valid.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("step ", s.id(), ": ", valid.message()));
+        }
+        if (weighted && IsIntegerDType(out.dtype)) {
+          return absl::UnimplementedError(absl::StrCat(
+              "step ", s.id(), ": gather with weights on ",
+              DTypeName(out.dtype),
+              " is not supported; allowed: float16, bfloat16, float32, "
+              "float64 (integer dtypes gather without W)"));
+        }
       } else {
         return absl::InvalidArgumentError(
-            absl::StrCat("step ", s.id(), ": OP_COMPUTE without an op; "
-                         "allowed: gemm, elementwise"));
+            absl::StrCat("step ", s.id(),
+                         ": OP_COMPUTE without an op; allowed: gemm, "
+                         "elementwise, gather"));
       }
     }
     for (Box& box : out_boxes) {
@@ -576,6 +610,7 @@ Expected Reference::EvalStep(const StepInfo& step, const Definition& def,
     }
     return result;
   }
+  if (step.gather) return EvalGather(step, e);
   std::vector<Expected> in(step.in_tensors.size());
   for (size_t o = 0; o < in.size(); ++o) {
     const int t = step.in_tensors[o];
@@ -586,33 +621,116 @@ Expected Reference::EvalStep(const StepInfo& step, const Definition& def,
   }
   Expected result;
   const bool integer = IsIntegerDType(out_dtype);
-  if (step.elementwise.kind() == v1::ElementwiseAttrs::KIND_ADD) {
-    if (integer) {
-      result.integer = WrapInteger(
-          out_dtype, static_cast<int64_t>(static_cast<uint64_t>(in[0].integer) +
-                                          static_cast<uint64_t>(in[1].integer)));
-    } else {
-      result.value = in[0].value + in[1].value;
-      result.scale = in[0].scale + in[1].scale;
-      result.terms = std::max(in[0].terms, in[1].terms) + 1;
+  switch (step.elementwise.kind()) {
+    case v1::ElementwiseAttrs::KIND_ADD:
+      if (integer) {
+        result.integer = WrapInteger(
+            out_dtype,
+            static_cast<int64_t>(static_cast<uint64_t>(in[0].integer) +
+                                 static_cast<uint64_t>(in[1].integer)));
+      } else {
+        result.value = in[0].value + in[1].value;
+        result.scale = in[0].scale + in[1].scale;
+        result.terms = std::max(in[0].terms, in[1].terms) + 1;
+      }
+      break;
+    case v1::ElementwiseAttrs::KIND_RELU:
+      // Exact, and |relu(a) - relu(b)| <= |a - b|: the input's error bound
+      // (its scale and terms) carries over unchanged. Floats only (Build).
+      result = in[0];
+      result.value = std::max(in[0].value, 0.0);
+      break;
+    case v1::ElementwiseAttrs::KIND_SIGMOID: {
+      // sigmoid' = s (1 - s) <= 1/4, so an input off by at most terms_x * u
+      // * 1.125 * scale_x (its tolerance) moves the output by at most a
+      // quarter of that: 0.25 * scale_x in the scale keeps that part of the
+      // bound with the same terms. The device's own roundings (exp, the
+      // add, the division, the store to the dtype: 4 at most, each relative
+      // to the output, a double exp erring by up to one ulp = 2u) are the
+      // four added terms on `value`.
+      result.value = 1.0 / (1.0 + std::exp(-in[0].value));
+      result.scale = result.value + 0.25 * in[0].scale;
+      result.terms = in[0].terms + 4;
+      break;
     }
-  } else {
-    const double alpha = step.elementwise.alpha();
-    if (integer) {
-      result.integer =
-          WrapInteger(out_dtype, ScaleInteger(in[0].integer, alpha));
-    } else {
-      result.value = alpha * in[0].value;
-      result.scale = std::abs(alpha) * in[0].scale;
-      // The product's rounding, and alpha's own if the device rounds it to
-      // the dtype first.
-      result.terms = in[0].terms + 2;
+    default: {  // KIND_SCALE (Build refused the rest)
+      const double alpha = step.elementwise.alpha();
+      if (integer) {
+        result.integer =
+            WrapInteger(out_dtype, ScaleInteger(in[0].integer, alpha));
+      } else {
+        result.value = alpha * in[0].value;
+        result.scale = std::abs(alpha) * in[0].scale;
+        // The product's rounding, and alpha's own if the device rounds it
+        // to the dtype first.
+        result.terms = in[0].terms + 2;
+      }
+      break;
     }
   }
   if (integer) {
     result.value = static_cast<double>(result.integer);
     result.scale = std::abs(result.value);
   }
+  return result;
+}
+
+Expected Reference::EvalGather(const StepInfo& step, int64_t e) const {
+  const v1::GatherAttrs& g = step.gather_attrs;
+  const int64_t row = g.row(), k = GatherK(g);
+  const int64_t i = e / row, c = e % row;
+  const DType out_dtype = tensors_[step.out_tensor].dtype;
+  const int tx = step.in_tensors[0];
+  const DType x_dtype = tensors_[tx].dtype;
+  const bool weighted = step.in_tensors.size() == 2;
+  const int tw = weighted ? step.in_tensors[1] : -1;
+  Coord cx(tensors_[tx].shape.size());
+  Coord cw(weighted ? tensors_[tw].shape.size() : 0);
+  // X row r, column c: element r * row + c of X's box, row-major.
+  auto x_at = [&](int64_t r) {
+    CoordInBox(r * row + c, step.in_boxes[0], cx.data());
+    return ConvertTo(Eval(tx, cx.data(), step.index), x_dtype, out_dtype);
+  };
+  if (k == 1 && !weighted) {
+    // A copy (or zeros): exact, X's own bound, in every dtype.
+    const int64_t source = g.index(i);
+    return source < 0 ? Expected{} : x_at(source);
+  }
+  Expected result;
+  if (IsIntegerDType(out_dtype)) {  // unweighted (Build): a wrapping sum
+    uint64_t sum = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t source = g.index(i * k + j);
+      if (source >= 0) sum += static_cast<uint64_t>(x_at(source).integer);
+    }
+    result.integer = WrapInteger(out_dtype, static_cast<int64_t>(sum));
+    result.value = static_cast<double>(result.integer);
+    result.scale = std::abs(result.value);
+    return result;
+  }
+  int64_t terms = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t source = g.index(i * k + j);
+    if (source < 0) continue;
+    const Expected x = x_at(source);
+    if (!weighted) {
+      result.value += x.value;
+      result.scale += x.scale;
+      terms = std::max(terms, x.terms);
+      continue;
+    }
+    CoordInBox(i * k + j, step.in_boxes[1], cw.data());
+    const Expected w = ConvertTo(Eval(tw, cw.data(), step.index),
+                                 tensors_[tw].dtype, out_dtype);
+    result.value += w.value * x.value;
+    result.scale += w.scale * x.scale;
+    terms = std::max(terms, w.terms + x.terms);
+  }
+  // As a GEMM row of length k: k products and additions (k roundings along
+  // the sum, in the accumulator, no coarser than the dtype) and the final
+  // rounding to the dtype; the operands' own errors enter through
+  // scale_w * scale_x with their terms added.
+  result.terms = terms + k + 1;
   return result;
 }
 

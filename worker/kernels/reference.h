@@ -24,20 +24,34 @@
 //      OP_COMPUTE GEMM: alpha * sum_p op(A)[i, p] * op(B)[p, j] (+ C's
 //        previous value when accumulate), operands row-major over their
 //        boxes, (i, j) from the element's offset in the output operand;
-//      OP_COMPUTE elementwise: in0 + in1, or alpha * in0, element by
-//        element in the operands' row-major order;
+//      OP_COMPUTE elementwise: in0 + in1, alpha * in0, max(in0, 0) or
+//        1 / (1 + exp(-in0)), element by element in the operands'
+//        row-major order;
+//      OP_COMPUTE gather: Y element e is row i = e / row, column c = e %
+//        row: sum over j < k of w(i, j) * X[index[i * k + j], c] (w = 1
+//        without W, index -1 adding nothing), X's row r column c being
+//        element r * row + c of its box and w(i, j) element i * k + j of
+//        W's; k = 1 without W is a copy, exact, with X's own tolerance;
 //  - otherwise its initializer's value (Plan.tensor_inits, default PATTERN).
 // Floating-point values are computed in float64 with no rounding to the
 // tensor's dtype on the way (the tolerance accounts for the device's
 // roundings); integer values are exact and wrap to each tensor's width, as
-// the device arithmetic does. Integer GEMM is UNIMPLEMENTED (as in
-// compute.h).
+// the device arithmetic does. Integer GEMM and weighted integer gather are
+// UNIMPLEMENTED, integer RELU / SIGMOID INVALID_ARGUMENT (as in compute.h).
+//
+// Tolerance bookkeeping (Expected.scale / terms) of the compute ops: GEMM
+// and weighted gather add k + 1 terms to the largest of their operands'
+// summed terms, over a scale of sum |a| |b| (of the operands' scales);
+// RELU keeps its input's bound (exact, 1-Lipschitz); SIGMOID scales the
+// input's bound by its largest slope, 1/4, and adds 4 terms for its own
+// roundings (reference.cc says why).
 //
 // Cost: an element costs one evaluation per reduced rank / moved element,
-// and k multiply-adds per GEMM element: a GEMM step's op(A) and op(B) are
-// evaluated once, on first use, into float64 arrays (when they hold at most
-// 2^24 elements together; bigger operands are evaluated element by element,
-// which suits SAMPLE verification). 1e6 elements of a GEMM (k = 256) ->
+// k evaluations of X (and of W) per gather element, and k multiply-adds per
+// GEMM element: a GEMM step's op(A) and op(B) are evaluated once, on first
+// use, into float64 arrays (when they hold at most 2^24 elements together;
+// bigger operands are evaluated element by element, which suits SAMPLE
+// verification). 1e6 elements of a GEMM (k = 256) ->
 // reduce-scatter over 4 ranks take 1 to 3 seconds on one core.
 //
 // Thread safety: after Create, every const method may run on many threads at
@@ -112,9 +126,11 @@ class Reference {
  public:
   // INVALID_ARGUMENT naming the step / buffer / tensor for a plan whose
   // value-defining steps are malformed (unknown buffers or tensors, operands
-  // outside their buffers, sizes that do not match GEMM's m, n, k or the
-  // all-to-all counts, IN not [n] + OUT's shape, unknown kinds or
-  // reductions, a dependency cycle); UNIMPLEMENTED for integer GEMM.
+  // outside their buffers, sizes that do not match GEMM's m, n, k, the
+  // all-to-all counts or a gather's row, k and index (compute.h
+  // CheckGather), IN not [n] + OUT's shape, unknown kinds or reductions,
+  // RELU / SIGMOID on an integer dtype, a dependency cycle); UNIMPLEMENTED
+  // for integer GEMM and weighted integer gather.
   static absl::StatusOr<std::unique_ptr<Reference>> Create(
       const v1::Plan& plan);
 
@@ -155,6 +171,8 @@ class Reference {
   Expected EvalStep(const StepInfo& step, const Definition& def, int tensor,
                     const int64_t* coord) const;
   Expected EvalGemm(const StepInfo& step, int64_t i, int64_t j) const;
+  // Element e of a gather's output operand (row-major over its box).
+  Expected EvalGather(const StepInfo& step, int64_t e) const;
   const GemmCache& Operands(const StepInfo& step) const;
 
   std::vector<TensorSpec> tensors_;

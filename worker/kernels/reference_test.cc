@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -454,6 +456,281 @@ TEST(ReferenceTest, OperandSendRecvIsACopyBetweenRegions) {
   EXPECT_NE(refused.status().message().find("differ"), std::string::npos)
       << refused.status();
   (void)wb;
+}
+
+v1::GatherAttrs* SetGather(v1::Step* step, int64_t row, int k,
+                           const std::vector<int64_t>& index) {
+  v1::GatherAttrs* g = step->mutable_compute()->mutable_gather();
+  g->set_row(row);
+  g->set_k(k);
+  for (int64_t i : index) g->add_index(i);
+  return g;
+}
+
+void SetSlice(v1::Operand* operand, const Box& box) {
+  for (const Interval& i : box) {
+    v1::Interval* p = operand->add_slice();
+    p->set_begin(i.begin);
+    p->set_end(i.end);
+  }
+}
+
+// A weighted gather whose X is a slice of its buffer (X row r, column c is
+// tensor element [1 + r, 1 + c]): the values are the float64 sums, the
+// tolerance that of a length-k dot product (terms k + 1 = 3 on exact
+// inputs, scale sum |w x|); an int32 copy gather (k = 1, no W) is exact,
+// with zeros for -1 and no terms at all.
+TEST(ReferenceTest, GatherValuesAndTolerance) {
+  PlanBuilder p;
+  const int x =
+      p.Tensor({7, 5}, DType::kFloat32, v1::Initializer::KIND_RANDOM, 1);
+  const int w = p.Tensor({6}, DType::kFloat32, v1::Initializer::KIND_RANDOM, 2);
+  const int y = p.Tensor({3, 4}, DType::kFloat32, v1::Initializer::KIND_ZEROS);
+  const int xb = p.Buffer(x, 0, {{0, 7}, {0, 5}});
+  const int wb = p.Buffer(w, 0, {{0, 6}});
+  const int yb = p.Buffer(y, 0, {{0, 3}, {0, 4}});
+  const std::vector<int64_t> index = {5, 0, -1, 2, 3, -1};
+  v1::Step* gather = p.Step(v1::Step::OP_COMPUTE, {xb, wb}, {yb});
+  SetSlice(gather->mutable_inputs(0), {{1, 7}, {1, 5}});
+  SetGather(gather, 4, 2, index);
+  const int xi = p.Tensor({5, 3}, DType::kInt32);
+  const int yi = p.Tensor({4, 3}, DType::kInt32, v1::Initializer::KIND_ZEROS);
+  const std::vector<int64_t> copy_index = {4, -1, 0, 0};
+  SetGather(p.Step(v1::Step::OP_COMPUTE, {p.Buffer(xi, 1, {{0, 5}, {0, 3}})},
+                   {p.Buffer(yi, 1, {{0, 4}, {0, 3}})}),
+            3, 0, copy_index);
+  auto ref = MustCreate(p.plan());
+  ASSERT_NE(ref, nullptr);
+  EXPECT_TRUE(ref->IsComputed(y));
+  for (int64_t i = 0; i < 3; ++i) {
+    for (int64_t c = 0; c < 4; ++c) {
+      double want = 0, scale = 0;
+      for (int64_t j = 0; j < 2; ++j) {
+        const int64_t r = index[i * 2 + j];
+        if (r < 0) continue;
+        const double term =
+            p.Initial(w, i * 2 + j) * p.Initial(x, (1 + r) * 5 + 1 + c);
+        want += term;
+        scale += std::abs(term);
+      }
+      const absl::StatusOr<Expected> e = ref->Expect(y, {i, c});
+      ASSERT_TRUE(e.ok()) << e.status();
+      EXPECT_NEAR(e->value, want, 1e-15) << i << "," << c;
+      EXPECT_NEAR(e->scale, scale, 1e-15);
+      EXPECT_EQ(e->terms, 3);
+    }
+  }
+  for (int64_t i = 0; i < 4; ++i) {
+    for (int64_t c = 0; c < 3; ++c) {
+      const absl::StatusOr<Expected> e = ref->Expect(yi, {i, c});
+      ASSERT_TRUE(e.ok()) << e.status();
+      const int64_t r = copy_index[i];
+      EXPECT_EQ(e->integer,
+                r < 0 ? 0 : static_cast<int64_t>(p.Initial(xi, r * 3 + c)));
+      EXPECT_EQ(e->terms, 0);
+    }
+  }
+}
+
+// RELU is exact and keeps its input's bound; SIGMOID adds 4 terms over a
+// scale of its value plus a quarter of its input's scale.
+TEST(ReferenceTest, ReluAndSigmoid) {
+  PlanBuilder p;
+  const int a =
+      p.Tensor({16}, DType::kBFloat16, v1::Initializer::KIND_RANDOM, 8);
+  const int r = p.Tensor({16}, DType::kBFloat16, v1::Initializer::KIND_ZEROS);
+  const int s = p.Tensor({16}, DType::kBFloat16, v1::Initializer::KIND_ZEROS);
+  const int ab = p.Buffer(a, 0, {{0, 16}});
+  const int rb = p.Buffer(r, 0, {{0, 16}});
+  const int sb = p.Buffer(s, 0, {{0, 16}});
+  p.Step(v1::Step::OP_COMPUTE, {ab}, {rb})
+      ->mutable_compute()
+      ->mutable_elementwise()
+      ->set_kind(v1::ElementwiseAttrs::KIND_RELU);
+  p.Step(v1::Step::OP_COMPUTE, {ab}, {sb})
+      ->mutable_compute()
+      ->mutable_elementwise()
+      ->set_kind(v1::ElementwiseAttrs::KIND_SIGMOID);
+  auto ref = MustCreate(p.plan());
+  ASSERT_NE(ref, nullptr);
+  int negatives = 0;
+  for (int64_t x = 0; x < 16; ++x) {
+    const double v = p.Initial(a, x);
+    negatives += v < 0;
+    const absl::StatusOr<Expected> relu = ref->Expect(r, {x});
+    ASSERT_TRUE(relu.ok()) << relu.status();
+    EXPECT_EQ(relu->value, std::max(v, 0.0));
+    EXPECT_EQ(relu->terms, 0);
+    const absl::StatusOr<Expected> sig = ref->Expect(s, {x});
+    ASSERT_TRUE(sig.ok()) << sig.status();
+    const double want = 1.0 / (1.0 + std::exp(-v));
+    EXPECT_DOUBLE_EQ(sig->value, want);
+    EXPECT_DOUBLE_EQ(sig->scale, want + 0.25 * std::abs(v));
+    EXPECT_EQ(sig->terms, 4);
+  }
+  EXPECT_GT(negatives, 0);  // relu had something to do
+}
+
+// The MoE chain on the host kernels in every float dtype: dispatch (a k = 1
+// gather of X's rows), relu, gate weights = sigmoid(logits), combine (a
+// weighted k = 2 gather), each output verified in full against the
+// reference; then a corrupted combine element is caught.
+TEST(ReferenceTest, VerifiesAGatherReluSigmoidCombineChainOfTheHostKernels) {
+  const std::vector<int64_t> dispatch = {3, -1, 0, 7, 7, 2};
+  const std::vector<int64_t> combine = {0, 1, 2, -1, 3, 4, 5, 0};
+  for (DType dtype :
+       {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    PlanBuilder p;
+    const int x = p.Tensor({8, 5}, dtype, v1::Initializer::KIND_RANDOM, 11);
+    const int d = p.Tensor({6, 5}, dtype, v1::Initializer::KIND_ZEROS);
+    const int h = p.Tensor({6, 5}, dtype, v1::Initializer::KIND_ZEROS);
+    const int l = p.Tensor({4, 2}, dtype, v1::Initializer::KIND_RANDOM, 12);
+    const int g = p.Tensor({4, 2}, dtype, v1::Initializer::KIND_ZEROS);
+    const int y = p.Tensor({4, 5}, dtype, v1::Initializer::KIND_ZEROS);
+    const int xb = p.Buffer(x, 0, {{0, 8}, {0, 5}});
+    const int db = p.Buffer(d, 0, {{0, 6}, {0, 5}});
+    const int hb = p.Buffer(h, 0, {{0, 6}, {0, 5}});
+    const int lb = p.Buffer(l, 0, {{0, 4}, {0, 2}});
+    const int gb = p.Buffer(g, 0, {{0, 4}, {0, 2}});
+    const int yb = p.Buffer(y, 0, {{0, 4}, {0, 5}});
+    SetGather(p.Step(v1::Step::OP_COMPUTE, {xb}, {db}), 5, 1, dispatch);
+    v1::Step* relu = p.Step(v1::Step::OP_COMPUTE, {db}, {hb});
+    relu->mutable_compute()->mutable_elementwise()->set_kind(
+        v1::ElementwiseAttrs::KIND_RELU);
+    relu->add_deps(1);
+    p.Step(v1::Step::OP_COMPUTE, {lb}, {gb})
+        ->mutable_compute()
+        ->mutable_elementwise()
+        ->set_kind(v1::ElementwiseAttrs::KIND_SIGMOID);
+    v1::Step* comb = p.Step(v1::Step::OP_COMPUTE, {hb, gb}, {yb});
+    SetGather(comb, 5, 2, combine);
+    comb->add_deps(2);
+    comb->add_deps(3);
+    auto ref = MustCreate(p.plan());
+    ASSERT_NE(ref, nullptr);
+
+    const int size = DTypeSize(dtype);
+    auto fill = [&](int t) {
+      std::vector<uint8_t> bytes(p.spec(t).num_elements() * size);
+      EXPECT_TRUE(FillInitializer(absl::MakeSpan(bytes), p.spec(t).full_box(),
+                                  p.spec(t), t, p.init(t))
+                      .ok());
+      return bytes;
+    };
+    const std::vector<uint8_t> xs = fill(x), ls = fill(l);
+    std::vector<uint8_t> ds(30 * size), hs(30 * size), gs(8 * size),
+        ys(20 * size);
+    ASSERT_TRUE(RunGather(p.plan().steps(0).compute().gather(), dtype, xs, {},
+                          absl::MakeSpan(ds))
+                    .ok());
+    ASSERT_TRUE(RunElementwise(p.plan().steps(1).compute().elementwise(), dtype,
+                               {ds}, absl::MakeSpan(hs))
+                    .ok());
+    ASSERT_TRUE(RunElementwise(p.plan().steps(2).compute().elementwise(), dtype,
+                               {ls}, absl::MakeSpan(gs))
+                    .ok());
+    ASSERT_TRUE(RunGather(p.plan().steps(3).compute().gather(), dtype, hs, gs,
+                          absl::MakeSpan(ys))
+                    .ok());
+    Cancellation cancel;
+    for (auto [t, bytes] : {std::pair{d, &ds}, std::pair{h, &hs},
+                            std::pair{g, &gs}, std::pair{y, &ys}}) {
+      auto check = VerifyComputed(*bytes, p.spec(t).full_box(), p.spec(t), t,
+                                  *ref, v1::VERIFY_MODE_FULL, cancel);
+      ASSERT_TRUE(check.ok()) << check.status();
+      EXPECT_EQ(check->elements, p.spec(t).num_elements());
+      EXPECT_EQ(check->mismatches, 0)
+          << "tensor " << t << ": " << check->first_mismatch;
+    }
+    // The dispatch is a copy: bit for bit, so its maximum error is 0.
+    auto exact = VerifyComputed(ds, p.spec(d).full_box(), p.spec(d), d, *ref,
+                                v1::VERIFY_MODE_FULL, cancel);
+    EXPECT_EQ(exact->max_abs_error, 0);
+
+    // Element [2, 3] moved by 0.25 (above any dtype's bound on sums of two
+    // products of magnitude < 1), and for float32 / float64 by a relative
+    // 1e-4 (far below fp16's rounding, far above float32's tolerance).
+    const double old = LoadElement(dtype, ys.data() + (2 * 5 + 3) * size);
+    const bool fine = dtype == DType::kFloat32 || dtype == DType::kFloat64;
+    StoreElement(dtype, ys.data() + (2 * 5 + 3) * size,
+                 fine ? old * (1 + 1e-4) + 1e-4 : old + 0.25);
+    auto bad = VerifyComputed(ys, p.spec(y).full_box(), p.spec(y), y, *ref,
+                              v1::VERIFY_MODE_FULL, cancel);
+    ASSERT_TRUE(bad.ok()) << bad.status();
+    EXPECT_EQ(bad->mismatches, 1);
+    EXPECT_NE(bad->first_mismatch.find("element [2,3]"), std::string::npos)
+        << bad->first_mismatch;
+  }
+}
+
+// Gather and activation steps that do not fit their operands or dtypes.
+TEST(ReferenceTest, MalformedGathersAndActivationsAreRejected) {
+  struct Case {
+    std::function<void(v1::Step*)> corrupt;
+    absl::StatusCode code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::Step* s) { s->mutable_compute()->mutable_gather()->set_row(0); },
+       absl::StatusCode::kInvalidArgument, "gather.row = 0"},
+      {[](v1::Step* s) {
+         s->mutable_compute()->mutable_gather()->set_index(1, 4);
+       },
+       absl::StatusCode::kInvalidArgument,
+       "gather.index[1] = 4 is outside [-1, rows(X) = 4)"},
+      {[](v1::Step* s) {
+         s->mutable_compute()->mutable_gather()->add_index(0);
+       },
+       absl::StatusCode::kInvalidArgument, "gather.index has 5 entries"},
+      {[](v1::Step* s) { s->add_inputs()->set_buffer(s->inputs(0).buffer()); },
+       absl::StatusCode::kInvalidArgument, "inputs [X] or [X, W]"},
+      {[](v1::Step* s) { s->mutable_inputs()->RemoveLast(); },
+       absl::StatusCode::kOk, ""},
+      {[](v1::Step* s) {
+         s->mutable_inputs(1)->set_buffer(s->inputs(0).buffer());
+       },
+       absl::StatusCode::kInvalidArgument, "W has 8 elements"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message);
+    PlanBuilder p;
+    const int x = p.Tensor({4, 2}, DType::kFloat32);
+    const int w = p.Tensor({4}, DType::kFloat32);
+    const int y = p.Tensor({2, 2}, DType::kFloat32);
+    v1::Step* s =
+        p.Step(v1::Step::OP_COMPUTE,
+               {p.Buffer(x, 0, {{0, 4}, {0, 2}}), p.Buffer(w, 0, {{0, 4}})},
+               {p.Buffer(y, 0, {{0, 2}, {0, 2}})});
+    SetGather(s, 2, 2, {0, 1, 2, 3});
+    c.corrupt(s);
+    const absl::Status status = Reference::Create(p.plan()).status();
+    EXPECT_EQ(status.code(), c.code) << status;
+    EXPECT_NE(status.message().find(c.message), std::string::npos) << status;
+  }
+  // Weights on integers: unimplemented; RELU / SIGMOID on integers: not
+  // defined.
+  PlanBuilder p;
+  const int x = p.Tensor({4}, DType::kInt32);
+  const int xb = p.Buffer(x, 0, {{0, 4}});
+  SetGather(p.Step(v1::Step::OP_COMPUTE, {xb, xb}, {xb}), 1, 1, {0, 1, 2, 3});
+  EXPECT_EQ(Reference::Create(p.plan()).status().code(),
+            absl::StatusCode::kUnimplemented);
+  for (auto kind :
+       {v1::ElementwiseAttrs::KIND_RELU, v1::ElementwiseAttrs::KIND_SIGMOID}) {
+    PlanBuilder q;
+    const int t = q.Tensor({4}, DType::kInt8);
+    const int tb = q.Buffer(t, 0, {{0, 4}});
+    q.Step(v1::Step::OP_COMPUTE, {tb}, {tb})
+        ->mutable_compute()
+        ->mutable_elementwise()
+        ->set_kind(kind);
+    const absl::Status status = Reference::Create(q.plan()).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find("allowed dtypes: float16"),
+              std::string::npos)
+        << status;
+  }
 }
 
 TEST(ReferenceTest, MalformedPlansAreRejected) {

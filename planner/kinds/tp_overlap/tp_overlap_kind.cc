@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "planner/ir/spec_convert.h"
+#include "planner/kinds/step_spans.h"
 #include "planner/kinds/tp_overlap/tp_overlap_cost.h"
 #include "planner/kinds/tp_overlap/tp_overlap_lowering.h"
 #include "planner/sim/plan_simulator.h"
@@ -120,56 +121,6 @@ absl::StatusOr<TpRequest> RequestOf(const v1::JobSpec& spec) {
   return request;
 }
 
-// One step's measured (or predicted) interval.
-struct Span {
-  int index = 0;       // position in plan.steps
-  std::string worker;  // "" when predicted
-  int device = -1;
-  double start = 0;
-  double end = 0;
-};
-
-std::vector<Span> SpansOf(const v1::Plan& plan, const v1::JobResult& result) {
-  std::vector<Span> spans;
-  for (const v1::StepResult& step : result.steps()) {
-    if (step.step() < 0 || step.step() >= plan.steps_size()) continue;
-    Span span{step.step(), step.worker(), step.device(), step.start_seconds(),
-              step.end_seconds()};
-    if (span.end <= span.start) span.end = span.start + step.seconds();
-    spans.push_back(std::move(span));
-  }
-  if (!spans.empty() || plan.predicted_step_start_size() != plan.steps_size() ||
-      plan.predicted_step_finish_size() != plan.steps_size()) {
-    return spans;
-  }
-  for (int i = 0; i < plan.steps_size(); ++i) {
-    spans.push_back({i, "", plan.steps(i).device(),
-                     plan.predicted_step_start(i),
-                     plan.predicted_step_finish(i)});
-  }
-  return spans;
-}
-
-// The largest, over keys, of last end - first start of the spans `pick`
-// selects, grouped by `key`.
-template <typename Pick, typename Key>
-double SlowestSpan(const std::vector<Span>& spans, Pick pick, Key key) {
-  std::map<std::string, std::pair<double, double>> by_key;
-  for (const Span& span : spans) {
-    if (!pick(span)) continue;
-    auto [it, fresh] = by_key.try_emplace(key(span), span.start, span.end);
-    if (!fresh) {
-      it->second.first = std::min(it->second.first, span.start);
-      it->second.second = std::max(it->second.second, span.end);
-    }
-  }
-  double slowest = 0;
-  for (const auto& [name, interval] : by_key) {
-    slowest = std::max(slowest, interval.second - interval.first);
-  }
-  return slowest;
-}
-
 }  // namespace
 
 absl::Status TpOverlapKind::Validate(const v1::JobSpec& spec) const {
@@ -232,21 +183,25 @@ double TpOverlapKind::PredictedSpanSeconds(
 
 void TpOverlapKind::Summarize(const v1::JobSpec& spec, const v1::Plan& plan,
                               v1::JobResult& result) const {
-  const std::vector<Span> spans = SpansOf(plan, result);
-  const auto stage = [&](const Span& s) { return plan.steps(s.index).stage(); };
-  const auto by_device = [](const Span& s) { return absl::StrCat(s.device); };
+  const std::vector<StepSpan> spans = StepSpansOf(plan, result);
+  const auto stage = [&](const StepSpan& s) {
+    return plan.steps(s.index).stage();
+  };
+  const auto by_device = [](const StepSpan& s) {
+    return absl::StrCat(s.device);
+  };
   const double gemm = SlowestSpan(
-      spans, [&](const Span& s) { return stage(s) == kStageGemmAlone; },
+      spans, [&](const StepSpan& s) { return stage(s) == kStageGemmAlone; },
       by_device);
   const double comm = SlowestSpan(
-      spans, [&](const Span& s) { return stage(s) == kStageCommAlone; },
-      [](const Span& s) { return s.worker; });
+      spans, [&](const StepSpan& s) { return stage(s) == kStageCommAlone; },
+      [](const StepSpan& s) { return s.worker; });
   const double total = SlowestSpan(
-      spans, [&](const Span& s) { return stage(s) >= kStageModeComm; },
-      [](const Span&) { return std::string(); });
+      spans, [&](const StepSpan& s) { return stage(s) >= kStageModeComm; },
+      [](const StepSpan&) { return std::string(); });
   const double gemm_under_overlap = SlowestSpan(
       spans,
-      [&](const Span& s) {
+      [&](const StepSpan& s) {
         const v1::Step& step = plan.steps(s.index);
         return step.stage() >= kStageModeComm &&
                step.op() == v1::Step::OP_COMPUTE && step.compute().has_gemm();
