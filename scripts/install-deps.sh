@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libopenblas-serial-dev
+  libabsl-dev libblis-serial-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libsqlite3-dev sqlite3 nlohmann-json3-dev libyaml-cpp-dev libcivetweb-dev
   prometheus iproute2 python3 python3-yaml curl procps

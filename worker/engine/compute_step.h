@@ -1,4 +1,4 @@
-// The CPU kernel of OP_COMPUTE: GEMM (OpenBLAS), an elementwise op or a row
+// The CPU kernel of OP_COMPUTE: GEMM (BLIS), an elementwise op or a row
 // gather over the step's operands, on the step's device
 // (worker/kernels/compute.h).
 //

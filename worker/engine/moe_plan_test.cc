@@ -19,13 +19,13 @@ using testing::RunTestJob;
 using testing::TestJob;
 using testing::TestJobOutcome;
 
-MoeShape Shape(int ep, int mp, double capacity) {
+MoeShape Shape(int ep, int mp, double capacity, int top_k) {
   MoeShape s;
   s.tokens = 24;
   s.hidden = 8;
   s.ffn = 12;
   s.experts = 4;
-  s.top_k = 2;
+  s.top_k = top_k;
   s.capacity_factor = capacity;
   s.mp = mp;
   s.ep = ep;
@@ -121,13 +121,14 @@ struct Case {
   int chunks;
   int ep, mp;
   double capacity;  // 0.75 drops choices, 4 keeps them all
+  int top_k = 2;
 };
 
 class MoePlanTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(MoePlanTest, ReferenceIsTheLayerAndTheEngineMatchesIt) {
   const Case& c = GetParam();
-  const MoeShape shape = Shape(c.ep, c.mp, c.capacity);
+  const MoeShape shape = Shape(c.ep, c.mp, c.capacity, c.top_k);
   const MoeRouting routing = RouteTokens(shape);
   std::vector<int> devices(c.ep * c.mp);
   for (int d = 0; d < c.ep * c.mp; ++d) devices[d] = d;
@@ -174,12 +175,15 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{MoeSchedule::kS2, 2, 2, 2, 0.75},
                       Case{MoeSchedule::kS2, 3, 2, 2, 4.0},
                       Case{MoeSchedule::kS1, 1, 1, 2, 0.75},
-                      Case{MoeSchedule::kS2, 2, 2, 1, 0.75}),
+                      Case{MoeSchedule::kS2, 2, 2, 1, 0.75},
+                      Case{MoeSchedule::kBaseline, 1, 2, 4, 1.2, 1},
+                      Case{MoeSchedule::kS1, 1, 2, 4, 1.2, 1}),
     [](const ::testing::TestParamInfo<Case>& info) {
       return absl::StrCat(MoeScheduleName(info.param.schedule), "_c",
                           info.param.chunks, "_ep", info.param.ep, "_mp",
                           info.param.mp, "_f",
-                          static_cast<int>(info.param.capacity * 100));
+                          static_cast<int>(info.param.capacity * 100), "_k",
+                          info.param.top_k);
     });
 
 }  // namespace

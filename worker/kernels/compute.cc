@@ -338,7 +338,7 @@ absl::Status RunGemm(const v1::GemmAttrs& g, DType dtype,
   const double beta = g.accumulate() ? 1.0 : 0.0;
   switch (dtype) {
     case DType::kFloat32:
-      // OpenBLAS insists on lda >= 1 even when k == 0.
+      // CBLAS insists on lda >= 1 even when k == 0.
       cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, static_cast<float>(alpha),
                   reinterpret_cast<const float*>(a.data()), std::max(lda, 1),
                   reinterpret_cast<const float*>(b.data()), std::max(ldb, 1),

@@ -1,4 +1,4 @@
-// Compute kernels on host memory: GEMM (OpenBLAS for float32/float64),
+// Compute kernels on host memory: GEMM (BLIS for float32/float64),
 // elementwise ops and row gathers, as the CPU backend runs OP_COMPUTE steps.
 //
 //   v1::GemmAttrs g;  g.set_m(64); g.set_n(32); g.set_k(256);
@@ -50,8 +50,9 @@
 // an in-place permutation reads X as it was before the step.
 // Errors: CheckGather's, with the sizes of the spans.
 //
-// Thread safety: pure functions. OpenBLAS runs its own threads inside
-// RunGemm for large float32/float64 problems.
+// Thread safety: pure functions; any number may run at once (the CPU
+// engine runs one GEMM per device concurrently). The BLAS behind RunGemm
+// (BLIS, single-threaded) is reentrant and starts no threads.
 #ifndef MESHCAST_WORKER_KERNELS_COMPUTE_H_
 #define MESHCAST_WORKER_KERNELS_COMPUTE_H_
 

@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -90,6 +92,45 @@ TEST(ComputeTest, GemmMatchesNaiveLoop) {
       }
     }
   }
+}
+
+// The CPU engine runs one GEMM per device at once. Several threads started
+// together, each with its own operands, must each get exactly the product
+// the same call gives alone (a BLAS whose buffer allocator is not
+// thread-safe hands two calls one packing buffer and mixes their inputs).
+TEST(ComputeTest, ConcurrentGemmsGiveTheirOwnProducts) {
+  constexpr int kThreads = 8, kRounds = 40;
+  v1::GemmAttrs g;
+  g.set_m(2048);
+  g.set_n(4);
+  g.set_k(256);
+  std::vector<std::vector<uint8_t>> a, b, alone;
+  for (int t = 0; t < kThreads; ++t) {
+    a.push_back(Random(DType::kFloat32, g.m() * g.k(), 10 + t));
+    b.push_back(Random(DType::kFloat32, g.k() * g.n(), 50 + t));
+    alone.emplace_back(g.m() * g.n() * 4);
+    ASSERT_TRUE(RunGemm(g, DType::kFloat32, a[t], b[t],
+                        absl::MakeSpan(alone[t]))
+                    .ok());
+  }
+  int wrong = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<std::vector<uint8_t>> c(kThreads,
+                                        std::vector<uint8_t>(alone[0].size()));
+    std::atomic<int> ready{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (ready.load() < kThreads) {
+        }
+        (void)RunGemm(g, DType::kFloat32, a[t], b[t], absl::MakeSpan(c[t]));
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    for (int t = 0; t < kThreads; ++t) wrong += c[t] != alone[t];
+  }
+  EXPECT_EQ(wrong, 0) << "of " << kThreads * kRounds << " concurrent GEMMs";
 }
 
 TEST(ComputeTest, GemmSizeErrorsNameTheOperand) {
