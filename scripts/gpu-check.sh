@@ -167,7 +167,8 @@ else
 fi
 
 # 5. End to end: a local cluster of one worker driving 8 virtual devices on
-# GPU 0, one reshard job through controller, planner and GPU executor.
+# GPU 0, one reshard job through controller, planner and GPU executor, every
+# collective, and an MoE layer in every schedule.
 MESHCTL="$BUILD_DIR/cli/meshctl"
 if [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
       -x $BUILD_DIR/controller/meshcast-controller ]]; then
@@ -192,6 +193,17 @@ if [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
         timeout --kill-after=30 "$STEP_TIMEOUT" \
         env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit collective \
         --op "$op" --mesh 1x8 --bytes 64MiB --dtype float32 --wait
+    done
+    # An MoE layer (docs/moe.md) in every schedule on the same devices: the
+    # GPU's gather, ReLU, sigmoid and GEMM kernels with the all-to-all,
+    # all-gather and reduce-scatter/all-reduce, verified.
+    for schedule in baseline s1 s2; do
+      printf 'verify: full\nmoe: {tokens: 1024, hidden: 256, ffn: 512, experts: 8, top_k: 2, capacity_factor: 1.2, mesh: 1x8, schedule: %s}\n' \
+        "$schedule" >"$E2E_DIR/moe-$schedule.yaml"
+      run_step "end to end: meshctl submit -f moe ($schedule)" \
+        timeout --kill-after=30 "$STEP_TIMEOUT" \
+        env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit \
+        -f "$E2E_DIR/moe-$schedule.yaml" --wait
     done
   fi
   # The daemons' logs, also when start-up failed (that is when they matter).

@@ -93,13 +93,17 @@ struct Reference::StepInfo {
   std::unique_ptr<GemmCache> cache;
 };
 
-// op(A) (m x k) and op(B) transposed (n x k), row-major, as values and
-// scales; the largest `terms` of each.
+// op(A) (m x k) and op(B) (k x n), row-major, as values and scales; the
+// largest `terms` of each; and, built on the first element asked for, the
+// whole output C (m x n) as sums and scales.
 struct Reference::GemmCache {
   std::once_flag once;
   bool materialized = false;
-  std::vector<double> a_value, a_scale, bt_value, bt_scale;
+  std::vector<double> a_value, a_scale, b_value, b_scale;
   int64_t a_terms = 0, b_terms = 0;
+  std::once_flag output_once;
+  bool output_ready = false;
+  std::vector<double> c_sum, c_scale;
 };
 
 Reference::Reference() = default;
@@ -742,8 +746,8 @@ const Reference::GemmCache& Reference::Operands(const StepInfo& step) const {
     if (m * k + k * n > kMaterializeLimit) return;
     cache.a_value.resize(m * k);
     cache.a_scale.resize(m * k);
-    cache.bt_value.resize(n * k);
-    cache.bt_scale.resize(n * k);
+    cache.b_value.resize(k * n);
+    cache.b_scale.resize(k * n);
     const int ta = step.in_tensors[0], tb = step.in_tensors[1];
     Coord c(std::max(tensors_[ta].shape.size(),
                                     tensors_[tb].shape.size()) + 1);
@@ -763,8 +767,8 @@ const Reference::GemmCache& Reference::Operands(const StepInfo& step) const {
       const Expected x = Eval(tb, c.data(), step.index);
       const int64_t p = g.trans_b() ? e % k : e / n;
       const int64_t j = g.trans_b() ? e / k : e % n;
-      cache.bt_value[j * k + p] = x.value;
-      cache.bt_scale[j * k + p] = x.scale;
+      cache.b_value[p * n + j] = x.value;
+      cache.b_scale[p * n + j] = x.scale;
       cache.b_terms = std::max(cache.b_terms, x.terms);
     }
     cache.materialized = true;
@@ -781,13 +785,39 @@ Expected Reference::EvalGemm(const StepInfo& step, int64_t i,
   double sum = 0, scale = 0;
   int64_t terms = 0;
   if (cache.materialized) {
-    const double* av = cache.a_value.data() + i * k;
-    const double* as = cache.a_scale.data() + i * k;
-    const double* bv = cache.bt_value.data() + j * k;
-    const double* bs = cache.bt_scale.data() + j * k;
-    for (int64_t p = 0; p < k; ++p) {
-      sum += av[p] * bv[p];
-      scale += as[p] * bs[p];
+    GemmCache& mutable_cache = *step.cache;
+    std::call_once(mutable_cache.output_once, [&] {
+      if (m * n > kMaterializeLimit) return;
+      // The whole output at once, row by row: c[i, :] += a[i, p] * b[p, :]
+      // over p in order (the order of the dot product below, so the same
+      // sums), a loop the compiler vectorizes along j, where a dot
+      // product's reduction cannot be.
+      mutable_cache.c_sum.assign(m * n, 0.0);
+      mutable_cache.c_scale.assign(m * n, 0.0);
+      for (int64_t r = 0; r < m; ++r) {
+        double* cv = mutable_cache.c_sum.data() + r * n;
+        double* cs = mutable_cache.c_scale.data() + r * n;
+        for (int64_t p = 0; p < k; ++p) {
+          const double av = cache.a_value[r * k + p];
+          const double as = cache.a_scale[r * k + p];
+          const double* bv = cache.b_value.data() + p * n;
+          const double* bs = cache.b_scale.data() + p * n;
+          for (int64_t c = 0; c < n; ++c) {
+            cv[c] += av * bv[c];
+            cs[c] += as * bs[c];
+          }
+        }
+      }
+      mutable_cache.output_ready = true;
+    });
+    if (cache.output_ready) {
+      sum = cache.c_sum[i * n + j];
+      scale = cache.c_scale[i * n + j];
+    } else {
+      for (int64_t p = 0; p < k; ++p) {
+        sum += cache.a_value[i * k + p] * cache.b_value[p * n + j];
+        scale += cache.a_scale[i * k + p] * cache.b_scale[p * n + j];
+      }
     }
     terms = cache.a_terms + cache.b_terms;
   } else {

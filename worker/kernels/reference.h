@@ -47,12 +47,12 @@
 // roundings (reference.cc says why).
 //
 // Cost: an element costs one evaluation per reduced rank / moved element,
-// k evaluations of X (and of W) per gather element, and k multiply-adds per
-// GEMM element: a GEMM step's op(A) and op(B) are evaluated once, on first
-// use, into float64 arrays (when they hold at most 2^24 elements together;
-// bigger operands are evaluated element by element, which suits SAMPLE
-// verification). 1e6 elements of a GEMM (k = 256) ->
-// reduce-scatter over 4 ranks take 1 to 3 seconds on one core.
+// k evaluations of X (and of W) per gather element, and one lookup per GEMM
+// element: a GEMM step's op(A) and op(B) are evaluated once, on first use,
+// into float64 arrays (when they hold at most 2^24 elements together), and
+// its whole output is then computed once (when it holds at most 2^24
+// elements) by a loop the compiler vectorizes; bigger operands are
+// evaluated element by element, which suits SAMPLE verification.
 //
 // Thread safety: after Create, every const method may run on many threads at
 // once (the GEMM operand arrays are built under std::call_once).

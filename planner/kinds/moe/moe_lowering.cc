@@ -253,7 +253,7 @@ class MoeBuilder {
   void AddGateWeightsGather(int g) {
     std::vector<int> deps;
     for (int j = 0; j < n_; ++j) deps.push_back(weight_step_[g * n_ + j]);
-    v1::Step& step = AddStep(v1::Step::OP_ALL_GATHER, kPhaseCombine, deps);
+    v1::Step& step = AddStep(v1::Step::OP_ALL_GATHER, kPhaseGate, deps);
     step.set_group(MpGroup(g));
     for (int j = 0; j < n_; ++j) {
       const int d = g * n_ + j;

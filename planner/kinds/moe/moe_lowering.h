@@ -103,7 +103,7 @@ absl::StatusOr<MoeSchedule> MoeScheduleFromName(absl::string_view name);
 
 // Step.stage of each step, so results can be summed by phase.
 enum MoePhase : int {
-  kPhaseGate = 0,       // gate GEMM, choice logits, sigmoid
+  kPhaseGate = 0,       // gate GEMM, choice logits, sigmoid (s2: gathered)
   kPhaseDispatch = 1,   // the order (gather into slots) and the all-to-all
   kPhaseEspGather = 2,  // ESP all-gather, expert-input layout
   kPhaseExperts = 3,    // FFN GEMMs and ReLU
