@@ -2,8 +2,8 @@
 """`moe` jobs end to end: one MoE layer under MP + EP + ESP on a local
 cluster of 2 workers x 2 CPU devices (mesh [2, 2]: ep 2 hosts x mp 2), in
 every schedule (baseline, s1, s2, auto), once with a capacity that drops
-choices and once with one that keeps them all, each submitted as a JobSpec
-job file with full verification.
+choices and once with one that keeps them all, and with uneven expert loads
+(expert_skew), each submitted as a JobSpec job file with full verification.
 
 Every job must SUCCEED with 0 mismatches, verify the whole output Y on every
 device (tokens x hidden per device), and report the per-phase figures the
@@ -39,15 +39,16 @@ def spec(schedule, capacity, **extra):
             "verify": "VERIFY_MODE_FULL", "moe": moe}
 
 
-def run_job(cluster, schedule, capacity):
-    path = job_file(spec(schedule, capacity))
+def run_job(cluster, schedule, capacity, **extra):
+    """Runs one verified job; returns its metrics."""
+    path = job_file(spec(schedule, capacity, **extra))
     try:
         result = cluster.ctl("submit", "-f", path, "--wait", "--output",
                              "json", timeout=120)
     finally:
         os.unlink(path)
     job = result.json()
-    what = "moe %s capacity %g" % (schedule, capacity)
+    what = "moe %s capacity %g %s" % (schedule, capacity, extra or "")
     lib.check(job.get("state") == "SUCCEEDED" and result.code == 0,
               "%s: state %s (exit %d): %s" % (what, job.get("state"),
                                               result.code, job.get("message")))
@@ -65,7 +66,7 @@ def run_job(cluster, schedule, capacity):
     lib.check(metrics["total_seconds"] > 0, "%s: total_seconds %s" %
               (what, metrics["total_seconds"]))
     dropped = metrics["dropped_tokens_fraction"]
-    lib.check((dropped > 0) == (capacity < 1),
+    lib.check((dropped > 0) == (capacity < 1 or "expert_skew" in extra),
               "%s: dropped_tokens_fraction %s" % (what, dropped))
     workers = {s["worker"] for s in res.get("steps", [])}
     lib.check(len(workers) == EP, "%s: steps on %s" % (what, workers))
@@ -78,6 +79,7 @@ def run_job(cluster, schedule, capacity):
                                 metrics["total_seconds"],
                                 metrics.get("predicted_total_seconds"),
                                 res.get("max_abs_error", 0)))
+    return metrics
 
 
 def check_plan(cluster):
@@ -123,6 +125,13 @@ def run():
             for schedule in ("baseline", "s1", "s2", "auto"):
                 run_job(cluster, schedule, capacity)
                 count += 1
+        # Uneven expert loads: the popular experts drop choices.
+        for schedule in ("baseline", "s1", "s2"):
+            metrics = run_job(cluster, schedule, 1.0, expert_skew=1.5)
+            lib.check(metrics["expert_load_imbalance"] > 1.5,
+                      "expert_skew 1.5: imbalance %s" %
+                      metrics["expert_load_imbalance"])
+            count += 1
         lib.log("%d moe jobs verified on %d workers x %d devices" %
                 (count, EP, MP))
 

@@ -19,7 +19,7 @@ using testing::RunTestJob;
 using testing::TestJob;
 using testing::TestJobOutcome;
 
-MoeShape Shape(int ep, int mp, double capacity, int top_k) {
+MoeShape Shape(int ep, int mp, double capacity, int top_k, double skew) {
   MoeShape s;
   s.tokens = 24;
   s.hidden = 8;
@@ -30,6 +30,7 @@ MoeShape Shape(int ep, int mp, double capacity, int top_k) {
   s.mp = mp;
   s.ep = ep;
   s.seed = 5;
+  s.expert_skew = skew;
   return s;
 }
 
@@ -122,13 +123,14 @@ struct Case {
   int ep, mp;
   double capacity;  // 0.75 drops choices, 4 keeps them all
   int top_k = 2;
+  double skew = 0;  // > 0: uneven expert loads
 };
 
 class MoePlanTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(MoePlanTest, ReferenceIsTheLayerAndTheEngineMatchesIt) {
   const Case& c = GetParam();
-  const MoeShape shape = Shape(c.ep, c.mp, c.capacity, c.top_k);
+  const MoeShape shape = Shape(c.ep, c.mp, c.capacity, c.top_k, c.skew);
   const MoeRouting routing = RouteTokens(shape);
   std::vector<int> devices(c.ep * c.mp);
   for (int d = 0; d < c.ep * c.mp; ++d) devices[d] = d;
@@ -177,13 +179,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{MoeSchedule::kS1, 1, 1, 2, 0.75},
                       Case{MoeSchedule::kS2, 2, 2, 1, 0.75},
                       Case{MoeSchedule::kBaseline, 1, 2, 4, 1.2, 1},
-                      Case{MoeSchedule::kS1, 1, 2, 4, 1.2, 1}),
+                      Case{MoeSchedule::kS1, 1, 2, 4, 1.2, 1},
+                      Case{MoeSchedule::kBaseline, 1, 2, 2, 1.0, 2, 1.5},
+                      Case{MoeSchedule::kS1, 1, 2, 2, 1.0, 2, 1.5},
+                      Case{MoeSchedule::kS2, 2, 2, 2, 1.0, 2, 1.5}),
     [](const ::testing::TestParamInfo<Case>& info) {
-      return absl::StrCat(MoeScheduleName(info.param.schedule), "_c",
-                          info.param.chunks, "_ep", info.param.ep, "_mp",
-                          info.param.mp, "_f",
-                          static_cast<int>(info.param.capacity * 100), "_k",
-                          info.param.top_k);
+      return absl::StrCat(
+          MoeScheduleName(info.param.schedule), "_c", info.param.chunks, "_ep",
+          info.param.ep, "_mp", info.param.mp, "_f",
+          static_cast<int>(info.param.capacity * 100), "_k", info.param.top_k,
+          info.param.skew > 0 ? "_skewed" : "");
     });
 
 }  // namespace

@@ -134,6 +134,13 @@ absl::StatusOr<MoeRequest> MoeRequestOf(const v1::JobSpec& spec) {
         "moe.chunks is ", m.chunks(), "; allowed: 0 (chosen) .. 1024"));
   }
   request.chunks = m.chunks();
+  if (request.chunks > 0 && (request.schedule == MoeSchedule::kBaseline ||
+                             request.schedule == MoeSchedule::kS1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "moe.chunks is ", m.chunks(), " but moe.schedule is ",
+        MoeScheduleName(request.schedule),
+        "; chunks applies to s2 (and auto's s2); allowed here: 0"));
+  }
   // The mesh: given, or [ep, mp].
   if (m.has_mesh()) {
     ASSIGN_OR_RETURN(request.mesh, MeshRequestFromProto(m.mesh(), "moe.mesh"));
@@ -174,6 +181,11 @@ absl::StatusOr<MoeRequest> MoeRequestOf(const v1::JobSpec& spec) {
                      shape.mp, " (each ESP rank holds ffn / esp columns)"));
   }
   shape.seed = m.seed() == 0 ? 1 : m.seed();
+  if (!(m.expert_skew() >= 0 && m.expert_skew() <= 8)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "moe.expert_skew is ", m.expert_skew(), "; allowed: 0 (uniform) .. 8"));
+  }
+  shape.expert_skew = m.expert_skew();
   // Bound the plan's size: the routing and the order / combine index lists
   // grow with tokens x top_k and experts x capacity per device.
   const double slots = static_cast<double>(shape.ep) * shape.mp *

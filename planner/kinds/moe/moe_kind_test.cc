@@ -54,6 +54,13 @@ TEST(MoeKindTest, ErrorsNameTheFieldAndTheAllowedValues) {
       {[](v1::MoeSpec& m) { m.set_dtype(v1::DTYPE_INT32); },
        "not one of float32"},
       {[](v1::MoeSpec& m) { m.clear_mesh(); }, "moe.mesh is not set"},
+      {[](v1::MoeSpec& m) {
+         m.set_schedule("s1");
+         m.set_chunks(4);
+       },
+       "chunks applies to s2"},
+      {[](v1::MoeSpec& m) { m.set_expert_skew(-1); },
+       "moe.expert_skew is -1; allowed: 0 (uniform) .. 8"},
   };
   for (const Case& c : cases) {
     v1::JobSpec spec = Spec();

@@ -648,12 +648,19 @@ MoeRouting RouteTokens(const MoeShape& shape) {
   routing.expert.resize(tokens * k);
   routing.slot.assign(tokens * k, -1);
   routing.load.assign(e_count, 0);
-  std::vector<std::pair<uint64_t, int>> scores(e_count);
+  // Weighted sampling of k distinct experts: the k largest log(u) / w_e.
+  std::vector<double> weight(e_count);
+  for (int e = 0; e < e_count; ++e) {
+    weight[e] = std::pow(e + 1.0, -shape.expert_skew);
+  }
+  std::vector<std::pair<double, int>> scores(e_count);
   for (int64_t t = 0; t < tokens; ++t) {
     for (int e = 0; e < e_count; ++e) {
       const uint64_t key = Mix(shape.seed * 0x100000001b3ULL ^
                                Mix(static_cast<uint64_t>(t) * e_count + e));
-      scores[e] = {key, e};
+      // u in (0, 1): the top 53 bits, offset by half a step.
+      const double u = (static_cast<double>(key >> 11) + 0.5) * 0x1.0p-53;
+      scores[e] = {std::log(u) / weight[e], e};
     }
     std::partial_sort(scores.begin(), scores.begin() + k, scores.end(),
                       [](const auto& a, const auto& b) {

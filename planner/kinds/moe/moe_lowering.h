@@ -18,7 +18,10 @@
 //
 // Routing (RouteTokens; fixed when planning, so every schedule routes the
 // same tokens and every all-to-all has static sizes): token t picks the k
-// experts with the highest seeded scores s(t, e) (a hash of seed, t, e).
+// experts with the highest seeded scores s(t, e) = log(u(t, e)) / w_e, u a
+// hash of (seed, t, e) in (0, 1) and w_e = (e + 1)^-expert_skew: a weighted
+// draw of k distinct experts with probabilities proportional to w_e
+// (uniform without skew).
 // MP group g's tokens are split into n slices of B / n ("MP split": slice
 // j is rows [g B + j B/n, g B + (j+1) B/n)); each (slice, expert) has C =
 // ceil(capacity_factor k (B/n) / E) slots, filled in priority order: every
@@ -87,6 +90,7 @@ struct MoeShape {
   int ep = 1;
   DType dtype = DType::kFloat32;
   uint64_t seed = 1;
+  double expert_skew = 0;  // expert e's weight is (e + 1)^-skew
 
   int64_t slice() const { return tokens / mp; }
   int local_experts() const { return experts / ep; }

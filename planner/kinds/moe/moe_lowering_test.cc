@@ -83,6 +83,22 @@ TEST(MoeRoutingTest, EveryTokenPicksDistinctExpertsAndSlotsFillInPriority) {
   }
 }
 
+TEST(MoeRoutingTest, SkewMakesEarlyExpertsPopular) {
+  MoeShape shape = Shape(2, 2, 1024, 8, 2, 1.0);
+  const MoeRouting even = RouteTokens(shape);
+  shape.expert_skew = 1.5;
+  const MoeRouting skewed = RouteTokens(shape);
+  const double mean = 2.0 * shape.total_tokens() / shape.experts;
+  // Uniform: every expert within 15% of the mean; skewed: expert 0 gets
+  // several times expert 7's share and drops many more choices.
+  for (int64_t load : even.load) EXPECT_NEAR(load, mean, 0.15 * mean);
+  EXPECT_GT(skewed.load[0], 3 * skewed.load[7]);
+  EXPECT_GT(skewed.dropped, 4 * even.dropped);
+  for (int64_t t = 0; t < shape.total_tokens(); ++t) {
+    EXPECT_NE(skewed.expert[2 * t], skewed.expert[2 * t + 1]);
+  }
+}
+
 TEST(MoeRoutingTest, DependsOnTheSeedOnly) {
   MoeShape a = Shape(2, 2);
   MoeShape b = a;
