@@ -215,10 +215,11 @@ def measure(cluster, c, args, where):
 
 def section_cluster(args, where):
     grid = QUICK_NET_GRID if args.quick else NET_GRID
+    grid_configs = [c for c in configs(grid)
+                    if not args.mesh_list or
+                    (c["ep"], c["mp"]) in args.mesh_list]
     if args.limit:
-        grid_configs = list(configs(grid))[:args.limit]
-    else:
-        grid_configs = list(configs(grid))
+        grid_configs = grid_configs[:args.limit]
     meshes = sorted({(c["ep"], c["mp"]) for c in grid_configs})
     if where == "net" and os.geteuid() != 0:
         log("# net: SKIPPED: the emulated cluster (scripts/netcluster.sh) "
@@ -292,6 +293,9 @@ def parse_args(argv):
                    help="a few layers only (CI smoke)")
     p.add_argument("--limit", type=int, default=0,
                    help="net/local: run only the first N layers of the grid")
+    p.add_argument("--meshes", default="",
+                   help="net/local: only these meshes of the grid, e.g. "
+                   "2x4,2x2 (hosts x devices)")
     p.add_argument("--repeat", type=int, default=1,
                    help="runs per schedule; the median is shown")
     p.add_argument("--verify", default="VERIFY_MODE_SAMPLE",
@@ -314,6 +318,12 @@ def parse_args(argv):
         p.error("--repeat must be >= 1")
     if a.limit < 0:
         p.error("--limit must be >= 0")
+    try:
+        a.mesh_list = [tuple(int(x) for x in m.split("x"))
+                       for m in a.meshes.split(",") if m]
+        assert all(len(m) == 2 and min(m) > 0 for m in a.mesh_list)
+    except (ValueError, AssertionError):
+        p.error("--meshes: want HxD[,HxD...], e.g. 2x4")
     return a
 
 
