@@ -156,3 +156,41 @@ class NetCluster:
 
     def ctl(self, argv, timeout):
         return self.cluster.meshctl(argv, timeout)
+
+
+def run_bench(name, args, sections):
+    """The main of a cluster benchmark: finds meshctl (and, for a `local`
+    section, the daemons) under args.bin_dir, runs each of
+    args.section_list with sections[name](args) -> (ok, rows), a section
+    that raises RuntimeError or times out counting as failed, writes every
+    row to args.json when set, and prints the closing line. Returns the
+    exit status: 0 ok, 1 a section failed, 2 a binary is missing."""
+    import time
+    try:
+        args.meshctl = find_binary(args.bin_dir, "meshctl", "cli")
+        if "local" in args.section_list:
+            args.controller_bin = find_binary(args.bin_dir,
+                                              "meshcast-controller",
+                                              "controller")
+            args.worker_bin = find_binary(args.bin_dir, "meshcast-worker",
+                                          "worker")
+    except RuntimeError as e:
+        log("%s: %s" % (name, e))
+        return 2
+    ok = True
+    all_rows = []
+    start = time.time()
+    for section in args.section_list:
+        try:
+            good, rows = sections[section](args)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            log("# %s: FAILED: %s" % (section, e))
+            good, rows = False, []
+        ok = ok and good
+        all_rows += rows
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": all_rows}, f, indent=1)
+    log("# %s: %s in %.0f s" % (name, "ok" if ok else "FAILED",
+                                time.time() - start))
+    return 0 if ok else 1

@@ -38,8 +38,8 @@ import time
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "bench", "common"))
 import bench_common as bc  # noqa: E402
-from bench_common import (find_binary, fmt, fmt_s, geomean,  # noqa: E402
-                          load_average, log, write_spec)
+from bench_common import (fmt, fmt_s, geomean, load_average,  # noqa: E402
+                          log, write_spec)
 
 SCHEDULES = ["baseline", "s1", "s2"]
 PAPER_MIN, PAPER_MAX = 1.13, 5.77
@@ -329,37 +329,10 @@ def parse_args(argv):
 
 def main(argv):
     args = parse_args(argv)
-    try:
-        args.meshctl = find_binary(args.bin_dir, "meshctl", "cli")
-        if "local" in args.section_list:
-            args.controller_bin = find_binary(args.bin_dir,
-                                              "meshcast-controller",
-                                              "controller")
-            args.worker_bin = find_binary(args.bin_dir, "meshcast-worker",
-                                          "worker")
-    except RuntimeError as e:
-        log("moe_bench: %s" % e)
-        return 2
-    ok = True
-    all_rows = []
-    start = time.time()
-    for section in args.section_list:
-        try:
-            if section == "grid":
-                good, rows = section_grid(args)
-            else:
-                good, rows = section_cluster(args, section)
-        except (RuntimeError, subprocess.TimeoutExpired) as e:
-            log("# %s: FAILED: %s" % (section, e))
-            good, rows = False, []
-        ok = ok and good
-        all_rows += rows
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"rows": all_rows}, f, indent=1)
-    log("# moe_bench: %s in %.0f s" % ("ok" if ok else "FAILED",
-                                        time.time() - start))
-    return 0 if ok else 1
+    return bc.run_bench("moe_bench", args, {
+        "grid": section_grid,
+        "net": lambda a: section_cluster(a, "net"),
+        "local": lambda a: section_cluster(a, "local")})
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ import time
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "bench", "common"))
 import bench_common as bc  # noqa: E402
-from bench_common import (find_binary, fmt, fmt_s, geomean,  # noqa: E402
+from bench_common import (fmt, fmt_s, geomean,  # noqa: E402
                           load_average, log, ratio, write_spec)
 MODES = ["sequential", "chunked", "fused", "auto"]
 # nccl-tests style: fixed-width columns, "#" header lines.
@@ -472,39 +472,10 @@ def parse_args(argv):
 
 def main(argv):
     args = parse_args(argv)
-    try:
-        args.meshctl = find_binary(args.bin_dir, "meshctl", "cli")
-        if "local" in args.section_list:
-            args.controller_bin = find_binary(args.bin_dir,
-                                              "meshcast-controller",
-                                              "controller")
-            args.worker_bin = find_binary(args.bin_dir, "meshcast-worker",
-                                          "worker")
-    except RuntimeError as e:
-        log("tp_overlap_bench: %s" % e)
-        return 2
-    ok = True
-    all_rows = []
-    start = time.time()
-    for section in args.section_list:
-        try:
-            if section == "local":
-                good, rows = section_local(args, args.grid_list)
-            elif section == "net":
-                good, rows = section_net(args, args.grid_list)
-            else:
-                good, rows = section_paper(args), []
-        except (RuntimeError, subprocess.TimeoutExpired) as e:
-            log("# %s: FAILED: %s" % (section, e))
-            good, rows = False, []
-        ok = ok and good
-        all_rows += rows
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"rows": all_rows}, f, indent=1)
-    log("# tp_overlap_bench: %s in %.0f s" % ("ok" if ok else "FAILED",
-                                               time.time() - start))
-    return 0 if ok else 1
+    return bc.run_bench("tp_overlap_bench", args, {
+        "local": lambda a: section_local(a, a.grid_list),
+        "net": lambda a: section_net(a, a.grid_list),
+        "paper": lambda a: (section_paper(a), [])})
 
 
 if __name__ == "__main__":

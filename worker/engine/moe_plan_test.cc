@@ -137,7 +137,9 @@ TEST_P(MoePlanTest, ReferenceIsTheLayerAndTheEngineMatchesIt) {
   absl::StatusOr<v1::Plan> plan =
       LowerMoe(shape, routing, c.schedule, c.chunks, devices);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  if (c.capacity < 1) EXPECT_GT(routing.dropped, 0);
+  if (c.capacity < 1) {
+    EXPECT_GT(routing.dropped, 0);
+  }
 
   // 1. The reference of Y is the layer (an independent oracle).
   absl::StatusOr<std::unique_ptr<Reference>> ref = Reference::Create(*plan);

@@ -170,7 +170,9 @@ TEST(MoeLoweringTest, S2PipelinesEachPieceOfTheCapacity) {
         step.stage() != kPhaseDispatch) {
       continue;
     }
-    if (prev >= 0) EXPECT_THAT(step.deps(), ::testing::Contains(prev));
+    if (prev >= 0) {
+      EXPECT_THAT(step.deps(), ::testing::Contains(prev));
+    }
     prev = step.id();
   }
 }
