@@ -133,11 +133,16 @@ absl::Status CheckOperandCounts(const v1::Step& step, const StepDesc& desc,
           max_inputs = 2;
           name = "gather";
           break;
+        case v1::ComputeAttrs::kRowDot:
+          // [A, B].
+          min_inputs = max_inputs = 2;
+          name = "row_dot";
+          break;
         default:
           return absl::InvalidArgumentError(absl::StrCat(
               what,
-              ": OP_COMPUTE needs compute.gemm, compute.elementwise or "
-              "compute.gather"));
+              ": OP_COMPUTE needs compute.gemm, compute.elementwise, "
+              "compute.gather or compute.row_dot"));
       }
       if (step.inputs_size() < min_inputs || step.inputs_size() > max_inputs ||
           step.outputs_size() != 1) {
@@ -186,8 +191,10 @@ absl::Status CheckOperandCopy(const ParsedProgram& program,
 }
 
 // What OP_COMPUTE needs of its resolved operands beyond their count:
-// RELU / SIGMOID a floating-point output; a gather, operands whose sizes fit
-// its attributes (CheckGather) and, with weights, a floating-point dtype.
+// RELU / SIGMOID / RELU_GRAD / SIGMOID_GRAD a floating-point output; a
+// gather, operands whose sizes fit its attributes (CheckGather) and, with
+// weights, a floating-point dtype; a row dot, a floating-point output and
+// operands whose sizes fit its attributes (CheckRowDot).
 // INVALID_ARGUMENT naming the step and field; UNIMPLEMENTED for weights on
 // an integer dtype (as the kernels).
 absl::Status CheckComputeOperands(const ParsedProgram& program,
@@ -204,6 +211,26 @@ absl::Status CheckComputeOperands(const ParsedProgram& program,
           " (output buffer ", desc.outputs[0].buffer,
           ") is not defined; allowed dtypes: float16, bfloat16, float32, "
           "float64"));
+    }
+    return absl::OkStatus();
+  }
+  if (step.compute().has_row_dot()) {
+    if (IsIntegerDType(dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": compute.row_dot on ", DTypeName(dtype), " (output buffer ",
+          desc.outputs[0].buffer,
+          ") is not defined; allowed dtypes: float16, bfloat16, float32, "
+          "float64"));
+    }
+    for (const OperandDesc& input : desc.inputs) {
+      if (!input.known()) return absl::OkStatus();
+    }
+    const absl::Status valid = CheckRowDot(
+        step.compute().row_dot(), NumElements(desc.inputs[0].box),
+        NumElements(desc.inputs[1].box), NumElements(desc.outputs[0].box));
+    if (!valid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": compute.", valid.message()));
     }
     return absl::OkStatus();
   }

@@ -1,5 +1,6 @@
 #include "worker/program.h"
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/testing/test_job.h"
 
@@ -418,7 +419,8 @@ TEST(ParseProgramTest, RejectsBadGathersAndActivationsNamingTheField) {
          p.mutable_plan()->mutable_steps(1)->clear_compute();
        },
        absl::StatusCode::kInvalidArgument,
-       "OP_COMPUTE needs compute.gemm, compute.elementwise or compute.gather"},
+       "OP_COMPUTE needs compute.gemm, compute.elementwise, compute.gather "
+       "or compute.row_dot"},
   };
   for (const BadCase& bad : cases) {
     SCOPED_TRACE(bad.name);
@@ -447,6 +449,154 @@ TEST(ParseProgramTest, RejectsBadGathersAndActivationsNamingTheField) {
                 "(output buffer 3) is not defined; allowed dtypes: float16"),
             std::string::npos)
       << integer.status();
+}
+
+// The backward ops on device 0: A [4, 3] and B [2, 3] float32 rows, D [3]
+// = row_dot(A, B) (row 3, pairs (0, 1), (3, -1), (2, 0)); G, Y [2, 3] and
+// relu_grad(G, Y), sigmoid_grad(G, Y) into R and S; `dtype` for every
+// tensor.
+TestJob BackwardJob(DType dtype = DType::kFloat32) {
+  TestJob job(1, 1);
+  const int a = job.AddTensor({{4, 3}, dtype});
+  const int b = job.AddTensor({{2, 3}, dtype});
+  const int d = job.AddTensor({{3}, dtype});
+  const int g = job.AddTensor({{2, 3}, dtype});
+  const int y = job.AddTensor({{2, 3}, dtype});
+  const int r = job.AddTensor({{2, 3}, dtype});
+  const int s = job.AddTensor({{2, 3}, dtype});
+  v1::Step dot;
+  dot.set_op(v1::Step::OP_COMPUTE);
+  dot.set_device(0);
+  v1::RowDotAttrs* attrs = dot.mutable_compute()->mutable_row_dot();
+  attrs->set_row(3);
+  for (int64_t i : {0, 1, 3, -1, 2, 0}) attrs->add_index(i);
+  *dot.add_inputs() = TestJob::Operand(
+      job.AddBuffer(0, a, job.FullBox(a), BufferRole::kSource));
+  *dot.add_inputs() = TestJob::Operand(
+      job.AddBuffer(0, b, job.FullBox(b), BufferRole::kSource));
+  *dot.add_outputs() = TestJob::Operand(
+      job.AddBuffer(0, d, job.FullBox(d), BufferRole::kDestination));
+  job.AddStep(dot);
+  const int gb = job.AddBuffer(0, g, job.FullBox(g), BufferRole::kSource);
+  const int yb = job.AddBuffer(0, y, job.FullBox(y), BufferRole::kSource);
+  for (auto [kind, out] :
+       {std::pair{v1::ElementwiseAttrs::KIND_RELU_GRAD, r},
+        std::pair{v1::ElementwiseAttrs::KIND_SIGMOID_GRAD, s}}) {
+    v1::Step step;
+    step.set_op(v1::Step::OP_COMPUTE);
+    step.set_device(0);
+    step.mutable_compute()->mutable_elementwise()->set_kind(kind);
+    *step.add_inputs() = TestJob::Operand(gb);
+    *step.add_inputs() = TestJob::Operand(yb);
+    *step.add_outputs() = TestJob::Operand(
+        job.AddBuffer(0, out, job.FullBox(out), BufferRole::kDestination));
+    job.AddStep(step);
+  }
+  return job;
+}
+
+TEST(ParseProgramTest, AcceptsRowDotsAndGradients) {
+  for (DType dtype :
+       {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    auto program = ParseProgram(BackwardJob(dtype).ProgramFor(0));
+    ASSERT_TRUE(program.ok()) << DTypeName(dtype) << ": " << program.status();
+    ASSERT_EQ(program->steps.size(), 3u);
+    EXPECT_TRUE(program->steps[0].compute.has_row_dot());
+    EXPECT_EQ(program->steps[0].inputs.size(), 2u);
+    EXPECT_EQ(program->steps[1].inputs.size(), 2u);
+    EXPECT_EQ(
+        program->tensor_computed,
+        (std::vector<bool>{false, false, true, false, false, true, true}));
+  }
+}
+
+TEST(ParseProgramTest, RejectsBadRowDotsAndGradientsNamingTheField) {
+  auto row_dot = [](v1::WorkerProgram& p) {
+    return p.mutable_plan()
+        ->mutable_steps(0)
+        ->mutable_compute()
+        ->mutable_row_dot();
+  };
+  const std::vector<BadCase> cases = {
+      {"row 0", [&](v1::WorkerProgram& p) { row_dot(p)->set_row(0); },
+       absl::StatusCode::kInvalidArgument,
+       "plan.steps id 0: compute.row_dot.row = 0 must be >= 1"},
+      {"row does not divide B",
+       [&](v1::WorkerProgram& p) { row_dot(p)->set_row(4); },
+       absl::StatusCode::kInvalidArgument,
+       "compute.row_dot.row = 4: A has 12 elements and B 6; both must be "
+       "whole rows"},
+      {"index of A out of range",
+       [&](v1::WorkerProgram& p) { row_dot(p)->set_index(4, 4); },
+       absl::StatusCode::kInvalidArgument,
+       "compute.row_dot.index[4] = 4 is outside [-1, rows(A) = 4)"},
+      {"index of B out of range",
+       [&](v1::WorkerProgram& p) { row_dot(p)->set_index(1, 2); },
+       absl::StatusCode::kInvalidArgument,
+       "compute.row_dot.index[1] = 2 is outside [-1, rows(B) = 2)"},
+      {"index count", [&](v1::WorkerProgram& p) { row_dot(p)->add_index(0); },
+       absl::StatusCode::kInvalidArgument,
+       "compute.row_dot.index has 7 entries; it needs 2 * elements(D) = 2 * "
+       "3 = 6"},
+      {"one input",
+       [](v1::WorkerProgram& p) {
+         p.mutable_plan()->mutable_steps(0)->mutable_inputs()->RemoveLast();
+       },
+       absl::StatusCode::kInvalidArgument,
+       "plan.steps id 0: OP_COMPUTE (row_dot) needs 2 inputs and 1 output, "
+       "has 1 and 1"},
+      {"relu_grad with one input",
+       [](v1::WorkerProgram& p) {
+         p.mutable_plan()->mutable_steps(1)->mutable_inputs()->RemoveLast();
+       },
+       absl::StatusCode::kInvalidArgument,
+       "plan.steps id 1: OP_COMPUTE (elementwise) needs 2 inputs and 1 "
+       "output, has 1 and 1"},
+      {"no op",
+       [](v1::WorkerProgram& p) {
+         p.mutable_plan()->mutable_steps(0)->clear_compute();
+       },
+       absl::StatusCode::kInvalidArgument,
+       "OP_COMPUTE needs compute.gemm, compute.elementwise, compute.gather "
+       "or compute.row_dot"},
+  };
+  for (const BadCase& bad : cases) {
+    SCOPED_TRACE(bad.name);
+    v1::WorkerProgram proto = BackwardJob().ProgramFor(0);
+    bad.corrupt(proto);
+    auto program = ParseProgram(proto);
+    ASSERT_FALSE(program.ok());
+    EXPECT_EQ(program.status().code(), bad.code) << program.status();
+    EXPECT_NE(program.status().message().find(bad.message_part),
+              std::string::npos)
+        << program.status();
+  }
+  // Integers: a row dot, RELU_GRAD and SIGMOID_GRAD are not defined.
+  auto integer = ParseProgram(BackwardJob(DType::kInt32).ProgramFor(0));
+  EXPECT_EQ(integer.status().code(), absl::StatusCode::kInvalidArgument)
+      << integer.status();
+  EXPECT_NE(integer.status().message().find(
+                "plan.steps id 0: compute.row_dot on int32 (output buffer 2) "
+                "is not defined; allowed dtypes: float16"),
+            std::string::npos)
+      << integer.status();
+  for (int step : {1, 2}) {
+    v1::WorkerProgram proto = BackwardJob(DType::kInt32).ProgramFor(0);
+    // Keep only step `step` (the row dot is rejected first otherwise).
+    v1::Step keep = proto.plan().steps(step);
+    proto.mutable_plan()->clear_steps();
+    *proto.mutable_plan()->add_steps() = keep;
+    integer = ParseProgram(proto);
+    EXPECT_EQ(integer.status().code(), absl::StatusCode::kInvalidArgument)
+        << integer.status();
+    EXPECT_NE(integer.status().message().find(absl::StrCat(
+                  "compute.elementwise.kind ",
+                  step == 1 ? "KIND_RELU_GRAD" : "KIND_SIGMOID_GRAD",
+                  " on int32 (output buffer ", step == 1 ? 5 : 6,
+                  ") is not defined; allowed dtypes: float16")),
+              std::string::npos)
+        << integer.status();
+  }
 }
 
 }  // namespace

@@ -85,6 +85,10 @@ def label(c):
                                   c["experts"], c["top_k"], c["capacity"])
 
 
+# The pass every job runs: forward, or forward_backward (--pass).
+PASS = ["forward"]
+
+
 def job_spec(c, schedule, dtype="DTYPE_FLOAT32", verify="VERIFY_MODE_SAMPLE"):
     return {"name": "moe-%s-%s" % (label(c).replace(",", "-"), schedule),
             "verify": verify,
@@ -92,7 +96,7 @@ def job_spec(c, schedule, dtype="DTYPE_FLOAT32", verify="VERIFY_MODE_SAMPLE"):
                     "ffn": c["ffn"], "experts": c["experts"],
                     "top_k": c["top_k"], "capacity_factor": c["capacity"],
                     "mesh": {"shape": [c["ep"], c["mp"]]},
-                    "schedule": schedule, "dtype": dtype}}
+                    "schedule": schedule, "dtype": dtype, "pass": PASS[0]}}
 
 
 def plan(argv_prefix, spec, run):
@@ -121,8 +125,8 @@ def section_grid(args):
     grid = QUICK_GRID if args.quick else GRID
     log("# grid: MoE layers planned offline (meshctl plan -f) on hosts of 4 "
         "GPUs: %d Gbit/s between GPUs of a host, %d Gbit/s NIC per host, "
-        "%s compute rates, bf16; predicted layer time (forward)" % (
-            SIM_INTRA_GBPS, SIM_INTER_GBPS, SIM_DEVICE))
+        "%s compute rates, bf16; predicted layer time (%s)" % (
+            SIM_INTRA_GBPS, SIM_INTER_GBPS, SIM_DEVICE, PASS[0]))
     log("#" + ROW % HEADER)
     start = time.time()
     rows = []
@@ -301,6 +305,9 @@ def parse_args(argv):
     p.add_argument("--verify", default="VERIFY_MODE_SAMPLE",
                    choices=["VERIFY_MODE_FULL", "VERIFY_MODE_SAMPLE",
                             "VERIFY_MODE_OFF"])
+    p.add_argument("--pass", dest="pass_", default="forward",
+                   choices=["forward", "forward_backward"],
+                   help="the pass of every layer (default forward)")
     p.add_argument("--rate", default="1gbit", help="net: link rate (tc units)")
     p.add_argument("--job-timeout", type=float, default=120)
     p.add_argument("--bin-dir", default=os.environ.get("MESHCAST_BUILD_DIR"),
@@ -324,6 +331,7 @@ def parse_args(argv):
         assert all(len(m) == 2 and min(m) > 0 for m in a.mesh_list)
     except (ValueError, AssertionError):
         p.error("--meshes: want HxD[,HxD...], e.g. 2x4")
+    PASS[0] = a.pass_
     return a
 
 

@@ -3,11 +3,13 @@
 cluster of 2 workers x 2 CPU devices (mesh [2, 2]: ep 2 hosts x mp 2), in
 every schedule (baseline, s1, s2, auto), once with a capacity that drops
 choices and once with one that keeps them all, and with uneven expert loads
-(expert_skew), each submitted as a JobSpec job file with full verification.
+(expert_skew), and with `pass: forward_backward` in every schedule, each
+submitted as a JobSpec job file with full verification.
 
 Every job must SUCCEED with 0 mismatches, verify the whole output Y on every
-device (tokens x hidden per device), and report the per-phase figures the
-kind defines. `meshctl plan -f` must list every schedule with its prediction
+device (tokens x hidden per device) and, with the backward, every element of
+dX, dWg, dW1 and dW2 too, and report the per-phase figures the kind
+defines. `meshctl plan -f` must list every schedule with its prediction
 and mark auto's pick. A bad spec must be refused at submit, naming the field.
 """
 
@@ -22,6 +24,8 @@ TOKENS, HIDDEN, FFN, EXPERTS = 128, 32, 64, 4
 METRICS = ["gate_seconds", "dispatch_seconds", "esp_gather_seconds",
            "experts_seconds", "esp_reduce_seconds", "combine_seconds",
            "total_seconds", "dropped_tokens_fraction"]
+BACKWARD_METRICS = ["combine_backward_seconds", "experts_backward_seconds",
+                    "dispatch_backward_seconds", "gate_backward_seconds"]
 
 
 def job_file(spec):
@@ -56,11 +60,16 @@ def run_job(cluster, schedule, capacity, **extra):
     lib.check(res.get("mismatches") == 0,
               "%s: %s mismatches" % (what, res.get("mismatches")))
     output = EP * TOKENS * HIDDEN * MP  # every device holds its group's Y
-    lib.check(res.get("elements_verified", 0) >= output,
-              "%s: verified %s elements, the output alone has %d" %
+    backward = extra.get("pass") == "forward_backward"
+    if backward:
+        # dX like Y; dWg on every device; dW1 and dW2 once over the mesh.
+        output *= 2
+        output += HIDDEN * EXPERTS * EP * MP + 2 * EXPERTS * HIDDEN * FFN
+    lib.check(res.get("elements_verified", 0) == output,
+              "%s: verified %s elements, the outputs have %d" %
               (what, res.get("elements_verified"), output))
     metrics = res.get("metrics", {})
-    for name in METRICS:
+    for name in METRICS + (BACKWARD_METRICS if backward else []):
         lib.check(name in metrics, "%s: metric %s missing: %s" %
                   (what, name, sorted(metrics)))
     lib.check(metrics["total_seconds"] > 0, "%s: total_seconds %s" %
@@ -131,6 +140,10 @@ def run():
             lib.check(metrics["expert_load_imbalance"] > 1.5,
                       "expert_skew 1.5: imbalance %s" %
                       metrics["expert_load_imbalance"])
+            count += 1
+        # The backward: every gradient verified, every schedule.
+        for schedule in ("baseline", "s1", "s2", "auto"):
+            run_job(cluster, schedule, 0.75, **{"pass": "forward_backward"})
             count += 1
         lib.log("%d moe jobs verified on %d workers x %d devices" %
                 (count, EP, MP))

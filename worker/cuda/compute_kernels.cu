@@ -48,6 +48,42 @@ __global__ void ActivationKernel(const WordT<kType>* in, WordT<kType>* out,
   }
 }
 
+template <PatternType kType, bool kSigmoid>
+__global__ void ActivationGradKernel(const WordT<kType>* grad,
+                                     const WordT<kType>* y, WordT<kType>* out,
+                                     int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride) {
+    out[i] = static_cast<WordT<kType>>(
+        kSigmoid ? SigmoidGradBits(kType, grad[i], y[i])
+                 : ReluGradBits(kType, grad[i], y[i]));
+  }
+}
+
+// One D element per iteration, its row summed in column order; see
+// LaunchRowDot.
+template <PatternType kType>
+__global__ void RowDotKernel(const WordT<kType>* a, const WordT<kType>* b,
+                             const int64_t* index, int64_t row, int64_t n,
+                             WordT<kType>* d) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride) {
+    const int64_t ra = index[2 * i], rb = index[2 * i + 1];
+    double acc = 0;
+    if (ra >= 0 && rb >= 0) {
+      const WordT<kType>* from_a = a + ra * row;
+      const WordT<kType>* from_b = b + rb * row;
+      for (int64_t c = 0; c < row; ++c) {
+        acc = GatherMulAdd(kType, acc, CoreFloatValue(kType, from_a[c]),
+                           CoreFloatValue(kType, from_b[c]));
+      }
+    }
+    d[i] = static_cast<WordT<kType>>(CoreFloatStoreBits(kType, acc));
+  }
+}
+
 // One output element (i, c) per iteration; see LaunchGather.
 template <PatternType kType>
 __global__ void GatherKernel(const WordT<kType>* x, const WordT<kType>* w,
@@ -109,6 +145,51 @@ cudaError_t LaunchActivation(PatternType type, const void* in, void* out,
     default:
       return cudaErrorInvalidValue;  // RELU / SIGMOID take floats only
   }
+}
+
+template <PatternType kType, bool kSigmoid>
+cudaError_t ActivationGrad(const void* grad, const void* y, void* out,
+                           int64_t n, cudaStream_t stream) {
+  using W = WordT<kType>;
+  ActivationGradKernel<kType, kSigmoid>
+      <<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
+          static_cast<const W*>(grad), static_cast<const W*>(y),
+          static_cast<W*>(out), n);
+  return cudaGetLastError();
+}
+
+template <bool kSigmoid>
+cudaError_t LaunchActivationGrad(PatternType type, const void* grad,
+                                 const void* y, void* out, int64_t n,
+                                 cudaStream_t stream) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  switch (type) {
+    case PatternType::kFloat16:
+      return ActivationGrad<PatternType::kFloat16, kSigmoid>(grad, y, out, n,
+                                                             stream);
+    case PatternType::kBFloat16:
+      return ActivationGrad<PatternType::kBFloat16, kSigmoid>(grad, y, out, n,
+                                                              stream);
+    case PatternType::kFloat32:
+      return ActivationGrad<PatternType::kFloat32, kSigmoid>(grad, y, out, n,
+                                                             stream);
+    case PatternType::kFloat64:
+      return ActivationGrad<PatternType::kFloat64, kSigmoid>(grad, y, out, n,
+                                                             stream);
+    default:
+      return cudaErrorInvalidValue;  // the gradients take floats only
+  }
+}
+
+template <PatternType kType>
+cudaError_t RowDot(const void* a, const void* b, const int64_t* index,
+                   int64_t row, int64_t n, void* d, cudaStream_t stream) {
+  using W = WordT<kType>;
+  RowDotKernel<kType><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
+      static_cast<const W*>(a), static_cast<const W*>(b), index, row, n,
+      static_cast<W*>(d));
+  return cudaGetLastError();
 }
 
 template <PatternType kType>
@@ -193,6 +274,35 @@ cudaError_t LaunchRelu(PatternType type, const void* in, void* out, int64_t n,
 cudaError_t LaunchSigmoid(PatternType type, const void* in, void* out,
                           int64_t n, cudaStream_t stream) {
   return LaunchActivation<true>(type, in, out, n, stream);
+}
+
+cudaError_t LaunchReluGrad(PatternType type, const void* grad, const void* y,
+                           void* out, int64_t n, cudaStream_t stream) {
+  return LaunchActivationGrad<false>(type, grad, y, out, n, stream);
+}
+
+cudaError_t LaunchSigmoidGrad(PatternType type, const void* grad, const void* y,
+                              void* out, int64_t n, cudaStream_t stream) {
+  return LaunchActivationGrad<true>(type, grad, y, out, n, stream);
+}
+
+cudaError_t LaunchRowDot(PatternType type, const void* a, const void* b,
+                         const int64_t* index, int64_t row, int64_t n, void* d,
+                         cudaStream_t stream) {
+  if (row < 1 || n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  switch (type) {
+    case PatternType::kFloat16:
+      return RowDot<PatternType::kFloat16>(a, b, index, row, n, d, stream);
+    case PatternType::kBFloat16:
+      return RowDot<PatternType::kBFloat16>(a, b, index, row, n, d, stream);
+    case PatternType::kFloat32:
+      return RowDot<PatternType::kFloat32>(a, b, index, row, n, d, stream);
+    case PatternType::kFloat64:
+      return RowDot<PatternType::kFloat64>(a, b, index, row, n, d, stream);
+    default:
+      return cudaErrorInvalidValue;  // a row dot takes floats only
+  }
 }
 
 cudaError_t LaunchGather(PatternType type, const void* x, const void* w,

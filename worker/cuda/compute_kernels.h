@@ -1,14 +1,15 @@
 // CUDA kernels for the element arithmetic of the GPU backend: the combine
-// step of reducing collectives, the elementwise compute ops and the row
-// gather, with the bits of worker/kernels/element_core.h (the host's rules,
-// reduce.h and compute.h). Plain C++ and the CUDA runtime API, so nvcc compiles
-// it without Abseil; worker/cuda/device_compute.h and device_collectives.h wrap
-// it with absl::Status.
+// step of reducing collectives, the elementwise compute ops, the row gather
+// and the row dot, with the bits of worker/kernels/element_core.h (the host's
+// rules, reduce.h and compute.h). Plain C++ and the CUDA runtime API, so nvcc
+// compiles it without Abseil; worker/cuda/device_compute.h and
+// device_collectives.h wrap it with absl::Status.
 //
 //   LaunchReduceInto(PatternType::kFloat32, /*max=*/false, in, inout, n, s);
 //   LaunchAdd(PatternType::kBFloat16, a, b, out, n, s);
 //   LaunchScale(PatternType::kInt32, 0.5, in, out, n, s);
 //   LaunchGather(PatternType::kFloat16, x, w, index, row, k, rows_y, y, s);
+//   LaunchRowDot(PatternType::kBFloat16, a, b, index, row, n, d, s);
 //
 // Contract: n elements of PatternTypeSize(type) bytes each, device memory of
 // the stream's GPU (or peer memory it can reach). `inout` and `in` must not
@@ -45,6 +46,14 @@ cudaError_t LaunchRelu(PatternType type, const void* in, void* out, int64_t n,
 cudaError_t LaunchSigmoid(PatternType type, const void* in, void* out,
                           int64_t n, cudaStream_t stream);
 
+// out[i] = ReluGradBits(type, grad[i], y[i]) / SigmoidGradBits(type,
+// grad[i], y[i]) (y: RELU's / SIGMOID's output); float types only
+// (cudaErrorInvalidValue for integers).
+cudaError_t LaunchReluGrad(PatternType type, const void* grad, const void* y,
+                           void* out, int64_t n, cudaStream_t stream);
+cudaError_t LaunchSigmoidGrad(PatternType type, const void* grad, const void* y,
+                              void* out, int64_t n, cudaStream_t stream);
+
 // compute.h's RunGather on device memory: `y` holds rows_y rows of `row`
 // elements; element (i, c) = sum over j < k, in j order, of w[i * k + j] *
 // x[index[i * k + j] * row + c] (w null: weights of 1), an index of -1
@@ -58,6 +67,19 @@ cudaError_t LaunchSigmoid(PatternType type, const void* in, void* out,
 cudaError_t LaunchGather(PatternType type, const void* x, const void* w,
                          const int64_t* index, int64_t row, int64_t k,
                          int64_t rows_y, void* y, cudaStream_t stream);
+
+// compute.h's RunRowDot on device memory: `d` holds n elements; element i
+// = sum over c < row, in c order, of a[index[2 i] * row + c] * b[index[2 i
+// + 1] * row + c], accumulated with GatherMulAdd and rounded once
+// (CoreFloatStoreBits), or +0 when either index is -1. Float types only
+// (cudaErrorInvalidValue for integers, row < 1 or n < 0). `index` (2 n
+// int64 entries) is device memory, already checked by the caller (compute.h
+// CheckRowDot): an index outside a or b reads out of bounds. `d` must not
+// overlap a or b. One thread per D element in a grid-stride loop, its row
+// summed in order.
+cudaError_t LaunchRowDot(PatternType type, const void* a, const void* b,
+                         const int64_t* index, int64_t row, int64_t n, void* d,
+                         cudaStream_t stream);
 
 }  // namespace meshcast::worker::cuda
 

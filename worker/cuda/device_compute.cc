@@ -233,6 +233,14 @@ absl::Status EnqueueElementwise(const StepDesc& step,
       case v1::ElementwiseAttrs::KIND_SIGMOID:
         launched = LaunchSigmoid(type, in[0].data, out.data, count, s.stream());
         break;
+      case v1::ElementwiseAttrs::KIND_RELU_GRAD:
+        launched = LaunchReluGrad(type, in[0].data, in[1].data, out.data, count,
+                                  s.stream());
+        break;
+      case v1::ElementwiseAttrs::KIND_SIGMOID_GRAD:
+        launched = LaunchSigmoidGrad(type, in[0].data, in[1].data, out.data,
+                                     count, s.stream());
+        break;
       default:
         launched = LaunchScale(type, attrs.alpha(), in[0].data, out.data, count,
                                s.stream());
@@ -325,6 +333,69 @@ absl::Status EnqueueGather(const StepDesc& step,
   return s.End();
 }
 
+absl::Status EnqueueRowDot(const StepDesc& step,
+                           const DeviceRelayEnvironment& env,
+                           const DeviceLane& lane,
+                           absl::Span<const cudaEvent_t> waits,
+                           const StepEvents& events) {
+  const v1::RowDotAttrs& r = step.compute.row_dot();
+  if (step.inputs.size() != 2 || step.outputs.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "row_dot needs inputs [A, B] and outputs [D], has ", step.inputs.size(),
+        " inputs and ", step.outputs.size(), " outputs"));
+  }
+  ASSIGN_OR_RETURN(const int gpu, StepPrimaryGpu(step, env));
+  ASSIGN_OR_RETURN(StepStream s, StepStream::Begin(lane, gpu, waits, events));
+  ASSIGN_OR_RETURN(const Dense a,
+                   MakeDense(step.inputs[0], env, "inputs[0] (A)", true, s));
+  ASSIGN_OR_RETURN(const Dense b,
+                   MakeDense(step.inputs[1], env, "inputs[1] (B)", true, s));
+  ASSIGN_OR_RETURN(Dense d,
+                   MakeDense(step.outputs[0], env, "outputs[0] (D)", false, s));
+  const DType dtype = d.tile->dtype();
+  if (a.tile->dtype() != dtype || b.tile->dtype() != dtype) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("row_dot operands must share one dtype: A is ",
+                     DTypeName(a.tile->dtype()), ", B ",
+                     DTypeName(b.tile->dtype()), ", D ", DTypeName(dtype)));
+  }
+  if (IsIntegerDType(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "row_dot on ", DTypeName(dtype),
+        " is not defined; allowed dtypes: float16, bfloat16, float32, "
+        "float64"));
+  }
+  const int64_t count = NumElements(d.box);
+  RETURN_IF_ERROR(
+      CheckRowDot(r, NumElements(a.box), NumElements(b.box), count));
+  // A D that shares bytes with A or B is computed into staging and copied
+  // over afterwards, so A and B are read as they were before the step.
+  if (!d.staged && (SharesBytes(d, a) || SharesBytes(d, b))) {
+    ASSIGN_OR_RETURN(d.data, s.Allocate(count * d.tile->element_size()));
+    d.staged = true;
+  }
+  if (count > 0) {
+    // The index list, to the GPU on the step's stream (see EnqueueGather).
+    const size_t index_bytes = sizeof(int64_t) * r.index_size();
+    ASSIGN_OR_RETURN(uint8_t* index, s.Allocate(index_bytes));
+    ScopedCudaDevice on(gpu);
+    RETURN_IF_ERROR(on.status());
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(index, r.index().data(), index_bytes,
+                                   cudaMemcpyHostToDevice, s.stream()),
+                   "copying the row_dot index to the GPU"));
+    RETURN_IF_ERROR(
+        CudaStatus(LaunchRowDot(ToPatternType(dtype), a.data, b.data,
+                                reinterpret_cast<const int64_t*>(index),
+                                r.row(), count, d.data, s.stream()),
+                   "launching the row_dot kernel"));
+  }
+  if (d.staged) {
+    RETURN_IF_ERROR(UnpackRegion(d.data, gpu, d.box, *d.tile, s));
+  }
+  return s.End();
+}
+
 }  // namespace
 
 absl::Status EnqueueCompute(const StepDesc& step,
@@ -339,9 +410,11 @@ absl::Status EnqueueCompute(const StepDesc& step,
       return EnqueueElementwise(step, env, lane, waits, events);
     case v1::ComputeAttrs::kGather:
       return EnqueueGather(step, env, lane, waits, events);
+    case v1::ComputeAttrs::kRowDot:
+      return EnqueueRowDot(step, env, lane, waits, events);
     default:
       return absl::InvalidArgumentError(
-          "compute names no op; allowed: gemm, elementwise, gather");
+          "compute names no op; allowed: gemm, elementwise, gather, row_dot");
   }
 }
 

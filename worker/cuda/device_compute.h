@@ -1,8 +1,8 @@
 // The GPU kernel of OP_COMPUTE: GEMM with cuBLAS (cublasGemmEx), the
-// elementwise ops and the row gather with CUDA kernels (compute_kernels.h),
-// on the step's device; the GPU counterpart of worker/engine/compute_step.h
-// with the same contract (plan.proto GemmAttrs, ElementwiseAttrs,
-// GatherAttrs; compute.h).
+// elementwise ops, the row gather and the row dot with CUDA kernels
+// (compute_kernels.h), on the step's device; the GPU counterpart of
+// worker/engine/compute_step.h with the same contract (plan.proto GemmAttrs,
+// ElementwiseAttrs, GatherAttrs, RowDotAttrs; compute.h).
 //
 // Each operand is row-major over its own box. An operand that is one
 // contiguous segment of its tile is used in place; any other slice is
@@ -20,8 +20,9 @@
 // UNIMPLEMENTED, as on the CPU.
 //
 // Elementwise: KIND_ADD (two inputs), KIND_SCALE, KIND_RELU and
-// KIND_SIGMOID (one; the last two floats only), with the host's bits
-// (worker/kernels/element_core.h).
+// KIND_SIGMOID (one input), KIND_RELU_GRAD and KIND_SIGMOID_GRAD (two: the
+// gradient and the activation's output); all but ADD and SCALE floats only;
+// with the host's bits (worker/kernels/element_core.h).
 //
 // Gather (GatherAttrs): inputs [X] or [X, W], outputs [Y]; the index list
 // is copied to the GPU on the step's stream and one thread computes each Y
@@ -29,9 +30,16 @@
 // (element_core.h GatherMulAdd), so the bits equal compute.h RunGather's.
 // A Y that shares bytes with X or W is gathered into staging first.
 //
+// Row dot (RowDotAttrs): inputs [A, B], outputs [D], floats only; the index
+// list is copied to the GPU likewise and one thread computes each D
+// element, summing its row in column order with the host's arithmetic
+// (GatherMulAdd), so the bits equal compute.h RunRowDot's. A D that shares
+// bytes with A or B is computed into staging first.
+//
 // Errors: INVALID_ARGUMENT for m, n, k outside [0, 2^31 - 1], operand sizes
-// that do not match them or a gather's attributes (compute.h CheckGather),
-// an unknown kind, RELU / SIGMOID on integers or the wrong operand count;
+// that do not match them or a gather's or row dot's attributes (compute.h
+// CheckGather, CheckRowDot), an unknown kind, RELU / SIGMOID / RELU_GRAD /
+// SIGMOID_GRAD or a row dot on integers or the wrong operand count;
 // UNIMPLEMENTED for a weighted integer gather; FAILED_PRECONDITION for an
 // operand without a tile here or mixed dtypes; cuBLAS and CUDA errors.
 // Thread safety: one lane thread per call (device_step.h).

@@ -3,7 +3,8 @@
 // tensors: worker/kernels/reference.h within the dtype's tolerance; moved
 // ones bit for bit): collectives on virtual devices of one GPU
 // (cuda:0xN), GEMM against the reference with its tolerance, elementwise
-// ops (relu and sigmoid included), the weighted row gather, initializer bits
+// ops (relu, sigmoid and their gradients included), the weighted row
+// gather, the row dot, initializer bits
 // against the host BufferSet's, the GEMM -> reduce-scatter DAG, and, on a
 // machine with two GPUs, every collective across two workers over NCCL. The
 // table test runs everywhere; the rest skip without a GPU (two GPUs for the
@@ -502,6 +503,107 @@ TEST_F(DeviceKernelsTest, GatherWithWeightsAgainstTheReference) {
   again.add_deps(first);
   job.AddStep(again);
   ExpectVerified(RunWorker(job, 0, 0, 1), rows_x * row, 0);
+}
+
+// The backward ops in every float dtype against the reference: RELU_GRAD
+// and SIGMOID_GRAD of a random gradient G with H = relu(X) and S =
+// sigmoid(X) computed on the GPU first, and a row dot of G's rows with a
+// slice of X's (packed first), some pairs -1; then a row dot in place on
+// one of its inputs (staged), which must read the old rows.
+TEST_F(DeviceKernelsTest, GradientsAndRowDotAgainstTheReference) {
+  const int64_t rows = 6, row = 7;
+  for (DType dtype :
+       {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    TestJob job(1, 1, absl::StrCat("grad-", DTypeName(dtype)));
+    const int x = job.AddTensor({{rows, row + 2}, dtype});
+    const int g = job.AddTensor({{rows, row}, dtype});
+    const int h = job.AddTensor({{rows, row}, dtype});
+    const int s = job.AddTensor({{rows, row}, dtype});
+    const int dh = job.AddTensor({{rows, row}, dtype});
+    const int ds = job.AddTensor({{rows, row}, dtype});
+    const int dw = job.AddTensor({{5}, dtype});
+    job.SetInitializer(x, Random(51));
+    job.SetInitializer(g, Random(52));
+    const int xb = job.AddBuffer(0, x, job.FullBox(x), BufferRole::kSource);
+    const Box x_slice = {{0, rows}, {1, row + 1}};
+    const int gb = job.AddBuffer(0, g, job.FullBox(g), BufferRole::kSource);
+    std::vector<int> firsts;
+    int buffers[2];
+    int which = 0;
+    for (auto [kind, out] :
+         {std::pair{v1::ElementwiseAttrs::KIND_RELU, h},
+          std::pair{v1::ElementwiseAttrs::KIND_SIGMOID, s}}) {
+      v1::Step step;
+      step.set_op(v1::Step::OP_COMPUTE);
+      step.set_device(0);
+      step.mutable_compute()->mutable_elementwise()->set_kind(kind);
+      *step.add_inputs() = TestJob::Operand(xb, x_slice);
+      buffers[which] =
+          job.AddBuffer(0, out, job.FullBox(out), BufferRole::kDestination);
+      *step.add_outputs() = TestJob::Operand(buffers[which++]);
+      firsts.push_back(job.AddStep(step));
+    }
+    which = 0;
+    for (auto [kind, out] :
+         {std::pair{v1::ElementwiseAttrs::KIND_RELU_GRAD, dh},
+          std::pair{v1::ElementwiseAttrs::KIND_SIGMOID_GRAD, ds}}) {
+      v1::Step step;
+      step.set_op(v1::Step::OP_COMPUTE);
+      step.set_device(0);
+      step.mutable_compute()->mutable_elementwise()->set_kind(kind);
+      *step.add_inputs() = TestJob::Operand(gb);
+      *step.add_inputs() = TestJob::Operand(buffers[which]);
+      *step.add_outputs() = TestJob::Operand(
+          job.AddBuffer(0, out, job.FullBox(out), BufferRole::kDestination));
+      step.add_deps(firsts[which++]);
+      job.AddStep(step);
+    }
+    v1::Step dot;
+    dot.set_op(v1::Step::OP_COMPUTE);
+    dot.set_device(0);
+    v1::RowDotAttrs* r = dot.mutable_compute()->mutable_row_dot();
+    r->set_row(row);
+    for (int64_t i : {0, 0, 5, 1, -1, 2, 3, -1, 2, 4}) r->add_index(i);
+    *dot.add_inputs() = TestJob::Operand(gb);
+    *dot.add_inputs() = TestJob::Operand(xb, x_slice);
+    *dot.add_outputs() = TestJob::Operand(
+        job.AddBuffer(0, dw, job.FullBox(dw), BufferRole::kDestination));
+    job.AddStep(dot);
+    // 4 outputs of rows * row elements and the row dot's 5; sums of `row`
+    // products of magnitude < 1.
+    ExpectVerified(RunWorker(job, 0, 0, 1), 4 * rows * row + 5, 0.05);
+  }
+  // In place (float32): Y = a copy of A (SCALE by 1), then Y's first row
+  // replaced by [Y0 . Y1, Y1 . Y1, 0] read from Y itself, as it was
+  // before the step.
+  TestJob job(1, 1, "row-dot-in-place");
+  const int a = job.AddTensor({{3, 4}, DType::kFloat32});
+  const int y = job.AddTensor({{3, 4}, DType::kFloat32});
+  job.SetInitializer(a, Random(53));
+  const int ab = job.AddBuffer(0, a, job.FullBox(a), BufferRole::kSource);
+  const int yb = job.AddBuffer(0, y, job.FullBox(y), BufferRole::kDestination);
+  v1::Step copy;
+  copy.set_op(v1::Step::OP_COMPUTE);
+  copy.set_device(0);
+  copy.mutable_compute()->mutable_elementwise()->set_kind(
+      v1::ElementwiseAttrs::KIND_SCALE);
+  copy.mutable_compute()->mutable_elementwise()->set_alpha(1.0);
+  *copy.add_inputs() = TestJob::Operand(ab);
+  *copy.add_outputs() = TestJob::Operand(yb);
+  const int first = job.AddStep(copy);
+  v1::Step dot;
+  dot.set_op(v1::Step::OP_COMPUTE);
+  dot.set_device(0);
+  v1::RowDotAttrs* r = dot.mutable_compute()->mutable_row_dot();
+  r->set_row(4);
+  for (int64_t i : {0, 1, 1, 1, -1, 0}) r->add_index(i);
+  *dot.add_inputs() = TestJob::Operand(yb);
+  *dot.add_inputs() = TestJob::Operand(yb);
+  *dot.add_outputs() = TestJob::Operand(yb, {{0, 1}, {0, 3}});
+  dot.add_deps(first);
+  job.AddStep(dot);
+  ExpectVerified(RunWorker(job, 0, 0, 1), 12, 0.05);
 }
 
 // RANDOM and ZEROS sources hold the host BufferSet's bits (the fill kernel

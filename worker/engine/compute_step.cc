@@ -86,6 +86,14 @@ absl::Status RunCompute(const StepDesc& step, const StepEnvironment& env) {
                            : absl::Span<const uint8_t>();
     RETURN_IF_ERROR(RunGather(step.compute.gather(), dtype, inputs[0].bytes(),
                               w, out.bytes()));
+  } else if (step.compute.has_row_dot()) {
+    // inputs [A, B] (ParseProgram checked the count).
+    if (inputs.size() != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("row_dot takes inputs [A, B], got ", inputs.size()));
+    }
+    RETURN_IF_ERROR(RunRowDot(step.compute.row_dot(), dtype, inputs[0].bytes(),
+                              inputs[1].bytes(), out.bytes()));
   } else {
     std::vector<absl::Span<const uint8_t>> spans;
     for (Dense& input : inputs) spans.push_back(input.bytes());

@@ -1,5 +1,5 @@
-// The CPU kernel of OP_COMPUTE: GEMM (BLIS), an elementwise op or a row
-// gather over the step's operands, on the step's device
+// The CPU kernel of OP_COMPUTE: GEMM (BLIS), an elementwise op, a row
+// gather or a row dot over the step's operands, on the step's device
 // (worker/kernels/compute.h).
 //
 // Each operand is row-major over its own box (plan.proto). An operand that

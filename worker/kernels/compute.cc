@@ -193,6 +193,74 @@ absl::Status GatherInto(const v1::GatherAttrs& g, DType dtype,
   return absl::OkStatus();
 }
 
+// The row dot of RunRowDot (see compute.h) on validated operands: one
+// accumulator per D element, the columns in order.
+template <PatternType kType>
+void RowDotFloat(const v1::RowDotAttrs& r, const uint8_t* a, const uint8_t* b,
+                 int64_t count, uint8_t* d) {
+  constexpr int kSize = PatternTypeSize(kType);
+  const int64_t row = r.row();
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t ra = r.index(2 * i), rb = r.index(2 * i + 1);
+    double acc = 0;
+    if (ra >= 0 && rb >= 0) {
+      const uint8_t* from_a = a + kSize * ra * row;
+      const uint8_t* from_b = b + kSize * rb * row;
+      for (int64_t c = 0; c < row; ++c) {
+        acc = GatherMulAdd(
+            kType, acc,
+            CoreFloatValue(kType, LoadBits<kType>(from_a + kSize * c)),
+            CoreFloatValue(kType, LoadBits<kType>(from_b + kSize * c)));
+      }
+    }
+    const uint64_t bits = CoreFloatStoreBits(kType, acc);
+    std::memcpy(d + kSize * i, &bits, kSize);
+  }
+}
+
+void RowDotInto(const v1::RowDotAttrs& r, DType dtype, const uint8_t* a,
+                const uint8_t* b, int64_t count, uint8_t* d) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return RowDotFloat<PatternType::kFloat16>(r, a, b, count, d);
+    case DType::kBFloat16:
+      return RowDotFloat<PatternType::kBFloat16>(r, a, b, count, d);
+    case DType::kFloat32:
+      return RowDotFloat<PatternType::kFloat32>(r, a, b, count, d);
+    default:
+      return RowDotFloat<PatternType::kFloat64>(r, a, b, count, d);
+  }
+}
+
+// out[i] = fn(kType, in0[i], in1[i]) over element bits (see MapBits).
+template <PatternType kType, typename Fn>
+void ZipBits(const uint8_t* in0, const uint8_t* in1, uint8_t* out,
+             int64_t count, Fn fn) {
+  constexpr int kSize = PatternTypeSize(kType);
+  for (int64_t i = 0; i < count; ++i) {
+    uint64_t x = 0, y = 0;
+    std::memcpy(&x, in0 + kSize * i, kSize);
+    std::memcpy(&y, in1 + kSize * i, kSize);
+    const uint64_t bits = fn(kType, x, y);
+    std::memcpy(out + kSize * i, &bits, kSize);
+  }
+}
+
+template <typename Fn>
+void ZipFloatBits(DType dtype, const uint8_t* in0, const uint8_t* in1,
+                  uint8_t* out, int64_t count, Fn fn) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return ZipBits<PatternType::kFloat16>(in0, in1, out, count, fn);
+    case DType::kBFloat16:
+      return ZipBits<PatternType::kBFloat16>(in0, in1, out, count, fn);
+    case DType::kFloat32:
+      return ZipBits<PatternType::kFloat32>(in0, in1, out, count, fn);
+    default:
+      return ZipBits<PatternType::kFloat64>(in0, in1, out, count, fn);
+  }
+}
+
 bool Overlaps(absl::Span<const uint8_t> a, absl::Span<const uint8_t> b) {
   if (a.empty() || b.empty()) return false;
   const auto a0 = reinterpret_cast<uintptr_t>(a.data());
@@ -212,6 +280,10 @@ const char* ElementwiseName(v1::ElementwiseAttrs::Kind kind) {
       return "relu";
     case v1::ElementwiseAttrs::KIND_SIGMOID:
       return "sigmoid";
+    case v1::ElementwiseAttrs::KIND_RELU_GRAD:
+      return "relu_grad";
+    case v1::ElementwiseAttrs::KIND_SIGMOID_GRAD:
+      return "sigmoid_grad";
     default:
       return "unknown";
   }
@@ -219,12 +291,16 @@ const char* ElementwiseName(v1::ElementwiseAttrs::Kind kind) {
 
 bool ElementwiseNeedsFloat(v1::ElementwiseAttrs::Kind kind) {
   return kind == v1::ElementwiseAttrs::KIND_RELU ||
-         kind == v1::ElementwiseAttrs::KIND_SIGMOID;
+         kind == v1::ElementwiseAttrs::KIND_SIGMOID ||
+         kind == v1::ElementwiseAttrs::KIND_RELU_GRAD ||
+         kind == v1::ElementwiseAttrs::KIND_SIGMOID_GRAD;
 }
 
 int ElementwiseInputs(v1::ElementwiseAttrs::Kind kind) {
   switch (kind) {
     case v1::ElementwiseAttrs::KIND_ADD:
+    case v1::ElementwiseAttrs::KIND_RELU_GRAD:
+    case v1::ElementwiseAttrs::KIND_SIGMOID_GRAD:
       return 2;
     case v1::ElementwiseAttrs::KIND_SCALE:
     case v1::ElementwiseAttrs::KIND_RELU:
@@ -304,6 +380,69 @@ absl::Status RunGather(const v1::GatherAttrs& g, DType dtype,
     return absl::OkStatus();
   }
   return GatherInto(g, dtype, x, w, y);
+}
+
+absl::Status CheckRowDot(const v1::RowDotAttrs& r, int64_t a_elements,
+                         int64_t b_elements, int64_t d_elements) {
+  if (r.row() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "row_dot.row = ", r.row(), " must be >= 1 (elements per row)"));
+  }
+  const int64_t row = r.row();
+  if (a_elements % row != 0 || b_elements % row != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "row_dot.row = ", row, ": A has ", a_elements, " elements and B ",
+        b_elements, "; both must be whole rows (multiples of row)"));
+  }
+  const int64_t rows_a = a_elements / row, rows_b = b_elements / row;
+  if (r.index_size() != 2 * d_elements) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "row_dot.index has ", r.index_size(),
+        " entries; it needs 2 * elements(D) = 2 * ", d_elements, " = ",
+        2 * d_elements, " (a row of A and a row of B per element)"));
+  }
+  for (int i = 0; i < r.index_size(); ++i) {
+    const int64_t v = r.index(i);
+    const bool of_a = i % 2 == 0;
+    const int64_t rows = of_a ? rows_a : rows_b;
+    if (v < -1 || v >= rows) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("row_dot.index[", i, "] = ", v, " is outside [-1, rows(",
+                       of_a ? "A" : "B", ") = ", rows,
+                       "); -1 makes the element 0, others name a row of ",
+                       of_a ? "A (even entries)" : "B (odd entries)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunRowDot(const v1::RowDotAttrs& r, DType dtype,
+                       absl::Span<const uint8_t> a, absl::Span<const uint8_t> b,
+                       absl::Span<uint8_t> d) {
+  if (IsIntegerDType(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "row_dot on ", DTypeName(dtype),
+        " is not defined; allowed dtypes: float16, bfloat16, float32, "
+        "float64"));
+  }
+  const size_t size = DTypeSize(dtype);
+  if (a.size() % size != 0 || b.size() % size != 0 || d.size() % size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "row_dot on ", DTypeName(dtype), ": A has ", a.size(), " bytes, B ",
+        b.size(), ", D ", d.size(), "; each must be a multiple of ", size));
+  }
+  const int64_t count = static_cast<int64_t>(d.size() / size);
+  RETURN_IF_ERROR(CheckRowDot(r, static_cast<int64_t>(a.size() / size),
+                              static_cast<int64_t>(b.size() / size), count));
+  const absl::Span<const uint8_t> out(d.data(), d.size());
+  if (Overlaps(out, a) || Overlaps(out, b)) {
+    std::vector<uint8_t> copy(d.size());
+    RowDotInto(r, dtype, a.data(), b.data(), count, copy.data());
+    std::memcpy(d.data(), copy.data(), copy.size());
+    return absl::OkStatus();
+  }
+  RowDotInto(r, dtype, a.data(), b.data(), count, d.data());
+  return absl::OkStatus();
 }
 
 int64_t ScaleInteger(int64_t value, double alpha) {
@@ -445,6 +584,20 @@ absl::Status RunElementwise(const v1::ElementwiseAttrs& attrs, DType dtype,
     MapFloatBits(dtype, in0, o, count, [](PatternType type, uint64_t bits) {
       return SigmoidBits(type, bits);
     });
+    return absl::OkStatus();
+  }
+  if (attrs.kind() == v1::ElementwiseAttrs::KIND_RELU_GRAD) {
+    ZipFloatBits(dtype, in0, inputs[1].data(), o, count,
+                 [](PatternType type, uint64_t g, uint64_t y) {
+                   return ReluGradBits(type, g, y);
+                 });
+    return absl::OkStatus();
+  }
+  if (attrs.kind() == v1::ElementwiseAttrs::KIND_SIGMOID_GRAD) {
+    ZipFloatBits(dtype, in0, inputs[1].data(), o, count,
+                 [](PatternType type, uint64_t g, uint64_t s) {
+                   return SigmoidGradBits(type, g, s);
+                 });
     return absl::OkStatus();
   }
   const double alpha = attrs.alpha();

@@ -1,5 +1,6 @@
 // Compute kernels on host memory: GEMM (BLIS for float32/float64),
-// elementwise ops and row gathers, as the CPU backend runs OP_COMPUTE steps.
+// elementwise ops, row gathers and row dots, as the CPU backend runs
+// OP_COMPUTE steps.
 //
 //   v1::GemmAttrs g;  g.set_m(64); g.set_n(32); g.set_k(256);
 //   RETURN_IF_ERROR(RunGemm(g, DType::kFloat32, a_bytes, b_bytes, c_bytes));
@@ -28,9 +29,17 @@
 //    +0, NaN stays NaN);
 //  - KIND_SIGMOID: out = 1 / (1 + exp(-in0)) (one input), in double and
 //    rounded once to the dtype;
-//  RELU and SIGMOID take floating-point dtypes only (INVALID_ARGUMENT for
-//  integers, as plan.proto defines them); their bits are element_core.h's
-//  ReluBits / SigmoidBits, shared with the GPU.
+//  - KIND_RELU_GRAD: out = in1 > 0 ? in0 : +0 (two inputs: in0 the
+//    gradient, in1 RELU's output or input; exact: in0's bits or +0, a NaN
+//    in1 masking);
+//  - KIND_SIGMOID_GRAD: out = in0 * in1 * (1 - in1) (two inputs: in0 the
+//    gradient, in1 SIGMOID's output), as (in0 * in1) * (1 - in1) in float
+//    for fp16/bf16 and in double for float32/float64, rounded once to the
+//    dtype;
+//  RELU, SIGMOID and their gradients take floating-point dtypes only
+//  (INVALID_ARGUMENT for integers, as plan.proto defines them); their bits
+//  are element_core.h's ReluBits / SigmoidBits / ReluGradBits /
+//  SigmoidGradBits, shared with the GPU.
 // `out` may alias an input exactly (in place), not partly.
 // Errors: INVALID_ARGUMENT for an unknown kind, the wrong number of inputs,
 // or sizes that differ or are not a multiple of the element size.
@@ -49,6 +58,17 @@
 // `y` may overlap `x` or `w` (the rows are gathered into a copy first), so
 // an in-place permutation reads X as it was before the step.
 // Errors: CheckGather's, with the sizes of the spans.
+//
+// Row dot (plan.proto RowDotAttrs), `a` rows(A) and `b` rows(B) rows of
+// `row` elements, `d` elements(D) elements: D element i = sum over c < row
+// of A row index[2 i] column c times B row index[2 i + 1] column c, 0 (+0)
+// when either index is -1. Floats only: each element is summed over c in
+// order in float (fp16/bf16) or double (float32/float64), from 0, and
+// rounded once to the dtype (element_core.h GatherMulAdd and
+// CoreFloatStoreBits, the GPU's arithmetic too). `d` may overlap `a` or `b`
+// (the products are computed into a copy first).
+// Errors: INVALID_ARGUMENT for an integer dtype, spans that are not a
+// multiple of the element size, and CheckRowDot's.
 //
 // Thread safety: pure functions; any number may run at once (the CPU
 // engine runs one GEMM per device concurrently). The BLAS behind RunGemm
@@ -78,6 +98,10 @@ absl::Status RunGather(const v1::GatherAttrs& attrs, DType dtype,
                        absl::Span<const uint8_t> x, absl::Span<const uint8_t> w,
                        absl::Span<uint8_t> y);
 
+absl::Status RunRowDot(const v1::RowDotAttrs& attrs, DType dtype,
+                       absl::Span<const uint8_t> a, absl::Span<const uint8_t> b,
+                       absl::Span<uint8_t> d);
+
 // GatherAttrs.k as used: 0 (unset) reads as 1.
 inline int64_t GatherK(const v1::GatherAttrs& attrs) {
   return attrs.k() == 0 ? 1 : attrs.k();
@@ -93,20 +117,33 @@ inline int64_t GatherK(const v1::GatherAttrs& attrs) {
 absl::Status CheckGather(const v1::GatherAttrs& attrs, int64_t x_elements,
                          int64_t w_elements, int64_t y_elements);
 
+// OK if a row dot with these attributes fits operands of these element
+// counts: row >= 1, A's and B's counts multiples of row, index holding 2 *
+// elements(D) entries, the even ones (rows of A) each -1 or in [0,
+// rows(A)), the odd ones (rows of B) each -1 or in [0, rows(B)).
+// INVALID_ARGUMENT naming the field (row_dot.row, row_dot.index,
+// row_dot.index[i]) and the allowed values otherwise. Shared by the
+// kernels, the reference and the program parser. The dtype is not checked
+// here (floats only: the callers say so).
+absl::Status CheckRowDot(const v1::RowDotAttrs& attrs, int64_t a_elements,
+                         int64_t b_elements, int64_t d_elements);
+
 // True for the elementwise kinds that take floating-point dtypes only
-// (RELU, SIGMOID).
+// (RELU, SIGMOID, RELU_GRAD, SIGMOID_GRAD).
 bool ElementwiseNeedsFloat(v1::ElementwiseAttrs::Kind kind);
 
-// The number of inputs of an elementwise kind (ADD 2, SCALE / RELU /
-// SIGMOID 1), 0 for an unknown kind.
+// The number of inputs of an elementwise kind (ADD, RELU_GRAD and
+// SIGMOID_GRAD 2; SCALE, RELU and SIGMOID 1), 0 for an unknown kind.
 int ElementwiseInputs(v1::ElementwiseAttrs::Kind kind);
 
-// "add", "scale", "relu", "sigmoid" ("unknown" otherwise), for messages.
+// "add", "scale", "relu", "sigmoid", "relu_grad", "sigmoid_grad"
+// ("unknown" otherwise), for messages.
 const char* ElementwiseName(v1::ElementwiseAttrs::Kind kind);
 
-// "KIND_ADD, KIND_SCALE, KIND_RELU, KIND_SIGMOID", for error messages.
+// Every known kind's name, for error messages.
 inline constexpr char kElementwiseKinds[] =
-    "KIND_ADD, KIND_SCALE, KIND_RELU, KIND_SIGMOID";
+    "KIND_ADD, KIND_SCALE, KIND_RELU, KIND_SIGMOID, KIND_RELU_GRAD, "
+    "KIND_SIGMOID_GRAD";
 
 // GemmAttrs.alpha as used: 0 (unset) reads as 1.
 inline double GemmAlpha(const v1::GemmAttrs& attrs) {

@@ -1,12 +1,14 @@
 #include "worker/kernels/compute.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
-#include <atomic>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/kernels/element.h"
 #include "worker/kernels/initializer.h"
@@ -506,6 +508,302 @@ TEST(ComputeTest, ReluAndSigmoidRefuseIntegers) {
         RunElementwise(attrs, DType::kFloat32, {in, in}, absl::MakeSpan(out))
             .code(),
         absl::StatusCode::kInvalidArgument);
+  }
+}
+
+// The smallest subnormal of a float dtype: the error of one rounding of a
+// result that underflows is at most half of it.
+double SmallestSubnormal(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return std::ldexp(1.0, -24);
+    case DType::kBFloat16:
+      return std::ldexp(1.0, -133);
+    case DType::kFloat32:
+      return std::ldexp(1.0, -149);
+    default:
+      return std::ldexp(1.0, -1074);
+  }
+}
+
+// The unit roundoff of the arithmetic SIGMOID_GRAD and the row dot use
+// before their final rounding: float for fp16/bf16, double otherwise.
+double AccumulatorRoundoff(DType dtype) {
+  return dtype == DType::kFloat16 || dtype == DType::kBFloat16
+             ? std::ldexp(1.0, -24)
+             : std::ldexp(1.0, -53);
+}
+
+v1::ElementwiseAttrs Kind(v1::ElementwiseAttrs::Kind kind) {
+  v1::ElementwiseAttrs attrs;
+  attrs.set_kind(kind);
+  return attrs;
+}
+
+// RELU_GRAD in every float dtype: in0 where in1 > 0, +0 where in1 is
+// negative, +-0 or NaN, bit for bit (in0's NaN and -0 included); on random
+// values too.
+TEST(ComputeTest, ReluGradValues) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> g = {1.5, -2.25, 3, -0.5, 7, 0.75, -0.0, nan, 4};
+  const std::vector<double> y = {1, 2, 0, -0.0, -1, nan, 5, 0.25, 1e-30};
+  for (DType dtype : kFloatTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const int size = DTypeSize(dtype);
+    const std::vector<uint8_t> in0 = Stored(dtype, g), in1 = Stored(dtype, y);
+    std::vector<uint8_t> out(in0.size(), 0xAB);
+    ASSERT_TRUE(RunElementwise(Kind(v1::ElementwiseAttrs::KIND_RELU_GRAD),
+                               dtype, {in0, in1}, absl::MakeSpan(out))
+                    .ok());
+    const std::vector<double> got = Loaded(dtype, out);
+    // 1e-30 is positive in float32 / float64 / bf16 and flushes to +0 in
+    // fp16, which masks.
+    const double last = dtype == DType::kFloat16 ? 0.0 : 4.0;
+    const std::vector<double> want = {1.5, -2.25, 0, 0, 0, 0, -0.0, 0, last};
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (i == 7) {
+        EXPECT_TRUE(std::isnan(got[i]));  // in0's NaN, in1 > 0
+        continue;
+      }
+      EXPECT_EQ(got[i], want[i]) << i;
+      EXPECT_EQ(std::signbit(got[i]), std::signbit(want[i])) << i;
+    }
+    // Random: exactly in0's bits or +0.
+    const std::vector<uint8_t> a = Random(dtype, 301, 7),
+                               b = Random(dtype, 301, 8);
+    std::vector<uint8_t> r(a.size());
+    ASSERT_TRUE(RunElementwise(Kind(v1::ElementwiseAttrs::KIND_RELU_GRAD),
+                               dtype, {a, b}, absl::MakeSpan(r))
+                    .ok());
+    for (int64_t i = 0; i < 301; ++i) {
+      const bool pass = LoadElement(dtype, b.data() + i * size) > 0;
+      std::vector<uint8_t> want_bits(size, 0);
+      if (pass) {
+        want_bits.assign(a.begin() + i * size, a.begin() + (i + 1) * size);
+      }
+      ASSERT_EQ(std::vector<uint8_t>(r.begin() + i * size,
+                                     r.begin() + (i + 1) * size),
+                want_bits)
+          << i;
+    }
+  }
+}
+
+// SIGMOID_GRAD in every float dtype: hand-picked values whose results are
+// exact in every dtype (so the kernel must match them exactly), then
+// random gradients times random SIGMOID outputs against the float64
+// product. Tolerance: (u + 3 u_acc) |want| + the smallest subnormal: three
+// roundings in the accumulator arithmetic (float for fp16/bf16, double
+// otherwise; float64: u_acc = u) and the final one to the dtype.
+TEST(ComputeTest, SigmoidGradValues) {
+  const std::vector<double> g = {2, -4, 1, 0.5, -3, 0};
+  const std::vector<double> s = {0.5, 0.25, 0, 1, 0.75, 0.5};
+  const std::vector<double> want = {0.5, -0.75, 0, 0, -0.5625, 0};
+  for (DType dtype : kFloatTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const int size = DTypeSize(dtype);
+    std::vector<uint8_t> out(g.size() * size);
+    ASSERT_TRUE(RunElementwise(Kind(v1::ElementwiseAttrs::KIND_SIGMOID_GRAD),
+                               dtype, {Stored(dtype, g), Stored(dtype, s)},
+                               absl::MakeSpan(out))
+                    .ok());
+    EXPECT_EQ(Loaded(dtype, out), want);
+
+    const int64_t n = 301;
+    const std::vector<uint8_t> grad = Random(dtype, n, 9);
+    const std::vector<uint8_t> logits = Random(dtype, n, 10);
+    std::vector<uint8_t> sig(logits.size()), r(logits.size());
+    ASSERT_TRUE(RunElementwise(Kind(v1::ElementwiseAttrs::KIND_SIGMOID), dtype,
+                               {logits}, absl::MakeSpan(sig))
+                    .ok());
+    ASSERT_TRUE(RunElementwise(Kind(v1::ElementwiseAttrs::KIND_SIGMOID_GRAD),
+                               dtype, {grad, sig}, absl::MakeSpan(r))
+                    .ok());
+    const double u = UnitRoundoff(dtype);
+    const double u_acc = AccumulatorRoundoff(dtype);
+    for (int64_t i = 0; i < n; ++i) {
+      const double gv = LoadElement(dtype, grad.data() + i * size);
+      const double sv = LoadElement(dtype, sig.data() + i * size);
+      const double expect = gv * sv * (1 - sv);
+      ASSERT_NEAR(LoadElement(dtype, r.data() + i * size), expect,
+                  (u + 3 * u_acc) * std::abs(expect) * 1.0001 +
+                      SmallestSubnormal(dtype))
+          << gv << " * " << sv;
+    }
+  }
+}
+
+TEST(ComputeTest, GradientsRefuseIntegersAndTakeTwoInputs) {
+  for (auto kind : {v1::ElementwiseAttrs::KIND_RELU_GRAD,
+                    v1::ElementwiseAttrs::KIND_SIGMOID_GRAD}) {
+    SCOPED_TRACE(ElementwiseName(kind));
+    EXPECT_TRUE(ElementwiseNeedsFloat(kind));
+    EXPECT_EQ(ElementwiseInputs(kind), 2);
+    std::vector<uint8_t> in(8), out(8);
+    absl::Status s = RunElementwise(Kind(kind), DType::kInt32, {in, in},
+                                    absl::MakeSpan(out));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find(absl::StrCat(
+                  "elementwise ", ElementwiseName(kind),
+                  " on int32 is not defined; allowed dtypes: float16, "
+                  "bfloat16, float32, float64")),
+              std::string::npos)
+        << s;
+    s = RunElementwise(Kind(kind), DType::kFloat32, {in}, absl::MakeSpan(out));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("takes 2 inputs, got 1"), std::string::npos)
+        << s;
+  }
+  EXPECT_STREQ(ElementwiseName(v1::ElementwiseAttrs::KIND_RELU_GRAD),
+               "relu_grad");
+  EXPECT_STREQ(ElementwiseName(v1::ElementwiseAttrs::KIND_SIGMOID_GRAD),
+               "sigmoid_grad");
+  EXPECT_NE(std::string(kElementwiseKinds).find("KIND_SIGMOID_GRAD"),
+            std::string::npos);
+}
+
+v1::RowDotAttrs RowDot(int64_t row, const std::vector<int64_t>& index) {
+  v1::RowDotAttrs r;
+  r.set_row(row);
+  for (int64_t i : index) r.add_index(i);
+  return r;
+}
+
+// D element i = A row index[2 i] . B row index[2 i + 1] by hand, exact in
+// every float dtype (so the kernel must match to the bit): A = [1 2; 3 4;
+// -0.5 0.25], B = [0.5 -1; 2 8]; a -1 on either side gives +0.
+TEST(ComputeTest, RowDotMatchesHandComputedValues) {
+  const std::vector<double> a = {1, 2, 3, 4, -0.5, 0.25};
+  const std::vector<double> b = {0.5, -1, 2, 8};
+  const std::vector<int64_t> index = {0, 1, 2, 0, -1, 1, 1, -1, 1, 1, -1, -1};
+  const std::vector<double> want = {18, -0.5, 0, 0, 38, 0};
+  for (DType dtype : kFloatTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    std::vector<uint8_t> d(want.size() * DTypeSize(dtype), 0xAB);
+    ASSERT_TRUE(RunRowDot(RowDot(2, index), dtype, Stored(dtype, a),
+                          Stored(dtype, b), absl::MakeSpan(d))
+                    .ok());
+    const std::vector<double> got = Loaded(dtype, d);
+    EXPECT_EQ(got, want);
+    for (double v : got) {
+      if (v == 0) EXPECT_FALSE(std::signbit(v));  // zeros are +0
+    }
+  }
+}
+
+// Random operands, row 37, some -1 indices, against a float64 loop.
+// Tolerance: (row * u_acc + u) * sum_c |a b| per element: row roundings of
+// the accumulator (float for fp16/bf16, double for float32/float64) and
+// one of the store to the dtype.
+TEST(ComputeTest, RowDotMatchesFloat64Loop) {
+  const int64_t row = 37, rows_a = 11, rows_b = 6, count = 23;
+  std::vector<int64_t> index;
+  for (int64_t i = 0; i < count; ++i) {
+    index.push_back(i % 9 == 4 ? -1 : (i * 5 + 2) % rows_a);
+    index.push_back(i % 7 == 3 ? -1 : (i * 3 + 1) % rows_b);
+  }
+  const v1::RowDotAttrs r = RowDot(row, index);
+  for (DType dtype : kFloatTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const int size = DTypeSize(dtype);
+    const std::vector<uint8_t> a = Random(dtype, rows_a * row, 1);
+    const std::vector<uint8_t> b = Random(dtype, rows_b * row, 2);
+    std::vector<uint8_t> d(count * size);
+    ASSERT_TRUE(RunRowDot(r, dtype, a, b, absl::MakeSpan(d)).ok());
+    const double u = UnitRoundoff(dtype);
+    const double u_acc = AccumulatorRoundoff(dtype);
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t ra = index[2 * i], rb = index[2 * i + 1];
+      double sum = 0, mag = 0;
+      if (ra >= 0 && rb >= 0) {
+        for (int64_t c = 0; c < row; ++c) {
+          const double p =
+              LoadElement(dtype, a.data() + (ra * row + c) * size) *
+              LoadElement(dtype, b.data() + (rb * row + c) * size);
+          sum += p;
+          mag += std::abs(p);
+        }
+      }
+      const double got = LoadElement(dtype, d.data() + i * size);
+      if (ra < 0 || rb < 0) {
+        EXPECT_EQ(got, 0.0) << i;
+        continue;
+      }
+      ASSERT_NEAR(got, sum, (row * u_acc + u) * mag + 1e-300) << i;
+    }
+  }
+}
+
+// fp16 sums are rounded once, from float: 1 + 2^-11 + 2^-11 is 1 + 2^-10,
+// where rounding to fp16 after each addition would give 1.
+TEST(ComputeTest, RowDotRoundsAHalfPrecisionSumOnce) {
+  const double tiny = std::ldexp(1.0, -11);
+  std::vector<uint8_t> d(2);
+  ASSERT_TRUE(RunRowDot(RowDot(3, {0, 0}), DType::kFloat16,
+                        Stored(DType::kFloat16, {1.0, tiny, tiny}),
+                        Stored(DType::kFloat16, {1, 1, 1}), absl::MakeSpan(d))
+                  .ok());
+  EXPECT_EQ(LoadElement(DType::kFloat16, d.data()), 1.0 + 2 * tiny);
+}
+
+// D may overlap A (or B): the rows are read as they were before the step.
+TEST(ComputeTest, RowDotInPlaceReadsTheOldRows) {
+  std::vector<uint8_t> ab = Stored(DType::kFloat32, {1, 2, 3, 4});
+  const absl::Span<const uint8_t> a(ab.data(), ab.size());
+  // D = the first two elements of A: [A0.A1, A1.A1] = [11, 25].
+  ASSERT_TRUE(RunRowDot(RowDot(2, {0, 1, 1, 1}), DType::kFloat32, a, a,
+                        absl::MakeSpan(ab.data(), 8))
+                  .ok());
+  EXPECT_EQ(Loaded(DType::kFloat32, ab), (std::vector<double>{11, 25, 3, 4}));
+}
+
+// Attributes that do not fit the operands, and integer dtypes:
+// INVALID_ARGUMENT naming the field and what is allowed.
+TEST(ComputeTest, RowDotErrorsNameTheField) {
+  const std::vector<uint8_t> a = Stored(DType::kFloat32, {1, 2, 3, 4, 5, 6});
+  const std::vector<uint8_t> b = Stored(DType::kFloat32, {1, 2, 3, 4});
+  std::vector<uint8_t> d(2 * 4);
+  struct Case {
+    v1::RowDotAttrs attrs;
+    size_t d_bytes;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {RowDot(0, {0, 0, 0, 0}), 8, "row_dot.row = 0 must be >= 1"},
+      {RowDot(-3, {0, 0, 0, 0}), 8, "row_dot.row = -3 must be >= 1"},
+      {RowDot(4, {0, 0, 0, 0}), 8,
+       "row_dot.row = 4: A has 6 elements and B 4; both must be whole rows"},
+      {RowDot(3, {0, 0, 0, 0}), 8, "B 4; both must be whole rows"},
+      {RowDot(2, {0, 0}), 8,
+       "row_dot.index has 2 entries; it needs 2 * elements(D) = 2 * 2 = 4"},
+      {RowDot(2, {0, 0, 3, 0}), 8,
+       "row_dot.index[2] = 3 is outside [-1, rows(A) = 3)"},
+      {RowDot(2, {0, 0, 1, 2}), 8,
+       "row_dot.index[3] = 2 is outside [-1, rows(B) = 2)"},
+      {RowDot(2, {-2, 0, 0, 0}), 8, "row_dot.index[0] = -2"},
+      {RowDot(2, {0, 0, 0, 0}), 7, "multiple of 4"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message);
+    const absl::Status s = RunRowDot(c.attrs, DType::kFloat32, a, b,
+                                     absl::MakeSpan(d.data(), c.d_bytes));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find(c.message), std::string::npos) << s;
+  }
+  EXPECT_TRUE(CheckRowDot(RowDot(2, {2, 1, -1, -1}), 6, 4, 2).ok());
+  for (DType dtype :
+       {DType::kInt8, DType::kUInt8, DType::kInt32, DType::kInt64}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    std::vector<uint8_t> ia(4 * DTypeSize(dtype)), id(DTypeSize(dtype));
+    const absl::Status s =
+        RunRowDot(RowDot(2, {0, 1}), dtype, ia, ia, absl::MakeSpan(id));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find(absl::StrCat(
+                  "row_dot on ", DTypeName(dtype),
+                  " is not defined; allowed dtypes: float16, bfloat16, "
+                  "float32, float64")),
+              std::string::npos)
+        << s;
   }
 }
 

@@ -1,9 +1,9 @@
 // Element arithmetic (fp16/bf16 rounding, integer wrap-around, reductions,
-// elementwise add and scale) written once for host and CUDA device code:
-// the CPU kernels (element.h, compute.h) use its conversions and the GPU
-// kernels (worker/cuda/compute_kernels.h) all of it, so both produce the
-// same bits; element_core_test.cc proves it against reduce.h and compute.h
-// without a GPU.
+// elementwise ops, the accumulation of gathers and row dots) written once
+// for host and CUDA device code: the CPU kernels (element.h, compute.h) use
+// its conversions and the GPU kernels (worker/cuda/compute_kernels.h) all
+// of it, so both produce the same bits; element_core_test.cc proves it
+// against reduce.h and compute.h without a GPU.
 //
 //   const uint64_t r = ReduceBits(PatternType::kFloat16, /*max=*/false,
 //                                 inout_bits, in_bits);
@@ -25,14 +25,24 @@
 //    every other value (+-0, NaN, +inf) keeps its bits: exact.
 //  - SigmoidBits(type, x): elementwise SIGMOID on a float dtype: 1 / (1 +
 //    exp(-x)) evaluated in double and rounded once to the dtype.
+//  - ReluGradBits(type, g, y): elementwise RELU_GRAD on a float dtype: `g`'s
+//    bits where y > 0, else +0 (y <= 0, -0 and NaN mask): exact.
+//  - SigmoidGradBits(type, g, s): elementwise SIGMOID_GRAD on a float dtype:
+//    (g * s) * (1 - s) in that order, each operation rounded in the
+//    dtype's arithmetic (fp16/bf16: float, as ADD; float32 and float64:
+//    double), then the result rounded once to the dtype (float32: the
+//    double -> float conversion).
 //  - Gather (compute.h RunGather): CoreFloatValue decodes a float element,
 //    GatherMulAdd(type, acc, w, x) adds one term w * x to a row's running
 //    sum in the dtype's accumulator (fp16/bf16: float, float32/float64:
 //    double; the sum is held in a double either way, exactly), and
-//    CoreFloatStoreBits rounds the finished sum once to the dtype. Device
-//    code uses the _rn intrinsics, which nvcc never fuses into an FMA, and
-//    the host's x86-64 baseline has no FMA to fuse into, so host and GPU
-//    give the same bits for the same term order.
+//    CoreFloatStoreBits rounds the finished sum once to the dtype.
+//  - Row dot (compute.h RunRowDot): the same accumulation, GatherMulAdd(type,
+//    acc, a, b) over the row's columns in order from acc = 0, with a from A's
+//    row and b from B's, rounded once by CoreFloatStoreBits.
+// Device code uses the _rn intrinsics, which nvcc never fuses into an FMA,
+// and the host's x86-64 baseline has no FMA to fuse into, so host and GPU
+// give the same bits for the same term order.
 // Thread safety: pure functions.
 #ifndef MESHCAST_WORKER_KERNELS_ELEMENT_CORE_H_
 #define MESHCAST_WORKER_KERNELS_ELEMENT_CORE_H_
@@ -353,6 +363,39 @@ MESHCAST_HOST_DEVICE inline uint64_t ReluBits(PatternType type, uint64_t x) {
 MESHCAST_HOST_DEVICE inline uint64_t SigmoidBits(PatternType type, uint64_t x) {
   const double v = CoreFloatValue(type, x);
   return CoreFloatStoreBits(type, 1.0 / (1.0 + ::exp(-v)));
+}
+
+MESHCAST_HOST_DEVICE inline uint64_t ReluGradBits(PatternType type, uint64_t g,
+                                                  uint64_t y) {
+  return CoreFloatValue(type, y) > 0 ? g : 0;  // NaN > 0 is false: +0
+}
+
+// See the top of the file. The _rn intrinsics on the device keep nvcc from
+// fusing anything (there is no add to fuse a product into anyway), so host
+// and GPU round the same operations.
+MESHCAST_HOST_DEVICE inline uint64_t SigmoidGradBits(PatternType type,
+                                                     uint64_t g, uint64_t s) {
+  const double gv = CoreFloatValue(type, g), sv = CoreFloatValue(type, s);
+  if (type == PatternType::kFloat16 || type == PatternType::kBFloat16) {
+    // Both are exact in float.
+    const float gf = static_cast<float>(gv), sf = static_cast<float>(sv);
+#if defined(__CUDA_ARCH__)
+    const float r = __fmul_rn(__fmul_rn(gf, sf), __fsub_rn(1.0f, sf));
+#else
+    const float gs = gf * sf;
+    const float rest = 1.0f - sf;
+    const float r = gs * rest;
+#endif
+    return CoreFloatStoreBits(type, static_cast<double>(r));
+  }
+#if defined(__CUDA_ARCH__)
+  const double r = __dmul_rn(__dmul_rn(gv, sv), __dsub_rn(1.0, sv));
+#else
+  const double gs = gv * sv;
+  const double rest = 1.0 - sv;
+  const double r = gs * rest;
+#endif
+  return CoreFloatStoreBits(type, r);
 }
 
 // acc + w * x, rounded as the dtype's gather accumulator does (see the top

@@ -1,9 +1,9 @@
 // Host-only (no GPU): the element arithmetic the GPU kernels run
 // (element_core.h) gives the CPU backend's bits, for every dtype, on random
 // and special values (signed zeros, infinities, NaN, subnormals, the
-// largest finite values, integer extremes); the GPU gather's per-element
-// loop gives RunGather's bits; and the RANDOM initializer's shared core
-// gives FillInitializer's bits.
+// largest finite values, integer extremes); the GPU gather's and row dot's
+// per-element loops give RunGather's and RunRowDot's bits; and the RANDOM
+// initializer's shared core gives FillInitializer's bits.
 #include "worker/kernels/element_core.h"
 
 #include <cmath>
@@ -176,6 +176,120 @@ TEST(ElementCoreTest, ReluAndSigmoidBitsMatchRunElementwise) {
         EXPECT_EQ(s, v > 0 ? 1.0 : 0.0) << v;
       }
     }
+  }
+}
+
+// RELU_GRAD and SIGMOID_GRAD on special and random bits, every special
+// meeting every other on either side: the host kernel's bits are the
+// core's (what the GPU runs), and they mean what compute.h says.
+TEST(ElementCoreTest, ReluGradAndSigmoidGradBitsMatchRunElementwise) {
+  constexpr int64_t kCount = 1 << 12;
+  for (DType dtype :
+       {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const PatternType type = KernelPatternType(dtype);
+    const std::vector<uint8_t> g = Elements(dtype, kCount, 11);
+    const std::vector<uint8_t> y = Elements(dtype, kCount, 12);
+    // y shifted by 3 elements, so that specials meet other specials.
+    std::vector<uint8_t> y3(y.size());
+    const int size = DTypeSize(dtype);
+    const bool half = dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+    const double u = std::ldexp(1.0, dtype == DType::kFloat16    ? -11
+                                     : dtype == DType::kBFloat16 ? -8
+                                     : dtype == DType::kFloat32  ? -24
+                                                                 : -53);
+    const double u_acc = std::ldexp(1.0, half ? -24 : -53);
+    // The smallest subnormal: an underflowing result errs by half of it.
+    const double tiny = std::ldexp(1.0, dtype == DType::kFloat16    ? -24
+                                        : dtype == DType::kBFloat16 ? -133
+                                        : dtype == DType::kFloat32  ? -149
+                                                                    : -1074);
+    for (int64_t i = 0; i < kCount; ++i) {
+      SetBits(dtype, y3, i, Bits(dtype, y, (i + 3) % kCount));
+    }
+    const std::vector<uint8_t>* second[] = {&y, &y3};
+    for (const std::vector<uint8_t>* in1 : second) {
+      std::vector<uint8_t> relu(g.size()), sigmoid(g.size());
+      v1::ElementwiseAttrs attrs;
+      attrs.set_kind(v1::ElementwiseAttrs::KIND_RELU_GRAD);
+      ASSERT_TRUE(
+          RunElementwise(attrs, dtype, {g, *in1}, absl::MakeSpan(relu)).ok());
+      attrs.set_kind(v1::ElementwiseAttrs::KIND_SIGMOID_GRAD);
+      ASSERT_TRUE(
+          RunElementwise(attrs, dtype, {g, *in1}, absl::MakeSpan(sigmoid))
+              .ok());
+      for (int64_t i = 0; i < kCount; ++i) {
+        const uint64_t gb = Bits(dtype, g, i), yb = Bits(dtype, *in1, i);
+        ASSERT_EQ(ReluGradBits(type, gb, yb), Bits(dtype, relu, i)) << i;
+        const uint64_t sig = SigmoidGradBits(type, gb, yb);
+        // Any NaN matches any NaN (see PerElementRowDotMatchesRunRowDot).
+        if (!(std::isnan(CoreFloatValue(type, sig)) &&
+              std::isnan(CoreFloatValue(type, Bits(dtype, sigmoid, i))))) {
+          ASSERT_EQ(sig, Bits(dtype, sigmoid, i)) << i;
+        }
+        const double yv = LoadElement(dtype, in1->data() + i * size);
+        const uint64_t r = Bits(dtype, relu, i);
+        EXPECT_EQ(r, yv > 0 ? gb : 0) << i;
+        // A finite gradient and an s in [0, 1] (a SIGMOID output): within
+        // three roundings of the accumulator and one of the dtype of the
+        // float64 g s (1 - s), which cannot overflow.
+        const double gv = LoadElement(dtype, g.data() + i * size);
+        if (std::isfinite(gv) && yv >= 0 && yv <= 1) {
+          const double want = gv * yv * (1 - yv);
+          EXPECT_NEAR(LoadElement(dtype, sigmoid.data() + i * size), want,
+                      (u + 3 * u_acc) * std::abs(want) * 1.0001 + tiny)
+              << gv << " * " << yv;
+        }
+      }
+    }
+  }
+}
+
+// The GPU's row dot computes each D element on its own, its row in column
+// order with GatherMulAdd: that loop, run here on the host, gives
+// RunRowDot's bits in every float dtype, on special values too.
+TEST(ElementCoreTest, PerElementRowDotMatchesRunRowDot) {
+  const int64_t row = 7, rows_a = 200, rows_b = 150, count = 500;
+  v1::RowDotAttrs r;
+  r.set_row(row);
+  std::mt19937_64 random(13);
+  for (int64_t i = 0; i < count; ++i) {
+    r.add_index(static_cast<int64_t>(random() % (rows_a + 1)) - 1);
+    r.add_index(static_cast<int64_t>(random() % (rows_b + 1)) - 1);
+  }
+  for (DType dtype :
+       {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const PatternType type = KernelPatternType(dtype);
+    const std::vector<uint8_t> a = Elements(dtype, rows_a * row, 14);
+    const std::vector<uint8_t> b = Elements(dtype, rows_b * row, 15);
+    std::vector<uint8_t> host(count * DTypeSize(dtype));
+    ASSERT_TRUE(RunRowDot(r, dtype, a, b, absl::MakeSpan(host)).ok());
+    int64_t differ = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t ra = r.index(2 * i), rb = r.index(2 * i + 1);
+      double acc = 0;
+      if (ra >= 0 && rb >= 0) {
+        for (int64_t c = 0; c < row; ++c) {
+          acc = GatherMulAdd(
+              type, acc, CoreFloatValue(type, Bits(dtype, a, ra * row + c)),
+              CoreFloatValue(type, Bits(dtype, b, rb * row + c)));
+        }
+      }
+      const uint64_t bits = CoreFloatStoreBits(type, acc);
+      // NaN's payload depends on the operand order of commutative
+      // operations, which the compiler picks (and a GPU makes every NaN its
+      // canonical one): any NaN matches any NaN.
+      const bool both_nan =
+          std::isnan(CoreFloatValue(type, bits)) &&
+          std::isnan(CoreFloatValue(type, Bits(dtype, host, i)));
+      if (bits != Bits(dtype, host, i) && !both_nan) {
+        ++differ;
+        ADD_FAILURE() << i << ": " << CoreFloatValue(type, bits) << " vs "
+                      << CoreFloatValue(type, Bits(dtype, host, i));
+      }
+    }
+    EXPECT_EQ(differ, 0);
   }
 }
 

@@ -53,6 +53,7 @@ Expected ConvertTo(Expected e, DType from, DType to) {
     e.value = static_cast<double>(e.integer);
     e.scale = std::abs(e.value);
     e.terms = 0;
+    e.clamped_from = 0;
   } else if (IsIntegerDType(from)) {
     e.value = static_cast<double>(e.integer);
     e.scale = std::abs(e.value);
@@ -89,6 +90,8 @@ struct Reference::StepInfo {
   v1::GemmAttrs gemm_attrs;
   bool gather = false;
   v1::GatherAttrs gather_attrs;
+  bool row_dot = false;
+  v1::RowDotAttrs row_dot_attrs;
   v1::ElementwiseAttrs elementwise;
   std::unique_ptr<GemmCache> cache;
 };
@@ -450,11 +453,33 @@ absl::Status Reference::Build(const v1::Plan& plan) {
               " is not supported; allowed: float16, bfloat16, float32, "
               "float64 (integer dtypes gather without W)"));
         }
+      } else if (s.compute().has_row_dot()) {
+        info.row_dot = true;
+        info.row_dot_attrs = s.compute().row_dot();
+        if (s.inputs_size() != 2 || s.outputs_size() != 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "step ", s.id(),
+              ": row_dot takes inputs [A, B] and outputs [D]; got ",
+              s.inputs_size(), " inputs and ", s.outputs_size(), " outputs"));
+        }
+        if (IsIntegerDType(out.dtype)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "step ", s.id(), ": row_dot on ", DTypeName(out.dtype),
+              " is not defined; allowed dtypes: float16, bfloat16, float32, "
+              "float64"));
+        }
+        const absl::Status valid = CheckRowDot(
+            info.row_dot_attrs, NumElements(info.in_boxes[0]),
+            NumElements(info.in_boxes[1]), NumElements(out_boxes[0]));
+        if (!valid.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("step ", s.id(), ": ", valid.message()));
+        }
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("step ", s.id(),
                          ": OP_COMPUTE without an op; allowed: gemm, "
-                         "elementwise, gather"));
+                         "elementwise, gather, row_dot"));
       }
     }
     for (Box& box : out_boxes) {
@@ -571,6 +596,8 @@ Expected Reference::EvalStep(const StepInfo& step, const Definition& def,
       } else {
         result.terms = terms + (max ? 0 : std::max<int64_t>(in.shape[0] - 1, 0));
       }
+      // A combination of ranks is no RELU output (one rank is a copy).
+      if (in.shape[0] > 1) result.clamped_from = 0;
       return result;
     }
     case v1::Step::OP_ALL_TO_ALL: {
@@ -615,6 +642,7 @@ Expected Reference::EvalStep(const StepInfo& step, const Definition& def,
     return result;
   }
   if (step.gather) return EvalGather(step, e);
+  if (step.row_dot) return EvalRowDot(step, e);
   std::vector<Expected> in(step.in_tensors.size());
   for (size_t o = 0; o < in.size(); ++o) {
     const int t = step.in_tensors[o];
@@ -641,8 +669,11 @@ Expected Reference::EvalStep(const StepInfo& step, const Definition& def,
     case v1::ElementwiseAttrs::KIND_RELU:
       // Exact, and |relu(a) - relu(b)| <= |a - b|: the input's error bound
       // (its scale and terms) carries over unchanged. Floats only (Build).
+      // A negative input is remembered for RELU_GRAD (an input that was
+      // itself clamped keeps its own).
       result = in[0];
       result.value = std::max(in[0].value, 0.0);
+      if (in[0].value < 0) result.clamped_from = in[0].value;
       break;
     case v1::ElementwiseAttrs::KIND_SIGMOID: {
       // sigmoid' = s (1 - s) <= 1/4, so an input off by at most terms_x * u
@@ -655,6 +686,58 @@ Expected Reference::EvalStep(const StepInfo& step, const Definition& def,
       result.value = 1.0 / (1.0 + std::exp(-in[0].value));
       result.scale = result.value + 0.25 * in[0].scale;
       result.terms = in[0].terms + 4;
+      break;
+    }
+    case v1::ElementwiseAttrs::KIND_RELU_GRAD: {
+      // in1 > 0 ? in0 : 0 is discontinuous in in1: where in1's value is
+      // within its own error bound of 0, the device's in1 may lie on either
+      // side, and which branch it took is unknowable here. For a RELU
+      // output of 0 the value measured is the negative input RELU clamped
+      // (Expected.clamped_from), with the same bound: the device's RELU
+      // gives 0 for sure when that input is farther below 0 than its
+      // tolerance, while the 0 itself would be within any. Such an element
+      // is expected halfway, at in0 / 2, with its scale widened by |in0| /
+      // (2 rel) (rel of its terms, at least 1, so never 0; and a hair more
+      // so that the bound's own double roundings cannot cut it short):
+      // abs + rel * scale then reaches |in0| / 2 beyond in0's own
+      // tolerance, so both in0 (within its bound) and 0 pass. Steps that
+      // read it (a GEMM) carry the widened scale on. Everywhere else the
+      // branch is certain: in0 with its bound (exact: the device copies
+      // in0's bits), or an exact 0. Floats only (Build).
+      const Tolerance t1 = ToleranceFor(out_dtype, in[1].terms);
+      const double side =
+          in[1].clamped_from < 0 ? in[1].clamped_from : in[1].value;
+      if (std::abs(side) <= t1.abs + t1.rel * in[1].scale) {
+        result.terms = std::max<int64_t>(in[0].terms, 1);
+        const double rel = ToleranceFor(out_dtype, result.terms).rel;
+        result.value = 0.5 * in[0].value;
+        result.scale = in[0].scale + std::abs(in[0].value) / (2 * rel) *
+                                         (1 + std::ldexp(1.0, -30));
+      } else if (side > 0) {
+        result = in[0];
+      }  // else masked: an exact 0 (NaN compares false, as on the device)
+      break;
+    }
+    case v1::ElementwiseAttrs::KIND_SIGMOID_GRAD: {
+      // out = g s (1 - s), g = in0, s = in1. To first order an error dg on
+      // g moves it by s (1 - s) dg, at most dg / 4 for s in [0, 1] (a
+      // SIGMOID output), and an error ds on s by g (1 - 2 s) ds, at most |g|
+      // ds: the scale holds max(1/4, |s (1 - s)|) scale_g plus max(1,
+      // |1 - 2 s|) scale_g scale_s (the larger factors cover any s; scale_g
+      // >= |g| also covers the device's g being off, as GEMM's products of
+      // scales do), under the larger of the inputs' terms. The device's own
+      // roundings, (g * s), (1 - s), their product and the store to the
+      // dtype (fp16 / bf16 / float32 round three times in a finer
+      // accumulator and once to the dtype, float64 three times), each err
+      // by at most u |out| to first order: three terms over |out|, also in
+      // the scale.
+      const double g = in[0].value, sv = in[1].value;
+      result.value = g * sv * (1 - sv);
+      result.scale =
+          std::abs(result.value) +
+          std::max(0.25, std::abs(sv * (1 - sv))) * in[0].scale +
+          std::max(1.0, std::abs(1 - 2 * sv)) * in[0].scale * in[1].scale;
+      result.terms = std::max(in[0].terms, in[1].terms) + 3;
       break;
     }
     default: {  // KIND_SCALE (Build refused the rest)
@@ -735,6 +818,34 @@ Expected Reference::EvalGather(const StepInfo& step, int64_t e) const {
   // rounding to the dtype; the operands' own errors enter through
   // scale_w * scale_x with their terms added.
   result.terms = terms + k + 1;
+  return result;
+}
+
+Expected Reference::EvalRowDot(const StepInfo& step, int64_t e) const {
+  const v1::RowDotAttrs& r = step.row_dot_attrs;
+  const int64_t row = r.row();
+  const int64_t ra = r.index(2 * e), rb = r.index(2 * e + 1);
+  if (ra < 0 || rb < 0) return Expected{};  // an exact 0
+  const DType out_dtype = tensors_[step.out_tensor].dtype;
+  const int ta = step.in_tensors[0], tb = step.in_tensors[1];
+  Coord ca(tensors_[ta].shape.size()), cb(tensors_[tb].shape.size());
+  Expected result;
+  int64_t terms = 0;
+  for (int64_t c = 0; c < row; ++c) {
+    // A row ra, column c: element ra * row + c of A's box, row-major.
+    CoordInBox(ra * row + c, step.in_boxes[0], ca.data());
+    const Expected a = ConvertTo(Eval(ta, ca.data(), step.index),
+                                 tensors_[ta].dtype, out_dtype);
+    CoordInBox(rb * row + c, step.in_boxes[1], cb.data());
+    const Expected b = ConvertTo(Eval(tb, cb.data(), step.index),
+                                 tensors_[tb].dtype, out_dtype);
+    result.value += a.value * b.value;
+    result.scale += a.scale * b.scale;
+    terms = std::max(terms, a.terms + b.terms);
+  }
+  // As a GEMM element with k = row: row products and additions, and the
+  // final rounding to the dtype.
+  result.terms = terms + row + 1;
   return result;
 }
 

@@ -24,30 +24,51 @@
 //      OP_COMPUTE GEMM: alpha * sum_p op(A)[i, p] * op(B)[p, j] (+ C's
 //        previous value when accumulate), operands row-major over their
 //        boxes, (i, j) from the element's offset in the output operand;
-//      OP_COMPUTE elementwise: in0 + in1, alpha * in0, max(in0, 0) or
-//        1 / (1 + exp(-in0)), element by element in the operands'
-//        row-major order;
+//      OP_COMPUTE elementwise: in0 + in1, alpha * in0, max(in0, 0),
+//        1 / (1 + exp(-in0)), in1 > 0 ? in0 : 0 (RELU_GRAD; in0 / 2 where
+//        in1 is within its tolerance of 0, see below) or in0 * in1 * (1 -
+//        in1) (SIGMOID_GRAD), element by element in the operands' row-major
+//        order;
 //      OP_COMPUTE gather: Y element e is row i = e / row, column c = e %
 //        row: sum over j < k of w(i, j) * X[index[i * k + j], c] (w = 1
 //        without W, index -1 adding nothing), X's row r column c being
 //        element r * row + c of its box and w(i, j) element i * k + j of
 //        W's; k = 1 without W is a copy, exact, with X's own tolerance;
+//      OP_COMPUTE row dot: D element i (row-major over D's box) = sum over
+//        c < row of A[index[2 i], c] * B[index[2 i + 1], c], A's row r
+//        column c being element r * row + c of its box (B's likewise); an
+//        exact 0 when either index is -1;
 //  - otherwise its initializer's value (Plan.tensor_inits, default PATTERN).
 // Floating-point values are computed in float64 with no rounding to the
 // tensor's dtype on the way (the tolerance accounts for the device's
 // roundings); integer values are exact and wrap to each tensor's width, as
 // the device arithmetic does. Integer GEMM and weighted integer gather are
-// UNIMPLEMENTED, integer RELU / SIGMOID INVALID_ARGUMENT (as in compute.h).
+// UNIMPLEMENTED, integer RELU / SIGMOID / RELU_GRAD / SIGMOID_GRAD and row
+// dot INVALID_ARGUMENT (as in compute.h).
 //
 // Tolerance bookkeeping (Expected.scale / terms) of the compute ops: GEMM
-// and weighted gather add k + 1 terms to the largest of their operands'
-// summed terms, over a scale of sum |a| |b| (of the operands' scales);
-// RELU keeps its input's bound (exact, 1-Lipschitz); SIGMOID scales the
-// input's bound by its largest slope, 1/4, and adds 4 terms for its own
-// roundings (reference.cc says why).
+// and weighted gather add k + 1 terms (row dot row + 1) to the largest of
+// their operands' summed terms, over a scale of sum |a| |b| (of the
+// operands' scales); a row dot of a -1 index is an exact 0; RELU keeps its
+// input's bound (exact, 1-Lipschitz); SIGMOID scales the input's bound by
+// its largest slope, 1/4, and adds 4 terms for its own roundings;
+// SIGMOID_GRAD (g = in0, s = in1) has scale |out| + max(1/4, |s (1 - s)|)
+// scale_g + max(1, |1 - 2 s|) scale_g scale_s and terms max(terms_g,
+// terms_s) + 3 (its slopes in g and s, and its three roundings); RELU_GRAD
+// is exact where in1's value is farther from 0 than in1's own tolerance
+// (ToleranceFor(dtype, terms_in1): abs + rel * scale_in1; for a RELU output
+// of 0, the value RELU clamped, Expected.clamped_from, is what is measured,
+// since 0 itself is within any tolerance): in0's bound where in1 > 0, an
+// exact 0 elsewhere. Where in1 is within that tolerance of 0 (exactly 0
+// included) the device may have taken either branch: the element
+// is expected at in0 / 2 with terms max(terms_in0, 1) and scale scale_in0 +
+// |in0| / (2 rel) (rel of those terms), a bound that accepts in0 (within
+// its own bound) and 0 alike, and that the steps reading it carry on
+// (reference.cc says why for each op).
 //
 // Cost: an element costs one evaluation per reduced rank / moved element,
-// k evaluations of X (and of W) per gather element, and one lookup per GEMM
+// k evaluations of X (and of W) per gather element, row evaluations of A
+// and of B per row dot element, and one lookup per GEMM
 // element: a GEMM step's op(A) and op(B) are evaluated once, on first use,
 // into float64 arrays (when they hold at most 2^24 elements together), and
 // its whole output is then computed once (when it holds at most 2^24
@@ -85,6 +106,12 @@ struct Expected {
   // Roundings the device may make on the way (0: an initial or moved value,
   // exact): the `terms` of ToleranceFor.
   int64_t terms = 0;
+  // A RELU output of 0 from a negative input: that input's value (< 0),
+  // with the input's error bound still in scale / terms, so that RELU_GRAD
+  // can tell a 0 the device surely holds (its input farther below 0 than
+  // its tolerance) from one it may not. 0 otherwise. Copies and moves carry
+  // it; arithmetic starts afresh.
+  double clamped_from = 0;
 };
 
 // |found - expected| <= abs + rel * Expected.scale passes.
@@ -128,9 +155,10 @@ class Reference {
   // value-defining steps are malformed (unknown buffers or tensors, operands
   // outside their buffers, sizes that do not match GEMM's m, n, k, the
   // all-to-all counts or a gather's row, k and index (compute.h
-  // CheckGather), IN not [n] + OUT's shape, unknown kinds or reductions,
-  // RELU / SIGMOID on an integer dtype, a dependency cycle); UNIMPLEMENTED
-  // for integer GEMM and weighted integer gather.
+  // CheckGather) or a row dot's row and index (CheckRowDot), IN not [n] +
+  // OUT's shape, unknown kinds or reductions, RELU / SIGMOID / RELU_GRAD /
+  // SIGMOID_GRAD or a row dot on an integer dtype, a dependency cycle);
+  // UNIMPLEMENTED for integer GEMM and weighted integer gather.
   static absl::StatusOr<std::unique_ptr<Reference>> Create(
       const v1::Plan& plan);
 
@@ -173,6 +201,8 @@ class Reference {
   Expected EvalGemm(const StepInfo& step, int64_t i, int64_t j) const;
   // Element e of a gather's output operand (row-major over its box).
   Expected EvalGather(const StepInfo& step, int64_t e) const;
+  // Element e of a row dot's output operand (row-major over its box).
+  Expected EvalRowDot(const StepInfo& step, int64_t e) const;
   const GemmCache& Operands(const StepInfo& step) const;
 
   std::vector<TensorSpec> tensors_;

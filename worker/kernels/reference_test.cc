@@ -733,6 +733,428 @@ TEST(ReferenceTest, MalformedGathersAndActivationsAreRejected) {
   }
 }
 
+v1::RowDotAttrs* SetRowDot(v1::Step* step, int64_t row,
+                           const std::vector<int64_t>& index) {
+  v1::RowDotAttrs* r = step->mutable_compute()->mutable_row_dot();
+  r->set_row(row);
+  for (int64_t i : index) r->add_index(i);
+  return r;
+}
+
+void SetKind(v1::Step* step, v1::ElementwiseAttrs::Kind kind) {
+  step->mutable_compute()->mutable_elementwise()->set_kind(kind);
+}
+
+// A row dot whose A is a slice of its buffer (A row r, column c is tensor
+// element [1 + r, 1 + c]): the values are the float64 dot products, the
+// tolerance that of a length-row dot product (terms row + 1 = 5 on exact
+// inputs, scale sum |a b|); a -1 on either side is an exact 0.
+TEST(ReferenceTest, RowDotValuesAndTolerance) {
+  PlanBuilder p;
+  const int a =
+      p.Tensor({6, 5}, DType::kFloat32, v1::Initializer::KIND_RANDOM, 1);
+  const int b =
+      p.Tensor({3, 4}, DType::kFloat32, v1::Initializer::KIND_RANDOM, 2);
+  const int d = p.Tensor({2, 2}, DType::kFloat32, v1::Initializer::KIND_ZEROS);
+  const std::vector<int64_t> index = {0, 1, 4, 2, -1, 0, 3, -1};
+  v1::Step* dot = p.Step(
+      v1::Step::OP_COMPUTE,
+      {p.Buffer(a, 0, {{0, 6}, {0, 5}}), p.Buffer(b, 0, {{0, 3}, {0, 4}})},
+      {p.Buffer(d, 0, {{0, 2}, {0, 2}})});
+  SetSlice(dot->mutable_inputs(0), {{1, 6}, {1, 5}});
+  SetRowDot(dot, 4, index);
+  auto ref = MustCreate(p.plan());
+  ASSERT_NE(ref, nullptr);
+  EXPECT_TRUE(ref->IsComputed(d));
+  for (int64_t i = 0; i < 4; ++i) {
+    const int64_t ra = index[2 * i], rb = index[2 * i + 1];
+    double want = 0, scale = 0;
+    if (ra >= 0 && rb >= 0) {
+      for (int64_t c = 0; c < 4; ++c) {
+        const double term =
+            p.Initial(a, (1 + ra) * 5 + 1 + c) * p.Initial(b, rb * 4 + c);
+        want += term;
+        scale += std::abs(term);
+      }
+    }
+    const absl::StatusOr<Expected> e = ref->Expect(d, {i / 2, i % 2});
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_NEAR(e->value, want, 1e-15) << i;
+    EXPECT_NEAR(e->scale, scale, 1e-15) << i;
+    EXPECT_EQ(e->terms, ra >= 0 && rb >= 0 ? 5 : 0) << i;
+  }
+}
+
+// RELU_GRAD of exact inputs is exact: in0 with in0's bound where in1 > 0,
+// an exact 0 where in1 is RELU's output of a negative input (RELU's 0 is
+// measured by what it clamped); where in1 is exactly 0 (ZEROS)
+// the branch is ambiguous: in0 / 2, with a tolerance that accepts in0 and
+// 0 but not -in0. SIGMOID_GRAD: g s (1 - s) with its scale and 3 terms on
+// top of SIGMOID's 4.
+TEST(ReferenceTest, ReluGradAndSigmoidGrad) {
+  const DType dtype = DType::kBFloat16;
+  PlanBuilder p;
+  const int g = p.Tensor({16}, dtype, v1::Initializer::KIND_RANDOM, 8);
+  const int x = p.Tensor({16}, dtype, v1::Initializer::KIND_RANDOM, 9);
+  const int z = p.Tensor({16}, dtype, v1::Initializer::KIND_ZEROS);
+  const int h = p.Tensor({16}, dtype, v1::Initializer::KIND_ZEROS);
+  const int rg = p.Tensor({16}, dtype, v1::Initializer::KIND_ZEROS);
+  const int rz = p.Tensor({16}, dtype, v1::Initializer::KIND_ZEROS);
+  const int s = p.Tensor({16}, dtype, v1::Initializer::KIND_ZEROS);
+  const int sg = p.Tensor({16}, dtype, v1::Initializer::KIND_ZEROS);
+  std::vector<int> buf;
+  for (int t = 0; t <= sg; ++t) buf.push_back(p.Buffer(t, 0, {{0, 16}}));
+  SetKind(p.Step(v1::Step::OP_COMPUTE, {buf[x]}, {buf[h]}),
+          v1::ElementwiseAttrs::KIND_RELU);
+  SetKind(p.Step(v1::Step::OP_COMPUTE, {buf[g], buf[h]}, {buf[rg]}),
+          v1::ElementwiseAttrs::KIND_RELU_GRAD);
+  SetKind(p.Step(v1::Step::OP_COMPUTE, {buf[g], buf[z]}, {buf[rz]}),
+          v1::ElementwiseAttrs::KIND_RELU_GRAD);
+  SetKind(p.Step(v1::Step::OP_COMPUTE, {buf[x]}, {buf[s]}),
+          v1::ElementwiseAttrs::KIND_SIGMOID);
+  SetKind(p.Step(v1::Step::OP_COMPUTE, {buf[g], buf[s]}, {buf[sg]}),
+          v1::ElementwiseAttrs::KIND_SIGMOID_GRAD);
+  auto ref = MustCreate(p.plan());
+  ASSERT_NE(ref, nullptr);
+  int masked = 0;
+  const int size = DTypeSize(dtype);
+  std::vector<uint8_t> as_g(16 * size), as_zero(16 * size, 0),
+      as_minus_g(16 * size);
+  for (int64_t i = 0; i < 16; ++i) {
+    const double gv = p.Initial(g, i), xv = p.Initial(x, i);
+    ASSERT_NE(xv, 0);  // the seed gives no exact zero
+    masked += xv < 0;
+    // RELU remembers what it clamped; RELU_GRAD measures that against the
+    // input's tolerance (0 here: X is exact), so its 0 is certain.
+    EXPECT_EQ(ref->Expect(h, {i})->clamped_from, xv < 0 ? xv : 0.0) << i;
+    const absl::StatusOr<Expected> r = ref->Expect(rg, {i});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->value, xv > 0 ? gv : 0.0) << i;
+    EXPECT_EQ(r->scale, xv > 0 ? std::abs(gv) : 0.0) << i;
+    EXPECT_EQ(r->terms, 0) << i;
+
+    const absl::StatusOr<Expected> amb = ref->Expect(rz, {i});
+    ASSERT_TRUE(amb.ok()) << amb.status();
+    EXPECT_EQ(amb->value, gv / 2) << i;
+    EXPECT_EQ(amb->terms, 1) << i;
+    const Tolerance tol = ToleranceFor(dtype, amb->terms);
+    const double bound = tol.abs + tol.rel * amb->scale;
+    EXPECT_GE(bound, std::abs(gv) / 2) << i;  // both gv and 0 pass
+    // ... and not by much: in0's own tolerance at one term, and a hair.
+    EXPECT_LE(bound,
+              std::abs(gv) / 2 * (1 + 1e-6) + tol.abs + tol.rel * std::abs(gv))
+        << i;
+    StoreElement(dtype, as_g.data() + i * size, gv);
+    StoreElement(dtype, as_minus_g.data() + i * size, -gv);
+
+    const absl::StatusOr<Expected> e = ref->Expect(sg, {i});
+    ASSERT_TRUE(e.ok()) << e.status();
+    const double sv = 1.0 / (1.0 + std::exp(-xv));
+    const double want = gv * sv * (1 - sv);
+    EXPECT_DOUBLE_EQ(e->value, want) << i;
+    // s's scale: sv + |x| / 4 (SIGMOID); s (1 - s) <= 1/4, |1 - 2 s| <= 1.
+    EXPECT_DOUBLE_EQ(e->scale, std::abs(want) + 0.25 * std::abs(gv) +
+                                   std::abs(gv) * (sv + 0.25 * std::abs(xv)))
+        << i;
+    EXPECT_EQ(e->terms, 4 + 3) << i;
+  }
+  EXPECT_GT(masked, 0);
+  EXPECT_LT(masked, 16);
+  Cancellation cancel;
+  for (auto [bytes, mismatches] : {std::pair{&as_g, 0}, std::pair{&as_zero, 0},
+                                   std::pair{&as_minus_g, 16}}) {
+    auto check = VerifyComputed(*bytes, p.spec(rz).full_box(), p.spec(rz), rz,
+                                *ref, v1::VERIFY_MODE_FULL, cancel);
+    ASSERT_TRUE(check.ok()) << check.status();
+    EXPECT_EQ(check->mismatches, mismatches) << check->first_mismatch;
+  }
+}
+
+// RELU_GRAD whose in1 is within its tolerance of 0 without being 0: in1 =
+// x + (-(1 - 2^-20) x) is 2^-20 x in float64 but exactly 0 on the fp16
+// device (the scale rounds to -x). The device masks every element, the
+// float64 branch would pass those of positive x: the reference expects g /
+// 2 with a bound that accepts the device's 0 (and g), and the GEMM that
+// reads the gradient carries the widened bound on, so the host kernels'
+// outputs all verify. The same holds with in1 = relu(y): RELU's 0 for a
+// negative y within its tolerance of 0 is ambiguous too.
+TEST(ReferenceTest, ReluGradWithinToleranceOfZeroAcceptsEitherBranch) {
+  const DType dtype = DType::kFloat16;
+  const int size = DTypeSize(dtype);
+  PlanBuilder p;
+  const int x = p.Tensor({4, 4}, dtype, v1::Initializer::KIND_RANDOM, 3);
+  const int g = p.Tensor({4, 4}, dtype, v1::Initializer::KIND_RANDOM, 4);
+  const int w = p.Tensor({4, 3}, dtype, v1::Initializer::KIND_RANDOM, 5);
+  const int xs = p.Tensor({4, 4}, dtype, v1::Initializer::KIND_ZEROS);
+  const int y = p.Tensor({4, 4}, dtype, v1::Initializer::KIND_ZEROS);
+  const int rg = p.Tensor({4, 4}, dtype, v1::Initializer::KIND_ZEROS);
+  const int out = p.Tensor({4, 3}, dtype, v1::Initializer::KIND_ZEROS);
+  const int rh = p.Tensor({4, 4}, dtype, v1::Initializer::KIND_ZEROS);
+  const int rg2 = p.Tensor({4, 4}, dtype, v1::Initializer::KIND_ZEROS);
+  std::vector<int> buf;
+  for (int t = 0; t <= rg2; ++t) {
+    buf.push_back(p.Buffer(t, 0, p.spec(t).full_box()));
+  }
+  v1::Step* scale = p.Step(v1::Step::OP_COMPUTE, {buf[x]}, {buf[xs]});
+  SetKind(scale, v1::ElementwiseAttrs::KIND_SCALE);
+  scale->mutable_compute()->mutable_elementwise()->set_alpha(
+      -(1 - std::ldexp(1.0, -20)));
+  SetKind(p.Step(v1::Step::OP_COMPUTE, {buf[x], buf[xs]}, {buf[y]}),
+          v1::ElementwiseAttrs::KIND_ADD);
+  SetKind(p.Step(v1::Step::OP_COMPUTE, {buf[g], buf[y]}, {buf[rg]}),
+          v1::ElementwiseAttrs::KIND_RELU_GRAD);
+  v1::GemmAttrs* gemm =
+      p.Step(v1::Step::OP_COMPUTE, {buf[rg], buf[w]}, {buf[out]})
+          ->mutable_compute()
+          ->mutable_gemm();
+  gemm->set_m(4);
+  gemm->set_n(3);
+  gemm->set_k(4);
+  // The same through RELU: relu(y) is 0 where y < 0 and y (about 2^-20 x)
+  // is within its tolerance of 0 either way, so relu_grad(g, relu(y)) is
+  // just as ambiguous.
+  SetKind(p.Step(v1::Step::OP_COMPUTE, {buf[y]}, {buf[rh]}),
+          v1::ElementwiseAttrs::KIND_RELU);
+  SetKind(p.Step(v1::Step::OP_COMPUTE, {buf[g], buf[rh]}, {buf[rg2]}),
+          v1::ElementwiseAttrs::KIND_RELU_GRAD);
+  const v1::Plan& plan = p.plan();  // no deps: the steps run in plan order
+  auto created = Reference::Create(plan);
+  ASSERT_TRUE(created.ok()) << created.status();
+  const Reference& ref = **created;
+
+  auto fill = [&](int t) {
+    std::vector<uint8_t> bytes(p.spec(t).num_elements() * size);
+    EXPECT_TRUE(FillInitializer(absl::MakeSpan(bytes), p.spec(t).full_box(),
+                                p.spec(t), t, p.init(t))
+                    .ok());
+    return bytes;
+  };
+  const std::vector<uint8_t> xv = fill(x), gv = fill(g), wv = fill(w);
+  std::vector<uint8_t> xsv(16 * size), yv(16 * size), rgv(16 * size),
+      outv(12 * size);
+  ASSERT_TRUE(RunElementwise(plan.steps(0).compute().elementwise(), dtype, {xv},
+                             absl::MakeSpan(xsv))
+                  .ok());
+  ASSERT_TRUE(RunElementwise(plan.steps(1).compute().elementwise(), dtype,
+                             {xv, xsv}, absl::MakeSpan(yv))
+                  .ok());
+  ASSERT_TRUE(RunElementwise(plan.steps(2).compute().elementwise(), dtype,
+                             {gv, yv}, absl::MakeSpan(rgv))
+                  .ok());
+  ASSERT_TRUE(RunGemm(plan.steps(3).compute().gemm(), dtype, rgv, wv,
+                      absl::MakeSpan(outv))
+                  .ok());
+  std::vector<uint8_t> rhv(16 * size), rg2v(16 * size);
+  ASSERT_TRUE(RunElementwise(plan.steps(4).compute().elementwise(), dtype, {yv},
+                             absl::MakeSpan(rhv))
+                  .ok());
+  ASSERT_TRUE(RunElementwise(plan.steps(5).compute().elementwise(), dtype,
+                             {gv, rhv}, absl::MakeSpan(rg2v))
+                  .ok());
+  int positive = 0;
+  for (int64_t i = 0; i < 16; ++i) {
+    EXPECT_EQ(LoadElement(dtype, yv.data() + i * size), 0.0) << i;
+    EXPECT_EQ(LoadElement(dtype, rgv.data() + i * size), 0.0) << i;
+    const double xi = p.Initial(x, i), gi = p.Initial(g, i);
+    positive += xi > 0 && gi != 0;
+    for (int t : {rg, rg2}) {
+      const absl::StatusOr<Expected> e = ref.Expect(t, {i / 4, i % 4});
+      ASSERT_TRUE(e.ok()) << e.status();
+      EXPECT_EQ(e->value, gi / 2) << t << " " << i;
+    }
+  }
+  EXPECT_GT(positive, 0);  // elements the float64 branch would get wrong
+  Cancellation cancel;
+  for (auto [t, bytes] :
+       {std::pair{y, &yv}, std::pair{rg, &rgv}, std::pair{out, &outv},
+        std::pair{rh, &rhv}, std::pair{rg2, &rg2v}}) {
+    auto check = VerifyComputed(*bytes, p.spec(t).full_box(), p.spec(t), t, ref,
+                                v1::VERIFY_MODE_FULL, cancel);
+    ASSERT_TRUE(check.ok()) << check.status();
+    EXPECT_EQ(check->mismatches, 0)
+        << "tensor " << t << ": " << check->first_mismatch;
+  }
+  // The other branch (the device's y just above 0): g itself passes too.
+  auto other = VerifyComputed(gv, p.spec(rg).full_box(), p.spec(rg), rg, ref,
+                              v1::VERIFY_MODE_FULL, cancel);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->mismatches, 0) << other->first_mismatch;
+}
+
+// The backward chain on the host kernels in every float dtype: H =
+// relu(X), dX = relu_grad(G, H), S = sigmoid(X), dL = sigmoid_grad(G, S),
+// dW = row_dot(dX, H) (rows of both, some -1 pairs), each output verified
+// in full against the reference; then a corrupted row dot element is
+// caught.
+TEST(ReferenceTest, VerifiesAGradientChainOfTheHostKernels) {
+  const std::vector<int64_t> pairs = {0, 0, 3, 1, -1, 2, 5, 5, 2, -1, 4, 0};
+  for (DType dtype :
+       {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    PlanBuilder p;
+    const int x = p.Tensor({6, 5}, dtype, v1::Initializer::KIND_RANDOM, 21);
+    const int g = p.Tensor({6, 5}, dtype, v1::Initializer::KIND_RANDOM, 22);
+    const int h = p.Tensor({6, 5}, dtype, v1::Initializer::KIND_ZEROS);
+    const int dx = p.Tensor({6, 5}, dtype, v1::Initializer::KIND_ZEROS);
+    const int s = p.Tensor({6, 5}, dtype, v1::Initializer::KIND_ZEROS);
+    const int dl = p.Tensor({6, 5}, dtype, v1::Initializer::KIND_ZEROS);
+    const int dw = p.Tensor({6}, dtype, v1::Initializer::KIND_ZEROS);
+    std::vector<int> buf;
+    for (int t = 0; t <= dw; ++t) {
+      buf.push_back(p.Buffer(t, 0, p.spec(t).full_box()));
+    }
+    SetKind(p.Step(v1::Step::OP_COMPUTE, {buf[x]}, {buf[h]}),
+            v1::ElementwiseAttrs::KIND_RELU);
+    v1::Step* relu_grad =
+        p.Step(v1::Step::OP_COMPUTE, {buf[g], buf[h]}, {buf[dx]});
+    SetKind(relu_grad, v1::ElementwiseAttrs::KIND_RELU_GRAD);
+    relu_grad->add_deps(1);
+    SetKind(p.Step(v1::Step::OP_COMPUTE, {buf[x]}, {buf[s]}),
+            v1::ElementwiseAttrs::KIND_SIGMOID);
+    v1::Step* sigmoid_grad =
+        p.Step(v1::Step::OP_COMPUTE, {buf[g], buf[s]}, {buf[dl]});
+    SetKind(sigmoid_grad, v1::ElementwiseAttrs::KIND_SIGMOID_GRAD);
+    sigmoid_grad->add_deps(3);
+    v1::Step* dot = p.Step(v1::Step::OP_COMPUTE, {buf[dx], buf[h]}, {buf[dw]});
+    SetRowDot(dot, 5, pairs);
+    dot->add_deps(2);
+    auto ref = MustCreate(p.plan());
+    ASSERT_NE(ref, nullptr);
+
+    const int size = DTypeSize(dtype);
+    auto fill = [&](int t) {
+      std::vector<uint8_t> bytes(p.spec(t).num_elements() * size);
+      EXPECT_TRUE(FillInitializer(absl::MakeSpan(bytes), p.spec(t).full_box(),
+                                  p.spec(t), t, p.init(t))
+                      .ok());
+      return bytes;
+    };
+    const std::vector<uint8_t> xs = fill(x), gs = fill(g);
+    std::vector<uint8_t> hs(30 * size), dxs(30 * size), ss(30 * size),
+        dls(30 * size), dws(6 * size);
+    const auto& steps = p.plan().steps();
+    ASSERT_TRUE(RunElementwise(steps[0].compute().elementwise(), dtype, {xs},
+                               absl::MakeSpan(hs))
+                    .ok());
+    ASSERT_TRUE(RunElementwise(steps[1].compute().elementwise(), dtype,
+                               {gs, hs}, absl::MakeSpan(dxs))
+                    .ok());
+    ASSERT_TRUE(RunElementwise(steps[2].compute().elementwise(), dtype, {xs},
+                               absl::MakeSpan(ss))
+                    .ok());
+    ASSERT_TRUE(RunElementwise(steps[3].compute().elementwise(), dtype,
+                               {gs, ss}, absl::MakeSpan(dls))
+                    .ok());
+    ASSERT_TRUE(RunRowDot(steps[4].compute().row_dot(), dtype, dxs, hs,
+                          absl::MakeSpan(dws))
+                    .ok());
+    Cancellation cancel;
+    for (auto [t, bytes] :
+         {std::pair{h, &hs}, std::pair{dx, &dxs}, std::pair{s, &ss},
+          std::pair{dl, &dls}, std::pair{dw, &dws}}) {
+      auto check = VerifyComputed(*bytes, p.spec(t).full_box(), p.spec(t), t,
+                                  *ref, v1::VERIFY_MODE_FULL, cancel);
+      ASSERT_TRUE(check.ok()) << check.status();
+      EXPECT_EQ(check->elements, p.spec(t).num_elements());
+      EXPECT_EQ(check->mismatches, 0)
+          << "tensor " << t << ": " << check->first_mismatch;
+    }
+    // RELU_GRAD is a copy or a zero: bit for bit, its maximum error is 0.
+    auto exact = VerifyComputed(dxs, p.spec(dx).full_box(), p.spec(dx), dx,
+                                *ref, v1::VERIFY_MODE_FULL, cancel);
+    EXPECT_EQ(exact->max_abs_error, 0);
+    // Element 3 (rows 5 and 5) moved by 0.25, or for float32 / float64 by
+    // a relative 1e-4: far above its bound.
+    const double old = LoadElement(dtype, dws.data() + 3 * size);
+    const bool fine = dtype == DType::kFloat32 || dtype == DType::kFloat64;
+    StoreElement(dtype, dws.data() + 3 * size,
+                 fine ? old * (1 + 1e-4) + 1e-4 : old + 0.25);
+    auto bad = VerifyComputed(dws, p.spec(dw).full_box(), p.spec(dw), dw, *ref,
+                              v1::VERIFY_MODE_FULL, cancel);
+    ASSERT_TRUE(bad.ok()) << bad.status();
+    EXPECT_EQ(bad->mismatches, 1);
+    EXPECT_NE(bad->first_mismatch.find("element [3]"), std::string::npos)
+        << bad->first_mismatch;
+  }
+}
+
+// Row dot and gradient steps that do not fit their operands or dtypes.
+TEST(ReferenceTest, MalformedRowDotsAndGradientsAreRejected) {
+  struct Case {
+    std::function<void(v1::Step*)> corrupt;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::Step* s) { s->mutable_compute()->mutable_row_dot()->set_row(0); },
+       "row_dot.row = 0 must be >= 1"},
+      {[](v1::Step* s) { s->mutable_compute()->mutable_row_dot()->set_row(3); },
+       "row_dot.row = 3: A has 8 elements and B 6"},
+      {[](v1::Step* s) {
+         s->mutable_compute()->mutable_row_dot()->set_index(3, 3);
+       },
+       "row_dot.index[3] = 3 is outside [-1, rows(B) = 3)"},
+      {[](v1::Step* s) {
+         s->mutable_compute()->mutable_row_dot()->set_index(2, 4);
+       },
+       "row_dot.index[2] = 4 is outside [-1, rows(A) = 4)"},
+      {[](v1::Step* s) {
+         s->mutable_compute()->mutable_row_dot()->add_index(0);
+       },
+       "row_dot.index has 5 entries; it needs 2 * elements(D) = 2 * 2 = 4"},
+      {[](v1::Step* s) { s->add_inputs()->set_buffer(s->inputs(0).buffer()); },
+       "row_dot takes inputs [A, B] and outputs [D]; got 3 inputs"},
+      {[](v1::Step* s) { s->mutable_inputs()->RemoveLast(); },
+       "row_dot takes inputs [A, B] and outputs [D]; got 1 inputs"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message);
+    PlanBuilder p;
+    const int a = p.Tensor({4, 2}, DType::kFloat32);
+    const int b = p.Tensor({3, 2}, DType::kFloat32);
+    const int d = p.Tensor({2}, DType::kFloat32);
+    v1::Step* s = p.Step(
+        v1::Step::OP_COMPUTE,
+        {p.Buffer(a, 0, {{0, 4}, {0, 2}}), p.Buffer(b, 0, {{0, 3}, {0, 2}})},
+        {p.Buffer(d, 0, {{0, 2}})});
+    SetRowDot(s, 2, {0, 1, 3, 2});
+    ASSERT_TRUE(Reference::Create(p.plan()).ok());
+    c.corrupt(s);
+    const absl::Status status = Reference::Create(p.plan()).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find(c.message), std::string::npos) << status;
+  }
+  // Integers: a row dot and the gradients are not defined; the gradients
+  // take two inputs.
+  PlanBuilder p;
+  const int t = p.Tensor({4}, DType::kInt32);
+  const int tb = p.Buffer(t, 0, {{0, 4}});
+  SetRowDot(p.Step(v1::Step::OP_COMPUTE, {tb, tb}, {tb}), 2, {0, 1, 1, -1});
+  absl::Status status = Reference::Create(p.plan()).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("row_dot on int32 is not defined; allowed "
+                                  "dtypes: float16"),
+            std::string::npos)
+      << status;
+  for (auto kind : {v1::ElementwiseAttrs::KIND_RELU_GRAD,
+                    v1::ElementwiseAttrs::KIND_SIGMOID_GRAD}) {
+    PlanBuilder q;
+    const int u = q.Tensor({4}, DType::kInt8);
+    const int ub = q.Buffer(u, 0, {{0, 4}});
+    v1::Step* step = q.Step(v1::Step::OP_COMPUTE, {ub, ub}, {ub});
+    SetKind(step, kind);
+    status = Reference::Create(q.plan()).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find("allowed dtypes: float16"),
+              std::string::npos)
+        << status;
+    step->mutable_inputs()->RemoveLast();
+    status = Reference::Create(q.plan()).status();
+    EXPECT_NE(status.message().find("elementwise takes 2 inputs, got 1"),
+              std::string::npos)
+        << status;
+  }
+}
+
 TEST(ReferenceTest, MalformedPlansAreRejected) {
   {
     PlanBuilder p;

@@ -57,13 +57,15 @@ int64_t PlanBytes(const v1::Plan& plan) {
 }
 
 // No schedule beats the expert GEMMs of the busiest device at full rate,
-// nor moving each kept choice's row across hosts and back once.
+// nor moving each kept choice's row across hosts and back once. The
+// backward doubles the rows moved (dYE out, dXE back) and triples the
+// expert FLOPs (dH, dXE, dW1 and dW2 for fc1 and fc2).
 double MoeLowerBound(const MoeShape& shape, const std::vector<int>& devices,
                      const Topology& topology) {
   const double rows = static_cast<double>(shape.ep) * shape.mp *
                       shape.local_experts() * shape.capacity();
-  const double flops =
-      4.0 * rows * shape.hidden * static_cast<double>(shape.ffn) / shape.mp;
+  const double flops = (shape.backward ? 3 : 1) * 4.0 * rows * shape.hidden *
+                       static_cast<double>(shape.ffn) / shape.mp;
   const double compute = flops / topology.device_flops;
   // s1's dispatch is the fewest bytes any schedule moves between EP ranks.
   const int world = static_cast<int>(devices.size());
@@ -77,7 +79,7 @@ double MoeLowerBound(const MoeShape& shape, const std::vector<int>& devices,
     }
   }
   const double exchange = AllToAllLowerBoundSeconds(devices, pairs, topology);
-  return std::max(compute, 2 * exchange);
+  return std::max(compute, (shape.backward ? 4 : 2) * exchange);
 }
 
 }  // namespace
@@ -122,12 +124,13 @@ absl::StatusOr<MoeRequest> MoeRequestOf(const v1::JobSpec& spec) {
         absl::StrCat("moe.dtype ", DTypeName(shape.dtype),
                      " is not one of float32, float64, float16, bfloat16"));
   }
-  if (!m.pass().empty() && m.pass() != "forward") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "moe.pass ", QuotePrefix(m.pass()),
-        " is not supported; allowed: forward (forward_backward is not built "
-        "yet)"));
+  if (!m.pass().empty() && m.pass() != "forward" &&
+      m.pass() != "forward_backward") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("moe.pass ", QuotePrefix(m.pass()),
+                     " is not one of forward, forward_backward"));
   }
+  shape.backward = m.pass() == "forward_backward";
   ASSIGN_OR_RETURN(request.schedule, MoeScheduleFromName(m.schedule()));
   if (m.chunks() < 0 || m.chunks() > 1024) {
     return absl::InvalidArgumentError(absl::StrCat(

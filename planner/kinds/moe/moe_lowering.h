@@ -36,6 +36,25 @@
 //   FFN_e(x) = relu(x W1[e] / sqrt(M)) W2[e] / sqrt(H)
 // Y [T, M] is the job's DESTINATION, on every device of each MP group.
 //
+// Backward (shape.backward): from a seeded output gradient dY [T, M]
+// (tensor 8), with z = x W1[e] / sqrt(M) and h = relu(z) of each kept
+// choice (t, i) of expert e, o = h W2[e] / sqrt(H) its FFN output:
+//   dw(t, i) = dY[t] . o                  dL[t, e] = dw w (1 - w)
+//   dh = w dY[t] W2[e]^T / sqrt(H)        dz = dh where z > 0, else 0
+//   dW2[e] += h^T w dY[t] / sqrt(H)       dW1[e] += X[t]^T dz / sqrt(M)
+//   dX[t] += dz W1[e]^T / sqrt(M) + dL[t] Wg^T / sqrt(M)
+//   dWg += X[t]^T dL[t] / sqrt(M)
+// The DESTINATIONs dX [T, M] (tensor 9, every device of each MP group),
+// dWg [M, E] (10, every device), dW1 [E, M, H] (11) and dW2 [E, H, M] (12),
+// each device holding its experts' FFN shard. The backward mirrors the
+// forward schedule: dYE takes the dispatch's path (in `chunks` pieces for
+// s2, each followed by its ESP all-gather), the dXE partials are reduced
+// as the expert outputs were (reduce-scatter, or all-reduce for the
+// baseline) and return on the combine's path; the row dots and dL run where
+// the combine ran, and the partial dWg of each device's gate rows is
+// all-reduced over the whole mesh (over each EP group for the baseline,
+// whose MP ranks hold the same rows).
+//
 // Schedules (stages: MoePhase; the all-to-alls run over every device of the
 // mesh with zero counts between different EP groups, i.e. the ep-sized EP
 // groups side by side):
@@ -91,6 +110,9 @@ struct MoeShape {
   DType dtype = DType::kFloat32;
   uint64_t seed = 1;
   double expert_skew = 0;  // expert e's weight is (e + 1)^-skew
+  // Also the backward pass: the gradients of X and of every weight from a
+  // seeded output gradient dY (see the top of the file).
+  bool backward = false;
 
   int64_t slice() const { return tokens / mp; }
   int local_experts() const { return experts / ep; }
@@ -113,9 +135,18 @@ enum MoePhase : int {
   kPhaseExperts = 3,    // FFN GEMMs and ReLU
   kPhaseEspReduce = 4,  // ESP reduce-scatter / all-reduce
   kPhaseCombine = 5,    // all-to-all back, all-gathers, weighted combine
+  // The backward pass, phase by phase in the reverse order; each is the
+  // adjoint of the forward phase it names.
+  kPhaseCombineBackward = 6,    // dw (row dots), dYE, the all-to-all of dYE
+  kPhaseEspReduceBackward = 7,  // the ESP all-gather of dYE (s1, s2)
+  kPhaseExpertsBackward = 8,    // dH, dW2, dW1, dXE partials
+  kPhaseEspGatherBackward = 9,  // ESP reduce-scatter / all-reduce of dXE
+  kPhaseDispatchBackward = 10,  // the all-to-all of dXE back, dX rows
+  kPhaseGateBackward = 11,      // dL, dX += dL Wg^T, dWg and its all-reduce
 };
-inline constexpr int kMoePhases = 6;
-// "gate", "dispatch", "esp_gather", "experts", "esp_reduce", "combine".
+inline constexpr int kMoePhases = 12;
+// "gate", "dispatch", "esp_gather", "experts", "esp_reduce", "combine", then
+// the same with "_backward" in the order above.
 const char* MoePhaseName(int phase);
 
 struct MoeRouting {

@@ -1,5 +1,6 @@
 #include "planner/kinds/moe/moe_lowering.h"
 
+#include <map>
 #include <set>
 
 #include "gmock/gmock.h"
@@ -198,6 +199,64 @@ TEST(MoeLoweringTest, EveryScheduleSimulatesAndPausingMpPaysOffAcrossHosts) {
   }
   EXPECT_LT(seconds[1], seconds[0]);
   EXPECT_LT(seconds[2], seconds[0]);
+}
+
+TEST(MoeLoweringTest, TheBackwardMirrorsEveryScheduleAndCoversEachGradient) {
+  const Topology topology = Topology::FromGbps(2, 2, 10, 1000);
+  MoeShape shape = Shape(2, 2, 64, 4, 2, 2.0);  // C = 16
+  const MoeRouting routing = RouteTokens(shape);
+  for (const MoeSchedule schedule :
+       {MoeSchedule::kBaseline, MoeSchedule::kS1, MoeSchedule::kS2}) {
+    SCOPED_TRACE(MoeScheduleName(schedule));
+    const int chunks = schedule == MoeSchedule::kS2 ? 4 : 1;
+    shape.backward = false;
+    absl::StatusOr<v1::Plan> forward =
+        LowerMoe(shape, routing, schedule, chunks, Devices(4));
+    shape.backward = true;
+    absl::StatusOr<v1::Plan> both =
+        LowerMoe(shape, routing, schedule, chunks, Devices(4));
+    ASSERT_TRUE(forward.ok()) << forward.status();
+    ASSERT_TRUE(both.ok()) << both.status();
+    // Twice the all-to-alls (dYE out, dXE back), of the same sizes.
+    EXPECT_EQ(Count(*both, v1::Step::OP_ALL_TO_ALL),
+              2 * Count(*forward, v1::Step::OP_ALL_TO_ALL));
+    EXPECT_EQ(BytesOf(*both, v1::Step::OP_ALL_TO_ALL),
+              2 * BytesOf(*forward, v1::Step::OP_ALL_TO_ALL));
+    // The forward's steps come first, unchanged in op and phase; every
+    // backward step is in a backward phase.
+    for (const v1::Step& step : both->steps()) {
+      if (step.id() < forward->steps_size()) {
+        EXPECT_EQ(step.op(), forward->steps(step.id()).op());
+        EXPECT_LT(step.stage(), kPhaseCombineBackward);
+      } else {
+        EXPECT_GE(step.stage(), kPhaseCombineBackward);
+        EXPECT_LT(step.stage(), kMoePhases);
+      }
+    }
+    // The gradients dX, dWg, dW1, dW2 (tensors 9..12) are DESTINATIONs:
+    // dW1 and dW2 split over the devices without overlap, dX and dWg
+    // whole on every device of a group / of the mesh.
+    std::map<int, int64_t> covered;
+    for (const v1::Buffer& buffer : both->buffers()) {
+      if (buffer.role() != v1::Buffer::ROLE_DESTINATION) continue;
+      int64_t elements = 1;
+      for (const v1::Interval& i : buffer.box()) {
+        elements *= i.end() - i.begin();
+      }
+      covered[buffer.tensor()] += elements;
+    }
+    const int64_t m = shape.hidden, e = shape.experts, h = shape.ffn;
+    EXPECT_EQ(covered[9], shape.total_tokens() * m * shape.mp);
+    EXPECT_EQ(covered[10], m * e * 4);
+    EXPECT_EQ(covered[11], e * m * h);
+    EXPECT_EQ(covered[12], e * h * m);
+    // The backward takes longer than the forward alone, predicted.
+    absl::StatusOr<PlanSimulation> f = SimulatePlan(*forward, topology);
+    absl::StatusOr<PlanSimulation> b = SimulatePlan(*both, topology);
+    ASSERT_TRUE(f.ok()) << f.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_GT(b->seconds, 1.5 * f->seconds);
+  }
 }
 
 TEST(MoeLoweringTest, RefusesShapesThatDoNotFit) {
