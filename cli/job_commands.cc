@@ -178,62 +178,6 @@ std::optional<CommandResult> StartJobIdCommand(
   return std::nullopt;
 }
 
-// Final line of a job that ended: "job ID SUCCEEDED: message".
-std::string FinalLine(const v1::Job& job) {
-  return absl::StrCat("job ", EscapeForTerminal(job.id()), " ",
-                      JobStateName(job.state()),
-                      job.message().empty() ? "" : ": ",
-                      EscapeForTerminal(job.message()));
-}
-
-// Follows a job until it ends, streaming one line per event when `stream`,
-// then fetches and returns the final job.
-absl::StatusOr<v1::Job> FollowJob(ControllerClient& client,
-                                  const std::string& id, absl::Duration timeout,
-                                  bool stream, bool json_lines,
-                                  const CommandContext& context) {
-  v1::JobEvent last;
-  bool have_last = false;
-  bool ended = false;
-  RETURN_IF_ERROR(client.WatchJob(id, timeout, [&](const v1::JobEvent& event) {
-    // The stream repeats the state on reconnects and progress ticks;
-    // print only what changed.
-    const bool changed = !have_last || event.state() != last.state() ||
-                         event.message() != last.message() ||
-                         event.progress() != last.progress();
-    if (changed) {
-      if (json_lines) {
-        context.Stream(EventToJson(event).dump() + "\n");
-      } else if (stream) {
-        context.Stream(RenderEvent(event));
-      }
-    }
-    last = event;
-    have_last = true;
-    if (IsFinalState(event.state())) ended = true;
-    return true;
-  }));
-  absl::StatusOr<v1::Job> fetched = client.GetJob(id);
-  if (!fetched.ok() && ended) {
-    // The controller sent the final state and then went away (e.g. it shut
-    // down, failing its jobs): report what it said.
-    v1::Job job;
-    job.set_id(id);
-    job.set_state(last.state());
-    job.set_message(last.message());
-    job.set_progress(last.progress());
-    return job;
-  }
-  ASSIGN_OR_RETURN(v1::Job job, std::move(fetched));
-  if (!IsFinalState(job.state())) {
-    return absl::UnavailableError(
-        absl::StrCat("the controller ended the watch of job ", id,
-                     " while it was ", JobStateName(job.state()),
-                     ended ? "" : " (controller shutting down?)"));
-  }
-  return job;
-}
-
 void AddReshardFlags(FlagSet& flags, std::map<std::string, std::string>& text,
                      bool* allow_overlap) {
   flags.String("shape", &text["shape"], "AxBx...",
@@ -354,6 +298,63 @@ ReshardInput ReshardInputFromSpec(const v1::ReshardSpec& reshard,
 }
 
 }  // namespace
+
+// Final line of a job that ended: "job ID SUCCEEDED: message".
+std::string FinalLine(const v1::Job& job) {
+  return absl::StrCat("job ", EscapeForTerminal(job.id()), " ",
+                      JobStateName(job.state()),
+                      job.message().empty() ? "" : ": ",
+                      EscapeForTerminal(job.message()));
+}
+
+// Follows a job until it ends, streaming one line per event when `stream`,
+// then fetches and returns the final job.
+absl::StatusOr<v1::Job> FollowJob(ControllerClient& client,
+                                  const std::string& id, absl::Duration timeout,
+                                  bool stream, bool json_lines,
+                                  const CommandContext& context) {
+  v1::JobEvent last;
+  bool have_last = false;
+  bool ended = false;
+  RETURN_IF_ERROR(client.WatchJob(id, timeout, [&](const v1::JobEvent& event) {
+    // The stream repeats the state on reconnects and progress ticks;
+    // print only what changed.
+    const bool changed = !have_last || event.state() != last.state() ||
+                         event.message() != last.message() ||
+                         event.progress() != last.progress();
+    if (changed) {
+      if (json_lines) {
+        context.Stream(EventToJson(event).dump() + "\n");
+      } else if (stream) {
+        context.Stream(RenderEvent(event));
+      }
+    }
+    last = event;
+    have_last = true;
+    if (IsFinalState(event.state())) ended = true;
+    return true;
+  }));
+  absl::StatusOr<v1::Job> fetched = client.GetJob(id);
+  if (!fetched.ok() && ended) {
+    // The controller sent the final state and then went away (e.g. it shut
+    // down, failing its jobs): report what it said.
+    v1::Job job;
+    job.set_id(id);
+    job.set_state(last.state());
+    job.set_message(last.message());
+    job.set_progress(last.progress());
+    return job;
+  }
+  ASSIGN_OR_RETURN(v1::Job job, std::move(fetched));
+  if (!IsFinalState(job.state())) {
+    return absl::UnavailableError(
+        absl::StrCat("the controller ended the watch of job ", id,
+                     " while it was ", JobStateName(job.state()),
+                     ended ? "" : " (controller shutting down?)"));
+  }
+  return job;
+}
+
 
 CommandResult RunSubmitCommand(const std::vector<std::string>& args,
                                const CommandContext& context) {

@@ -22,7 +22,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "cli/command.h"
+#include "cli/controller_client.h"
+#include "meshcast/v1/job.pb.h"
 
 namespace meshcast::cli {
 
@@ -38,6 +42,17 @@ CommandResult RunWatchCommand(const std::vector<std::string>& args,
                               const CommandContext& context);
 CommandResult RunCancelCommand(const std::vector<std::string>& args,
                                const CommandContext& context);
+
+// Final line of a job that ended: "job ID SUCCEEDED: message".
+std::string FinalLine(const v1::Job& job);
+
+// Follows a job until it ends, streaming one line per event when `stream`
+// (one JSON object per line with `json_lines`), then fetches and returns
+// the final job. UNAVAILABLE when the controller ends the watch early.
+absl::StatusOr<v1::Job> FollowJob(ControllerClient& client,
+                                  const std::string& id, absl::Duration timeout,
+                                  bool stream, bool json_lines,
+                                  const CommandContext& context);
 
 inline constexpr char kSubmitCommandSummary[] =
     "submit a job: reshard or collective (flags or -f job.yaml); --wait";

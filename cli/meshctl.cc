@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cli/calibrate_command.h"
 #include "cli/cluster_commands.h"
 #include "cli/command_errors.h"
 #include "cli/job_commands.h"
@@ -91,6 +92,7 @@ const std::vector<Command>& MeshctlCommands() {
        [](const std::vector<std::string>& args, const CommandContext& context) {
          return RunPlanCommand(args, context);
        }},
+      {"calibrate", kCalibrateCommandSummary, RunCalibrateCommand},
   };
   return *commands;
 }

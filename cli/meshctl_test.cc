@@ -76,7 +76,7 @@ TEST(MeshctlTest, UnknownOrMissingCommand) {
   EXPECT_EQ(result.exit_code, kExitUsage);
   EXPECT_THAT(result.err, HasSubstr("unknown command 'plna'; allowed: up, "
                                     "down, cluster, submit, get, trace, list, "
-                                    "watch, cancel, plan"));
+                                    "watch, cancel, plan, calibrate"));
   result = RunMeshctl({});
   EXPECT_EQ(result.exit_code, kExitUsage);
   EXPECT_THAT(result.err, HasSubstr("missing COMMAND"));

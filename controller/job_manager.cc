@@ -881,6 +881,7 @@ void JobManager::RunJob(ActiveJob* job) {
                                 job->kind->PredictedSpanSeconds(*result),
                                 result->predicted_seconds());
         }
+        LearnCalibration(*job->kind, spec, *result, job->job.id());
         std::string verification;
         switch (verify) {
           case v1::VERIFY_MODE_OFF:
@@ -911,6 +912,22 @@ void JobManager::RunJob(ActiveJob* job) {
   FinishLocked(job, state, message);
   job->thread_done = true;
   kick_ = true;
+}
+
+void JobManager::LearnCalibration(const JobKind& kind, const v1::JobSpec& spec,
+                                  const v1::JobResult& result,
+                                  const std::string& job_id) {
+  std::vector<CollectiveCalibration> learned = kind.Calibration(spec, result);
+  if (learned.empty()) return;
+  for (CollectiveCalibration& c : learned) c.job_id = job_id;
+  const size_t fits = learned.size();
+  const absl::Status saved = registry_->SetCalibration(std::move(learned));
+  if (!saved.ok()) {
+    LogError("job ", job_id, ": cannot persist its link calibration: ",
+             saved.ToString());
+  }
+  LogInfo("job ", job_id, ": the planner now uses its calibration (", fits,
+          " collective fits)");
 }
 
 absl::Status JobManager::CheckResults(

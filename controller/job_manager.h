@@ -235,6 +235,11 @@ class JobManager {
   absl::StatusOr<Admission> Admit(const v1::JobSpec& spec,
                                   const PlanOptions& options)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // What a succeeded job measured of the links (JobKind::Calibration)
+  // becomes the registry's calibration, which later plans use.
+  void LearnCalibration(const JobKind& kind, const v1::JobSpec& spec,
+                        const v1::JobResult& result, const std::string& job_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   void SchedulerLoop();
   // Starts every queued job that can be placed now, in submission order,

@@ -53,6 +53,10 @@ CREATE TABLE IF NOT EXISTS job_workers (
   address TEXT NOT NULL,
   PRIMARY KEY (job_id, name)
 );
+CREATE TABLE IF NOT EXISTS calibration (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  topology BLOB NOT NULL
+);
 )sql";
 
 // Version 2 added jobs.placement: a serialized v1::Job that holds only the
@@ -403,6 +407,28 @@ absl::StatusOr<std::vector<StoredHost>> JobStore::LoadHosts() {
                      static_cast<int>(stmt.ColumnInt(2))});
   }
   return hosts;
+}
+
+absl::Status JobStore::SaveCalibration(const v1::Topology& calibration) {
+  absl::MutexLock lock(&mu_);
+  Statement stmt(db_,
+                 "INSERT OR REPLACE INTO calibration (id, topology) VALUES "
+                 "(1, ?)");
+  RETURN_IF_ERROR(stmt.status());
+  stmt.BindBlob(1, calibration.SerializeAsString());
+  return stmt.Step().status();
+}
+
+absl::StatusOr<v1::Topology> JobStore::LoadCalibration() {
+  absl::MutexLock lock(&mu_);
+  Statement stmt(db_, "SELECT topology FROM calibration WHERE id = 1");
+  RETURN_IF_ERROR(stmt.status());
+  v1::Topology calibration;
+  ASSIGN_OR_RETURN(const bool row, stmt.Step());
+  if (row && !calibration.ParseFromString(stmt.ColumnBlob(0))) {
+    return absl::DataLossError("the stored calibration does not parse");
+  }
+  return calibration;
 }
 
 absl::Status JobStore::AppendEventLocked(const v1::JobEvent& event) {

@@ -139,6 +139,14 @@ class JobStore {
   // By host index.
   absl::StatusOr<std::vector<StoredHost>> LoadHosts() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The cluster's latest link calibration (a calibrate job's fit, kept in
+  // Topology.calibration of the message; its other fields unused): one
+  // row, replaced by each save. LoadCalibration gives an empty message
+  // when none was saved; DATA_LOSS when the row does not parse.
+  absl::Status SaveCalibration(const v1::Topology& calibration)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<v1::Topology> LoadCalibration() ABSL_LOCKS_EXCLUDED(mu_);
+
   WriteCounts write_counts() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

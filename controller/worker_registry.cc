@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "controller/log.h"
+#include "planner/ir/spec_convert.h"
 #include "util/status_macros.h"
 
 namespace meshcast {
@@ -28,8 +29,14 @@ void WorkerRegistry::AddListener(Listener listener) {
 
 absl::Status WorkerRegistry::AttachStore(JobStore* store) {
   ASSIGN_OR_RETURN(std::vector<StoredHost> hosts, store->LoadHosts());
+  ASSIGN_OR_RETURN(const v1::Topology stored, store->LoadCalibration());
   absl::MutexLock lock(&mu_);
   store_ = store;
+  if (calibration_.empty()) {
+    for (const v1::CollectiveCalibration& c : stored.calibration()) {
+      calibration_.push_back(CalibrationFromProto(c));
+    }
+  }
   // Names that registered before the store was attached.
   for (const WorkerRecord& w : workers_) {
     if (!w.name.empty()) SaveHostLocked(w);
@@ -277,7 +284,23 @@ Topology WorkerRegistry::topology() const {
   topology.intra_host_latency = options_.intra_host_latency;
   topology.host_copy_bandwidth = options_.host_copy_bandwidth;
   topology.transfer_setup_seconds = options_.transfer_setup_seconds;
+  topology.calibration = calibration_;
   return topology;
+}
+
+absl::Status WorkerRegistry::SetCalibration(
+    std::vector<CollectiveCalibration> calibration) {
+  v1::Topology stored;
+  for (const CollectiveCalibration& c : calibration) {
+    *stored.add_calibration() = CalibrationToProto(c);
+  }
+  JobStore* store = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    calibration_ = std::move(calibration);
+    store = store_;
+  }
+  return store != nullptr ? store->SaveCalibration(stored) : absl::OkStatus();
 }
 
 std::vector<WorkerRecord> WorkerRegistry::Workers() const {

@@ -129,7 +129,15 @@ class WorkerRegistry {
   void StopSweeper() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Hosts 0..highest index in use; 0 hosts before the first registration.
+  // Carries the latest calibration (SetCalibration).
   Topology topology() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Replaces the links' calibration (a calibrate job's fit) that topology()
+  // carries from now on; saved in the attached store, which AttachStore
+  // reads it back from. The error is the store's (the new calibration is
+  // in effect anyway).
+  absl::Status SetCalibration(std::vector<CollectiveCalibration> calibration)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Every known worker (live or LOST, not removed), by host index.
   std::vector<WorkerRecord> Workers() const ABSL_LOCKS_EXCLUDED(mu_);
   // Hosts whose worker is LOST, and free indices below the highest.
@@ -161,6 +169,7 @@ class WorkerRegistry {
   absl::flat_hash_map<std::string, int> host_of_name_ ABSL_GUARDED_BY(mu_);
   // Device count every live worker has (0 before the first registration).
   int devices_per_host_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<CollectiveCalibration> calibration_ ABSL_GUARDED_BY(mu_);
   bool stop_sweeper_ ABSL_GUARDED_BY(mu_) = false;
   std::thread sweeper_;  // touched only by Start/StopSweeper
 };

@@ -214,6 +214,50 @@ TEST(WorkerRegistryStoreTest, HostIndicesSurviveAControllerRestart) {
   RemoveDatabase(path);
 }
 
+// The links' calibration is part of the topology and of the store: a
+// restarted controller plans with the last one it learned.
+TEST(WorkerRegistryStoreTest, TheCalibrationSurvivesAControllerRestart) {
+  SetLogQuiet(true);
+  const std::string path = FreshDatabase("registry_calibration");
+  FakeClock clock;
+  CollectiveCalibration fit;
+  fit.op = "all_to_all";
+  fit.link_class = kInterHost;
+  fit.ranks = 4;
+  fit.alpha_seconds = 3e-5;
+  fit.beta_seconds_per_byte = 2e-9;
+  fit.model_alpha_seconds = 1e-5;
+  fit.model_beta_seconds_per_byte = 8e-10;
+  fit.job_id = "job-000007";
+  {
+    std::unique_ptr<JobStore> store = *JobStore::Open(path);
+    WorkerRegistry registry(WorkerRegistry::Options(), &clock);
+    ASSERT_TRUE(registry.AttachStore(store.get()).ok());
+    EXPECT_TRUE(registry.topology().calibration.empty());
+    ASSERT_TRUE(registry.SetCalibration({fit}).ok());
+    ASSERT_EQ(registry.topology().calibration.size(), 1u);
+  }
+  std::unique_ptr<JobStore> store = *JobStore::Open(path);
+  WorkerRegistry registry(WorkerRegistry::Options(), &clock);
+  ASSERT_TRUE(registry.AttachStore(store.get()).ok());
+  const std::vector<CollectiveCalibration> back =
+      registry.topology().calibration;
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].op, "all_to_all");
+  EXPECT_EQ(back[0].link_class, kInterHost);
+  EXPECT_EQ(back[0].ranks, 4);
+  EXPECT_EQ(back[0].alpha_seconds, 3e-5);
+  EXPECT_EQ(back[0].beta_seconds_per_byte, 2e-9);
+  EXPECT_EQ(back[0].model_alpha_seconds, 1e-5);
+  EXPECT_EQ(back[0].model_beta_seconds_per_byte, 8e-10);
+  EXPECT_EQ(back[0].job_id, "job-000007");
+  // A new fit replaces the old one, in the store too.
+  ASSERT_TRUE(registry.SetCalibration({}).ok());
+  EXPECT_EQ(store->LoadCalibration()->calibration_size(), 0);
+  store.reset();
+  RemoveDatabase(path);
+}
+
 // A worker LOST for lost_worker_ttl is removed: forgotten (in the store
 // too), its index free for the next new name; until then a name that comes
 // back keeps its index. The topology stays bounded under a flood of names.

@@ -29,6 +29,14 @@ absl::StatusOr<DeviceRates> DeviceRatesFor(absl::string_view kind) {
       "unknown device kind \"", kind, "\"; allowed: cpu, h100, h200"));
 }
 
+const CollectiveCalibration* Topology::CalibrationFor(
+    absl::string_view op, absl::string_view link_class) const {
+  for (const CollectiveCalibration& c : calibration) {
+    if (c.op == op && c.link_class == link_class) return &c;
+  }
+  return nullptr;
+}
+
 absl::Status Topology::Validate() const {
   if (num_hosts < 1) {
     return absl::InvalidArgumentError(

@@ -23,12 +23,20 @@
 //   ASSIGN_OR_RETURN(const DeviceRates rates, DeviceRatesFor("h100"));
 //   topology.SetDeviceRates(rates);
 //
+// Calibration: the time of a collective on one class of links, fitted on
+// the live cluster by a `calibrate` job (planner/kinds/calibrate/), next to
+// the simulator's own fit of the same steps. The simulator corrects its
+// prediction of every matching collective by their difference
+// (planner/sim/plan_simulator.h, "Calibration"); the controller attaches
+// the latest fit to the topology it plans on.
+//
 // Thread safety: a plain value type; const methods are safe to call
 // concurrently.
 #ifndef MESHCAST_PLANNER_TOPOLOGY_H_
 #define MESHCAST_PLANNER_TOPOLOGY_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -55,6 +63,25 @@ struct DeviceRates {
 //    about 10 GB/s from DRAM (STREAM copy on a current server core).
 absl::StatusOr<DeviceRates> DeviceRatesFor(absl::string_view kind);
 
+// Links of a collective's group: all its devices on one host, or not.
+inline constexpr char kIntraHost[] = "intra_host";
+inline constexpr char kInterHost[] = "inter_host";
+
+// One collective on one link class: t = alpha + beta x bytes (bytes as
+// Step.bytes counts them) measured on `ranks` devices, and the simulator's
+// fit of the very same steps on the uncalibrated topology.
+struct CollectiveCalibration {
+  std::string op;          // "all_to_all", "all_gather", "reduce_scatter",
+                           // "all_reduce"
+  std::string link_class;  // kIntraHost or kInterHost
+  int ranks = 0;
+  double alpha_seconds = 0;
+  double beta_seconds_per_byte = 0;
+  double model_alpha_seconds = 0;
+  double model_beta_seconds_per_byte = 0;
+  std::string job_id;  // the calibrate job it came from
+};
+
 struct Topology {
   int num_hosts = 1;
   int devices_per_host = 1;
@@ -78,6 +105,14 @@ struct Topology {
   // defaults are DeviceRates{} (one CPU core).
   double device_flops = DeviceRates{}.flops;
   double device_memory_bandwidth = DeviceRates{}.memory_bandwidth;
+  // Measured corrections (see the top of the file); empty: the figures
+  // above alone.
+  std::vector<CollectiveCalibration> calibration;
+
+  // The calibration of `op` on `link_class`, or nullptr.
+  const CollectiveCalibration* CalibrationFor(absl::string_view op,
+                                              absl::string_view link_class)
+      const;
 
   int num_devices() const { return num_hosts * devices_per_host; }
   int HostOf(int device) const { return device / devices_per_host; }

@@ -194,17 +194,26 @@ if [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
         env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit collective \
         --op "$op" --mesh 1x8 --bytes 64MiB --dtype float32 --wait
     done
-    # An MoE layer (docs/moe.md) in every schedule on the same devices: the
-    # GPU's gather, ReLU, sigmoid and GEMM kernels with the all-to-all,
-    # all-gather and reduce-scatter/all-reduce, verified.
-    for schedule in baseline s1 s2; do
-      printf 'verify: full\nmoe: {tokens: 1024, hidden: 256, ffn: 512, experts: 8, top_k: 2, capacity_factor: 1.2, mesh: 1x8, schedule: %s}\n' \
-        "$schedule" >"$E2E_DIR/moe-$schedule.yaml"
-      run_step "end to end: meshctl submit -f moe ($schedule)" \
-        timeout --kill-after=30 "$STEP_TIMEOUT" \
-        env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit \
-        -f "$E2E_DIR/moe-$schedule.yaml" --wait
+    # An MoE layer (docs/moe.md) in every schedule on the same devices,
+    # forward and forward_backward: the GPU's gather, ReLU, sigmoid, their
+    # gradients, row dot and GEMM kernels with the all-to-all, all-gather
+    # and reduce-scatter/all-reduce, verified.
+    for pass in forward forward_backward; do
+      for schedule in baseline s1 s2; do
+        printf 'verify: full\nmoe: {tokens: 1024, hidden: 256, ffn: 512, experts: 8, top_k: 2, capacity_factor: 1.2, mesh: 1x8, schedule: %s, pass: %s}\n' \
+          "$schedule" "$pass" >"$E2E_DIR/moe-$schedule-$pass.yaml"
+        run_step "end to end: meshctl submit -f moe ($schedule, $pass)" \
+          timeout --kill-after=30 "$STEP_TIMEOUT" \
+          env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit \
+          -f "$E2E_DIR/moe-$schedule-$pass.yaml" --wait
+      done
     done
+    # The link calibration (docs/calibration.md) of the 8 virtual devices'
+    # collectives over NCCL, and the fit it stores.
+    run_step "end to end: meshctl calibrate --mesh 1x8" \
+      timeout --kill-after=30 "$STEP_TIMEOUT" \
+      env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" calibrate --mesh 1x8 \
+      --max-size 64MiB
   fi
   # The daemons' logs, also when start-up failed (that is when they matter).
   while IFS= read -r f; do

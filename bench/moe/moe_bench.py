@@ -217,6 +217,20 @@ def measure(cluster, c, args, where):
     return row
 
 
+def calibrate(cluster, args):
+    """meshctl calibrate on the fresh cluster, so that auto's picks use the
+    measured collective times (docs/calibration.md)."""
+    start = time.time()
+    result = cluster.ctl(["calibrate", "--max-size", args.calibrate_max_size,
+                          "--repeat", "3"], 600)
+    if result.returncode != 0:
+        raise RuntimeError("meshctl calibrate failed: %s" %
+                           (result.stderr or result.stdout).strip()[-300:])
+    log("# calibrated in %.0f s:" % (time.time() - start))
+    for line in result.stdout.splitlines():
+        log("#   " + line)
+
+
 def section_cluster(args, where):
     grid = QUICK_NET_GRID if args.quick else NET_GRID
     grid_configs = [c for c in configs(grid)
@@ -247,6 +261,8 @@ def section_cluster(args, where):
                                       args.worker_bin, ep, devices=mp,
                                       prefix="moe-bench-")
         with cluster:
+            if args.calibrate:
+                calibrate(cluster, args)
             part = []
             for c in grid_configs:
                 if (c["ep"], c["mp"]) != (ep, mp):
@@ -308,6 +324,12 @@ def parse_args(argv):
     p.add_argument("--pass", dest="pass_", default="forward",
                    choices=["forward", "forward_backward"],
                    help="the pass of every layer (default forward)")
+    p.add_argument("--calibrate", action="store_true",
+                   help="net/local: run `meshctl calibrate` on each cluster "
+                   "before its layers, so auto plans with measured "
+                   "collective times")
+    p.add_argument("--calibrate-max-size", default="4MiB",
+                   help="with --calibrate: the largest size measured")
     p.add_argument("--rate", default="1gbit", help="net: link rate (tc units)")
     p.add_argument("--job-timeout", type=float, default=120)
     p.add_argument("--bin-dir", default=os.environ.get("MESHCAST_BUILD_DIR"),

@@ -169,7 +169,37 @@ v1::Topology TopologyToProto(const Topology& topology) {
   proto.set_pipeline_chunk_bytes(topology.pipeline_chunk_bytes);
   proto.set_device_flops(topology.device_flops);
   proto.set_device_memory_bandwidth(topology.device_memory_bandwidth);
+  for (const CollectiveCalibration& c : topology.calibration) {
+    *proto.add_calibration() = CalibrationToProto(c);
+  }
   return proto;
+}
+
+v1::CollectiveCalibration CalibrationToProto(const CollectiveCalibration& c) {
+  v1::CollectiveCalibration proto;
+  proto.set_op(c.op);
+  proto.set_link_class(c.link_class);
+  proto.set_ranks(c.ranks);
+  proto.set_alpha_seconds(c.alpha_seconds);
+  proto.set_beta_seconds_per_byte(c.beta_seconds_per_byte);
+  proto.set_model_alpha_seconds(c.model_alpha_seconds);
+  proto.set_model_beta_seconds_per_byte(c.model_beta_seconds_per_byte);
+  proto.set_job_id(c.job_id);
+  return proto;
+}
+
+CollectiveCalibration CalibrationFromProto(
+    const v1::CollectiveCalibration& proto) {
+  CollectiveCalibration c;
+  c.op = proto.op();
+  c.link_class = proto.link_class();
+  c.ranks = proto.ranks();
+  c.alpha_seconds = proto.alpha_seconds();
+  c.beta_seconds_per_byte = proto.beta_seconds_per_byte();
+  c.model_alpha_seconds = proto.model_alpha_seconds();
+  c.model_beta_seconds_per_byte = proto.model_beta_seconds_per_byte();
+  c.job_id = proto.job_id();
+  return c;
 }
 
 void BoxToProto(const Box& box,

@@ -38,6 +38,9 @@ absl::StatusOr<MeshRequest> MeshRequestFromProto(const v1::DeviceMesh& proto,
 v1::DeviceMesh MeshToProto(const DeviceMesh& mesh);
 
 v1::Topology TopologyToProto(const Topology& topology);
+v1::CollectiveCalibration CalibrationToProto(const CollectiveCalibration& c);
+CollectiveCalibration CalibrationFromProto(
+    const v1::CollectiveCalibration& proto);
 
 void BoxToProto(const Box& box,
                 google::protobuf::RepeatedPtrField<v1::Interval>* out);

@@ -102,6 +102,14 @@ class JobKind {
   virtual double PredictedSpanSeconds(const v1::JobResult& result) const {
     return result.seconds();
   }
+
+  // What a successful job measured of the cluster's links, from its
+  // summarized result (the calibrate kind's fit); empty for the other
+  // kinds. The controller attaches the latest to the topology it plans on.
+  virtual std::vector<CollectiveCalibration> Calibration(
+      const v1::JobSpec& spec, const v1::JobResult& result) const {
+    return {};
+  }
 };
 
 // The kind of `spec` (by its oneof field); INVALID_ARGUMENT naming the

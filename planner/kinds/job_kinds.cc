@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "planner/kinds/calibrate/calibrate_kind.h"
 #include "planner/kinds/collective/collective_kind.h"
 #include "planner/kinds/job_kind.h"
 #include "planner/kinds/moe/moe_kind.h"
@@ -17,8 +18,9 @@ const ReshardKind kReshard;
 const CollectiveKind kCollective;
 const TpOverlapKind kTpOverlap;
 const MoeKind kMoe;
-const std::array<const JobKind*, 4> kKinds = {&kReshard, &kCollective,
-                                              &kTpOverlap, &kMoe};
+const CalibrateKind kCalibrate;
+const std::array<const JobKind*, 5> kKinds = {&kReshard, &kCollective,
+                                              &kTpOverlap, &kMoe, &kCalibrate};
 
 std::string KindNames() {
   std::vector<std::string> names;
@@ -38,6 +40,8 @@ absl::StatusOr<const JobKind*> FindJobKind(const v1::JobSpec& spec) {
       return &kTpOverlap;
     case v1::JobSpec::kMoe:
       return &kMoe;
+    case v1::JobSpec::kCalibrate:
+      return &kCalibrate;
     case v1::JobSpec::KIND_NOT_SET:
       break;
   }

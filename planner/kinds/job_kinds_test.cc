@@ -20,7 +20,7 @@ TEST(JobKindsTest, FindsTheKindOfASpec) {
 TEST(JobKindsTest, ASpecWithoutAKindNamesTheKinds) {
   absl::StatusOr<const JobKind*> kind = FindJobKind(v1::JobSpec());
   EXPECT_EQ(kind.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(kind.status().message(), HasSubstr("reshard, collective, tp_overlap, moe"));
+  EXPECT_THAT(kind.status().message(), HasSubstr("reshard, collective, tp_overlap, moe, calibrate"));
 }
 
 TEST(JobKindsTest, ByName) {
@@ -28,7 +28,8 @@ TEST(JobKindsTest, ByName) {
   EXPECT_EQ((*FindJobKindByName("moe"))->name(), "moe");
   EXPECT_EQ(FindJobKindByName("pipeline").status().code(),
             absl::StatusCode::kNotFound);
-  EXPECT_EQ(AllJobKinds().size(), 4u);
+  EXPECT_EQ((*FindJobKindByName("calibrate"))->name(), "calibrate");
+  EXPECT_EQ(AllJobKinds().size(), 5u);
 }
 
 }  // namespace

@@ -321,7 +321,7 @@ class PlanModeler {
   //     hosts' inputs, (n - k_w)/n B.
   // Local phases end one intra-host latency after their last byte.
   void AddHierarchicalCollective(v1::Step::Op op, const HostGroups& hosts,
-                                 int n, double bytes,
+                                 int n, double bytes, double setup,
                                  absl::Span<const int> deps) {
     const int h = static_cast<int>(hosts.devices.size());
     const double share = bytes / n;  // one rank's chunk
@@ -329,8 +329,7 @@ class PlanModeler {
       return static_cast<int>(hosts.devices[w].size());
     };
     // 1. Local combine.
-    const int combine =
-        problem_.AddTask(topology_.transfer_setup_seconds, deps);
+    const int combine = problem_.AddTask(setup, deps);
     double latency = 0;
     for (const std::vector<int>& local : hosts.devices) {
       if (local.size() < 2) continue;
@@ -394,6 +393,36 @@ class PlanModeler {
     problem_.AddFlow(seconds, uses_);
   }
 
+  // What the topology's calibration changes of a collective over `group`
+  // (see the header): its setup and a factor on the bytes of its flows.
+  struct Correction {
+    double setup = 0;
+    double byte_factor = 1;
+  };
+  Correction CorrectionFor(v1::Step::Op op,
+                           const v1::CommGroup& group) const {
+    Correction c{topology_.transfer_setup_seconds, 1};
+    if (topology_.calibration.empty() || group.devices_size() == 0) return c;
+    const char* name = op == v1::Step::OP_ALL_TO_ALL     ? "all_to_all"
+                       : op == v1::Step::OP_ALL_GATHER   ? "all_gather"
+                       : op == v1::Step::OP_REDUCE_SCATTER ? "reduce_scatter"
+                                                         : "all_reduce";
+    bool one_host = true;
+    for (int d : group.devices()) {
+      one_host = one_host && topology_.SameHost(d, group.devices(0));
+    }
+    const CollectiveCalibration* fit =
+        topology_.CalibrationFor(name, one_host ? kIntraHost : kInterHost);
+    if (fit == nullptr || !(fit->beta_seconds_per_byte > 0) ||
+        !(fit->model_beta_seconds_per_byte > 0)) {
+      return c;
+    }
+    c.byte_factor = fit->beta_seconds_per_byte / fit->model_beta_seconds_per_byte;
+    c.setup = std::max(
+        0.0, c.setup + fit->alpha_seconds - fit->model_alpha_seconds);
+    return c;
+  }
+
   absl::Status AddStep(const v1::Step& step, absl::Span<const int> deps) {
     if (step.bytes() < 0) {
       return StepError(step,
@@ -426,16 +455,18 @@ class PlanModeler {
                          GroupOf(step, 1, 1 << 30));
         const int n = group->devices_size();
         const HostGroups hosts = GroupByHost(*group);
+        const Correction fix = CorrectionFor(step.op(), *group);
         if (hosts.Hierarchical()) {
-          AddHierarchicalCollective(step.op(), hosts, n, bytes, deps);
+          AddHierarchicalCollective(step.op(), hosts, n,
+                                    bytes * fix.byte_factor, fix.setup, deps);
           return absl::OkStatus();
         }
         // Inside one host, or one device per host: a ring in rank order
         // (between hosts, exactly the engines' ring of workers).
         const int rounds =
             (step.op() == v1::Step::OP_ALL_REDUCE ? 2 : 1) * (n - 1);
-        const double amount = bytes * rounds / n;
-        problem_.AddTask(setup, deps);
+        const double amount = bytes * fix.byte_factor * rounds / n;
+        problem_.AddTask(fix.setup, deps);
         double latency = 0;
         for (int r = 0; r < n && n > 1; ++r) {
           uses_.clear();
@@ -465,7 +496,8 @@ class PlanModeler {
           tensor = out->tensor();
         }
         ASSIGN_OR_RETURN(const int element_bytes, ElementBytesOf(step, tensor));
-        problem_.AddTask(setup, deps);
+        const Correction fix = CorrectionFor(step.op(), *group);
+        problem_.AddTask(fix.setup, deps);
         double latency = 0;
         for (int r = 0; r < n; ++r) {
           for (int s = 0; s < n; ++s) {
@@ -487,7 +519,7 @@ class PlanModeler {
                                            group->devices(r),
                                            group->devices(s), uses_);
             latency = std::max(latency, link.latency);
-            problem_.AddFlow(pair_bytes, uses_);
+            problem_.AddFlow(pair_bytes * fix.byte_factor, uses_);
           }
         }
         problem_.SetTail(latency);

@@ -63,6 +63,14 @@
 //    its tensor's element size; a GEMM that accumulates reads and writes C,
 //    so C counts twice). Steps running on one device share it max-min
 //    fairly. No setup, no tail.
+// Calibration (Topology.calibration, measured by a `calibrate` job): an
+// all-gather, reduce-scatter, all-reduce or all-to-all whose group lies on
+// one host (intra_host) or spans hosts (inter_host) and whose op has a fit
+// for that class takes setup + alpha - model_alpha (at least 0) instead of
+// the setup, and its flows carry beta / model_beta times their bytes: the
+// measured fit over the simulator's own fit of the same steps, so the
+// model keeps its shape (group size, sharing, overlap) and takes the live
+// cluster's rates. Other ops and classes are not changed.
 // Setup: every step that goes through a communicator (broadcast, send/recv,
 // the collectives, all-to-all) pays topology.transfer_setup_seconds once,
 // as a transfer does; local copies and compute pay none. A step whose bytes

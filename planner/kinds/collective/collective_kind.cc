@@ -139,20 +139,22 @@ absl::StatusOr<CollectiveRequest> RequestOf(const v1::JobSpec& spec) {
   return request;
 }
 
-// Builds the IR of one collective step repeated `iterations` times.
+// Appends the IR of one collective step repeated `iterations` times to a
+// plan: its group, tensors, buffers and steps, each step after the previous
+// one, the first after step `after` (-1: none).
 class CollectivePlanBuilder {
  public:
   CollectivePlanBuilder(const CollectiveRequest& request,
-                        const DeviceMesh& mesh)
-      : request_(request), devices_(mesh.devices) {
-    plan_.set_kind("collective");
-    plan_.set_strategy(request.op->algorithm);
+                        const std::vector<int>& devices, v1::Plan& plan)
+      : request_(request), devices_(devices), plan_(plan) {
     v1::CommGroup* group = plan_.add_groups();
-    group->set_id(0);
+    group->set_id(plan_.groups_size() - 1);
+    group_ = group->id();
     for (int d : devices_) group->add_devices(d);
   }
 
-  v1::Plan Build() && {
+  // Returns the ids of the steps it appended.
+  std::vector<int> Append(int after) && {
     const int64_t n = static_cast<int64_t>(devices_.size());
     const int64_t c = request_.count();
     std::vector<int> inputs, outputs;
@@ -210,16 +212,19 @@ class CollectivePlanBuilder {
         break;
       }
     }
+    std::vector<int> ids;
     for (int i = 0; i < request_.iterations; ++i) {
       v1::Step* step = plan_.add_steps();
-      step->set_id(i);
+      step->set_id(plan_.steps_size() - 1);
       step->set_op(request_.op->op);
-      step->set_group(0);
+      step->set_group(group_);
       step->set_tensor(step_tensor);
       BoxToProto(slice, step->mutable_slice());
       step->set_bytes(c * DTypeSize(request_.dtype));
       step->set_stage(i);
-      if (i > 0) step->add_deps(i - 1);
+      if (after >= 0) step->add_deps(after);
+      after = step->id();
+      ids.push_back(step->id());
       for (int b : inputs) step->add_inputs()->set_buffer(b);
       for (int b : outputs) step->add_outputs()->set_buffer(b);
       step->set_reduction(request_.reduction);
@@ -227,7 +232,7 @@ class CollectivePlanBuilder {
         for (int64_t k = 0; k < n * n; ++k) step->add_counts(c / n);
       }
     }
-    return std::move(plan_);
+    return ids;
   }
 
  private:
@@ -242,7 +247,8 @@ class CollectivePlanBuilder {
 
   const CollectiveRequest& request_;
   const std::vector<int> devices_;
-  v1::Plan plan_;
+  v1::Plan& plan_;
+  int group_ = 0;
 };
 
 }  // namespace
@@ -258,6 +264,18 @@ double BusBandwidthFactor(absl::string_view op, int n) {
   if (op == "all_reduce") return 2.0 * (n - 1) / n;
   if (op == "broadcast") return 1.0;
   return static_cast<double>(n - 1) / n;
+}
+
+absl::StatusOr<std::vector<int>> AppendCollectiveSteps(
+    const v1::JobSpec& spec, const std::vector<int>& devices, int after,
+    v1::Plan& plan) {
+  ASSIGN_OR_RETURN(const CollectiveRequest request, RequestOf(spec));
+  if (static_cast<int>(devices.size()) != request.ranks()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("collective.mesh ", request.mesh.ToString(), " has ",
+                     request.ranks(), " devices, given ", devices.size()));
+  }
+  return CollectivePlanBuilder(request, devices, plan).Append(after);
 }
 
 absl::Status CollectiveKind::Validate(const v1::JobSpec& spec) const {
@@ -283,7 +301,9 @@ absl::StatusOr<PlannedJob> CollectiveKind::Plan(
   }
   RETURN_IF_ERROR(meshes[0].Validate(topology));
   PlannedJob job;
-  job.plan = CollectivePlanBuilder(request, meshes[0]).Build();
+  job.plan.set_kind("collective");
+  job.plan.set_strategy(request.op->algorithm);
+  CollectivePlanBuilder(request, meshes[0].devices, job.plan).Append(-1);
   RETURN_IF_ERROR(PredictPlan(job.plan, topology).status());
   const int64_t bytes = job.plan.steps(0).bytes();
   job.plan.set_lower_bound_seconds(

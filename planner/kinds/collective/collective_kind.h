@@ -48,6 +48,18 @@ std::vector<std::string> CollectiveOpNames();
 // nccl-tests' bus-bandwidth factor of `op` ("all_reduce") on n ranks.
 double BusBandwidthFactor(absl::string_view op, int n);
 
+// Appends the steps of the `collective` job `spec` (its op, size, dtype,
+// reduction and iterations, validated as the kind validates them) on
+// `devices` (the mesh's devices, placed) to `plan`, as the kind plans
+// them: a group, tensors and buffers of its own, and `iterations` steps in
+// a chain whose first step depends on step `after` (-1: none). Returns the
+// appended steps' ids. For kinds that run collectives as measurements (the
+// calibrate kind). INVALID_ARGUMENT as Validate, or when `devices` does
+// not hold as many devices as the spec's mesh.
+absl::StatusOr<std::vector<int>> AppendCollectiveSteps(
+    const v1::JobSpec& spec, const std::vector<int>& devices, int after,
+    v1::Plan& plan);
+
 class CollectiveKind : public JobKind {
  public:
   std::string name() const override { return "collective"; }
