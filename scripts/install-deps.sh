@@ -11,6 +11,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libsqlite3-dev sqlite3 nlohmann-json3-dev libyaml-cpp-dev libcivetweb-dev
   prometheus iproute2 python3 python3-yaml curl procps
+  # the Python client (python/): its runtime, and pip to install it in tests
+  python3-grpcio python3-protobuf python3-pip python3-venv python3-setuptools
   libssl-dev libcrypt-dev
   # fuzzing (scripts/fuzz.sh): clang with libFuzzer and the sanitizers
   clang libclang-rt-14-dev
