@@ -54,9 +54,9 @@ QUICK_GRID = dict(tokens=[1024], hidden=[1024], ffn_ratio=[4],
                   mesh=[(2, 4), (8, 4)])
 # The measured grid (CPU devices, so smaller layers): 2 x 2 x 2 x 2 x 2 x 2
 # x 2 = 128 layers x 3 schedules.
-NET_GRID = dict(tokens=[1024, 2048], hidden=[256, 512], ffn_ratio=[2, 4],
-                experts=[4, 8], top_k=[1, 2], capacity=[1.2, 2.4],
-                mesh=[(2, 2), (2, 4)])
+NET_GRID = dict(tokens=[512, 1024, 2048], hidden=[256, 512],
+                ffn_ratio=[2, 4], experts=[4, 8], top_k=[1, 2],
+                capacity=[1.2, 2.4], mesh=[(2, 2), (2, 4), (4, 2)])
 QUICK_NET_GRID = dict(tokens=[128], hidden=[64], ffn_ratio=[2], experts=[4],
                       top_k=[2], capacity=[1.2], mesh=[(2, 2)])
 
