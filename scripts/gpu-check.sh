@@ -208,6 +208,17 @@ if [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
           -f "$E2E_DIR/moe-$schedule-$pass.yaml" --wait
       done
     done
+    # Sequence-parallel attention (docs/attention.md), every algorithm on
+    # the 8 virtual devices, causal with the zigzag layout: the GPU's
+    # attention block and finish kernels with send/recv and all-to-all.
+    for algorithm in rsa ring ulysses; do
+      printf 'verify: full\nattention: {batch: 1, heads: 8, kv_heads: 8, seq_len: 4096, head_dim: 64, causal: true, layout: zigzag, mesh: 1x8, algorithm: %s}\n' \
+        "$algorithm" >"$E2E_DIR/attention-$algorithm.yaml"
+      run_step "end to end: meshctl submit -f attention ($algorithm)" \
+        timeout --kill-after=30 "$STEP_TIMEOUT" \
+        env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit \
+        -f "$E2E_DIR/attention-$algorithm.yaml" --wait
+    done
     # The link calibration (docs/calibration.md) of the 8 virtual devices'
     # collectives over NCCL, and the fit it stores.
     run_step "end to end: meshctl calibrate --mesh 1x8" \

@@ -9,6 +9,7 @@
 #include "proto/dtype_convert.h"
 #include "util/status_macros.h"
 #include "worker/box_runs.h"
+#include "worker/kernels/attention.h"
 #include "worker/kernels/compute.h"
 #include "worker/kernels/element.h"
 #include "worker/kernels/initializer.h"
@@ -138,11 +139,23 @@ absl::Status CheckOperandCounts(const v1::Step& step, const StepDesc& desc,
           min_inputs = max_inputs = 2;
           name = "row_dot";
           break;
+        case v1::ComputeAttrs::kAttentionBlock:
+          // [Q, K, V] or [Q, K, V, S].
+          min_inputs = 3;
+          max_inputs = 4;
+          name = "attention_block";
+          break;
+        case v1::ComputeAttrs::kAttentionFinish:
+          // [S].
+          min_inputs = max_inputs = 1;
+          name = "attention_finish";
+          break;
         default:
           return absl::InvalidArgumentError(absl::StrCat(
               what,
               ": OP_COMPUTE needs compute.gemm, compute.elementwise, "
-              "compute.gather or compute.row_dot"));
+              "compute.gather, compute.row_dot, compute.attention_block or "
+              "compute.attention_finish"));
       }
       if (step.inputs_size() < min_inputs || step.inputs_size() > max_inputs ||
           step.outputs_size() != 1) {
@@ -194,7 +207,8 @@ absl::Status CheckOperandCopy(const ParsedProgram& program,
 // RELU / SIGMOID / RELU_GRAD / SIGMOID_GRAD a floating-point output; a
 // gather, operands whose sizes fit its attributes (CheckGather) and, with
 // weights, a floating-point dtype; a row dot, a floating-point output and
-// operands whose sizes fit its attributes (CheckRowDot).
+// operands whose sizes fit its attributes (CheckRowDot); an attention block
+// or finish likewise (CheckAttentionBlock, CheckAttentionFinish).
 // INVALID_ARGUMENT naming the step and field; UNIMPLEMENTED for weights on
 // an integer dtype (as the kernels).
 absl::Status CheckComputeOperands(const ParsedProgram& program,
@@ -228,6 +242,38 @@ absl::Status CheckComputeOperands(const ParsedProgram& program,
     const absl::Status valid = CheckRowDot(
         step.compute().row_dot(), NumElements(desc.inputs[0].box),
         NumElements(desc.inputs[1].box), NumElements(desc.outputs[0].box));
+    if (!valid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": compute.", valid.message()));
+    }
+    return absl::OkStatus();
+  }
+  if (step.compute().has_attention_block() ||
+      step.compute().has_attention_finish()) {
+    const bool block = step.compute().has_attention_block();
+    const char* name = block ? "attention_block" : "attention_finish";
+    if (IsIntegerDType(dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": compute.", name, " on ", DTypeName(dtype),
+          " (output buffer ", desc.outputs[0].buffer,
+          ") is not defined; allowed dtypes: float16, bfloat16, float32, "
+          "float64"));
+    }
+    for (const OperandDesc& input : desc.inputs) {
+      if (!input.known()) return absl::OkStatus();
+    }
+    const int64_t out = NumElements(desc.outputs[0].box);
+    const absl::Status valid =
+        block ? CheckAttentionBlock(
+                    step.compute().attention_block(),
+                    NumElements(desc.inputs[0].box),
+                    NumElements(desc.inputs[1].box),
+                    NumElements(desc.inputs[2].box),
+                    desc.inputs.size() == 4 ? NumElements(desc.inputs[3].box)
+                                            : -1,
+                    out)
+              : CheckAttentionFinish(step.compute().attention_finish(),
+                                     NumElements(desc.inputs[0].box), out);
     if (!valid.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": compute.", valid.message()));

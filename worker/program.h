@@ -13,10 +13,13 @@
 // dropped (the contract says they are ignored); a dependency cycle is an
 // error. Every error names the offending field and id. A compute step of
 // this worker has its operand count checked by op (gemm and row_dot 2
-// inputs, gather 1 or 2, elementwise by kind), RELU / SIGMOID / RELU_GRAD /
-// SIGMOID_GRAD and row_dot a floating-point dtype, and a gather or row dot
-// its attributes against its operands' sizes (kernels/compute.h CheckGather,
-// CheckRowDot), so that a malformed step fails before the job starts.
+// inputs, gather 1 or 2, attention_block 3 or 4, attention_finish 1,
+// elementwise by kind), RELU / SIGMOID / RELU_GRAD / SIGMOID_GRAD, row_dot
+// and attention a floating-point dtype, and a gather, row dot or attention
+// step its attributes against its operands' sizes (kernels/compute.h
+// CheckGather, CheckRowDot; kernels/attention.h CheckAttentionBlock,
+// CheckAttentionFinish), so that a malformed step fails before the job
+// starts.
 //
 //   ASSIGN_OR_RETURN(ParsedProgram program, ParseProgram(request.program()));
 //

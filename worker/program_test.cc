@@ -419,8 +419,8 @@ TEST(ParseProgramTest, RejectsBadGathersAndActivationsNamingTheField) {
          p.mutable_plan()->mutable_steps(1)->clear_compute();
        },
        absl::StatusCode::kInvalidArgument,
-       "OP_COMPUTE needs compute.gemm, compute.elementwise, compute.gather "
-       "or compute.row_dot"},
+       "OP_COMPUTE needs compute.gemm, compute.elementwise, compute.gather, "
+       "compute.row_dot, compute.attention_block or compute.attention_finish"},
   };
   for (const BadCase& bad : cases) {
     SCOPED_TRACE(bad.name);
@@ -557,8 +557,8 @@ TEST(ParseProgramTest, RejectsBadRowDotsAndGradientsNamingTheField) {
          p.mutable_plan()->mutable_steps(0)->clear_compute();
        },
        absl::StatusCode::kInvalidArgument,
-       "OP_COMPUTE needs compute.gemm, compute.elementwise, compute.gather "
-       "or compute.row_dot"},
+       "OP_COMPUTE needs compute.gemm, compute.elementwise, compute.gather, "
+       "compute.row_dot, compute.attention_block or compute.attention_finish"},
   };
   for (const BadCase& bad : cases) {
     SCOPED_TRACE(bad.name);
@@ -597,6 +597,163 @@ TEST(ParseProgramTest, RejectsBadRowDotsAndGradientsNamingTheField) {
               std::string::npos)
         << integer.status();
   }
+}
+
+// Attention on device 0, `dtype` for every tensor: Q [1, 2, 3, 4] (batch
+// 1, 2 heads, 3 query rows, head_dim 4), K and V [1, 1, 5, 4] (one kv
+// head, 5 keys), the state S [1, 2, 3, 6] (scratch) and O [1, 2, 3, 4];
+// step 0 a block from an empty state, step 1 a causal block in place on S,
+// step 2 the finish. Buffers 0-4 in that order.
+TestJob AttentionJob(DType dtype = DType::kFloat32) {
+  TestJob job(1, 1);
+  const int q = job.AddTensor({{1, 2, 3, 4}, dtype});
+  const int k = job.AddTensor({{1, 1, 5, 4}, dtype});
+  const int v = job.AddTensor({{1, 1, 5, 4}, dtype});
+  const int s = job.AddTensor({{1, 2, 3, 6}, dtype});
+  const int o = job.AddTensor({{1, 2, 3, 4}, dtype});
+  const int qb = job.AddBuffer(0, q, job.FullBox(q), BufferRole::kSource);
+  const int kb = job.AddBuffer(0, k, job.FullBox(k), BufferRole::kSource);
+  const int vb = job.AddBuffer(0, v, job.FullBox(v), BufferRole::kSource);
+  const int sb = job.AddBuffer(0, s, job.FullBox(s), BufferRole::kScratch);
+  const int ob = job.AddBuffer(0, o, job.FullBox(o), BufferRole::kDestination);
+  v1::AttentionBlockAttrs attrs;
+  attrs.set_batch(1);
+  attrs.set_heads(2);
+  attrs.set_kv_heads(1);
+  attrs.set_q_rows(3);
+  attrs.set_kv_rows(5);
+  attrs.set_head_dim(4);
+  for (bool second : {false, true}) {
+    v1::Step step;
+    step.set_op(v1::Step::OP_COMPUTE);
+    step.set_device(0);
+    v1::AttentionBlockAttrs* a = step.mutable_compute()->mutable_attention_block();
+    *a = attrs;
+    if (second) {
+      a->set_causal(true);
+      for (int64_t p : {2, 3, 4}) a->add_q_position(p);
+      for (int64_t p : {0, 1, 2, 3, 4}) a->add_kv_position(p);
+    }
+    for (int b : {qb, kb, vb}) *step.add_inputs() = TestJob::Operand(b);
+    if (second) *step.add_inputs() = TestJob::Operand(sb);
+    *step.add_outputs() = TestJob::Operand(sb);
+    if (second) step.add_deps(0);
+    job.AddStep(step);
+  }
+  v1::Step finish;
+  finish.set_op(v1::Step::OP_COMPUTE);
+  finish.set_device(0);
+  finish.mutable_compute()->mutable_attention_finish()->set_head_dim(4);
+  *finish.add_inputs() = TestJob::Operand(sb);
+  *finish.add_outputs() = TestJob::Operand(ob);
+  finish.add_deps(1);
+  job.AddStep(finish);
+  return job;
+}
+
+TEST(ParseProgramTest, AcceptsAttentionSteps) {
+  for (DType dtype :
+       {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    auto program = ParseProgram(AttentionJob(dtype).ProgramFor(0));
+    ASSERT_TRUE(program.ok()) << DTypeName(dtype) << ": " << program.status();
+    ASSERT_EQ(program->steps.size(), 3u);
+    EXPECT_TRUE(program->steps[0].compute.has_attention_block());
+    EXPECT_EQ(program->steps[0].inputs.size(), 3u);
+    EXPECT_EQ(program->steps[1].inputs.size(), 4u);
+    EXPECT_TRUE(program->steps[2].compute.has_attention_finish());
+    EXPECT_EQ(program->steps[2].inputs.size(), 1u);
+    EXPECT_EQ(program->tensor_computed,
+              (std::vector<bool>{false, false, false, true, true}));
+  }
+}
+
+TEST(ParseProgramTest, RejectsBadAttentionStepsNamingTheField) {
+  auto block = [](v1::WorkerProgram& p, int step) {
+    return p.mutable_plan()
+        ->mutable_steps(step)
+        ->mutable_compute()
+        ->mutable_attention_block();
+  };
+  const std::vector<BadCase> cases = {
+      {"q_rows does not fit Q",
+       [&](v1::WorkerProgram& p) { block(p, 0)->set_q_rows(4); },
+       absl::StatusCode::kInvalidArgument,
+       "plan.steps id 0: compute.attention_block: Q has 24 elements; want "
+       "batch * heads * q_rows * head_dim = 1 * 2 * 4 * 4 = 32"},
+      {"q_position count",
+       [&](v1::WorkerProgram& p) {
+         block(p, 1)->mutable_q_position()->RemoveLast();
+       },
+       absl::StatusCode::kInvalidArgument,
+       "plan.steps id 1: compute.attention_block.q_position has 2 entries; "
+       "want q_rows = 3"},
+      {"kv_heads does not divide heads",
+       [&](v1::WorkerProgram& p) { block(p, 0)->set_kv_heads(3); },
+       absl::StatusCode::kInvalidArgument,
+       "compute.attention_block.heads = 2 is not a multiple of kv_heads = 3"},
+      {"head_dim 0", [&](v1::WorkerProgram& p) { block(p, 0)->set_head_dim(0); },
+       absl::StatusCode::kInvalidArgument,
+       "compute.attention_block.head_dim = 0 must be in [1, 2147483647]"},
+      {"two inputs",
+       [](v1::WorkerProgram& p) {
+         p.mutable_plan()->mutable_steps(0)->mutable_inputs()->RemoveLast();
+       },
+       absl::StatusCode::kInvalidArgument,
+       "plan.steps id 0: OP_COMPUTE (attention_block) needs 3 or 4 inputs and "
+       "1 output, has 2 and 1"},
+      {"finish with two inputs",
+       [](v1::WorkerProgram& p) {
+         v1::Step* finish = p.mutable_plan()->mutable_steps(2);
+         *finish->add_inputs() = finish->inputs(0);
+       },
+       absl::StatusCode::kInvalidArgument,
+       "plan.steps id 2: OP_COMPUTE (attention_finish) needs 1 inputs and 1 "
+       "output, has 2 and 1"},
+      {"finish head_dim",
+       [](v1::WorkerProgram& p) {
+         p.mutable_plan()
+             ->mutable_steps(2)
+             ->mutable_compute()
+             ->mutable_attention_finish()
+             ->set_head_dim(5);
+       },
+       absl::StatusCode::kInvalidArgument,
+       "plan.steps id 2: compute.attention_finish.head_dim = 5: S has 36 "
+       "elements, not whole rows of head_dim + 2 = 7"},
+  };
+  for (const BadCase& bad : cases) {
+    SCOPED_TRACE(bad.name);
+    v1::WorkerProgram proto = AttentionJob().ProgramFor(0);
+    bad.corrupt(proto);
+    auto program = ParseProgram(proto);
+    ASSERT_FALSE(program.ok());
+    EXPECT_EQ(program.status().code(), bad.code) << program.status();
+    EXPECT_NE(program.status().message().find(bad.message_part),
+              std::string::npos)
+        << program.status();
+  }
+  // Integers: attention is not defined.
+  auto integer = ParseProgram(AttentionJob(DType::kInt32).ProgramFor(0));
+  EXPECT_EQ(integer.status().code(), absl::StatusCode::kInvalidArgument)
+      << integer.status();
+  EXPECT_NE(integer.status().message().find(
+                "plan.steps id 0: compute.attention_block on int32 (output "
+                "buffer 3) is not defined; allowed dtypes: float16"),
+            std::string::npos)
+      << integer.status();
+  v1::WorkerProgram proto = AttentionJob(DType::kInt32).ProgramFor(0);
+  v1::Step keep = proto.plan().steps(2);  // the finish alone
+  keep.clear_deps();
+  proto.mutable_plan()->clear_steps();
+  *proto.mutable_plan()->add_steps() = keep;
+  integer = ParseProgram(proto);
+  EXPECT_EQ(integer.status().code(), absl::StatusCode::kInvalidArgument)
+      << integer.status();
+  EXPECT_NE(integer.status().message().find(
+                "compute.attention_finish on int32 (output buffer 4) is not "
+                "defined; allowed dtypes: float16"),
+            std::string::npos)
+      << integer.status();
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "planner/kinds/attention/attention_kind.h"
 #include "planner/kinds/calibrate/calibrate_kind.h"
 #include "planner/kinds/collective/collective_kind.h"
 #include "planner/kinds/job_kind.h"
@@ -19,8 +20,9 @@ const CollectiveKind kCollective;
 const TpOverlapKind kTpOverlap;
 const MoeKind kMoe;
 const CalibrateKind kCalibrate;
-const std::array<const JobKind*, 5> kKinds = {&kReshard, &kCollective,
-                                              &kTpOverlap, &kMoe, &kCalibrate};
+const AttentionKind kAttention;
+const std::array<const JobKind*, 6> kKinds = {
+    &kReshard, &kCollective, &kTpOverlap, &kMoe, &kCalibrate, &kAttention};
 
 std::string KindNames() {
   std::vector<std::string> names;
@@ -42,6 +44,8 @@ absl::StatusOr<const JobKind*> FindJobKind(const v1::JobSpec& spec) {
       return &kMoe;
     case v1::JobSpec::kCalibrate:
       return &kCalibrate;
+    case v1::JobSpec::kAttention:
+      return &kAttention;
     case v1::JobSpec::KIND_NOT_SET:
       break;
   }

@@ -20,7 +20,7 @@ TEST(JobKindsTest, FindsTheKindOfASpec) {
 TEST(JobKindsTest, ASpecWithoutAKindNamesTheKinds) {
   absl::StatusOr<const JobKind*> kind = FindJobKind(v1::JobSpec());
   EXPECT_EQ(kind.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(kind.status().message(), HasSubstr("reshard, collective, tp_overlap, moe, calibrate"));
+  EXPECT_THAT(kind.status().message(), HasSubstr("reshard, collective, tp_overlap, moe, calibrate, attention"));
 }
 
 TEST(JobKindsTest, ByName) {
@@ -29,7 +29,8 @@ TEST(JobKindsTest, ByName) {
   EXPECT_EQ(FindJobKindByName("pipeline").status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ((*FindJobKindByName("calibrate"))->name(), "calibrate");
-  EXPECT_EQ(AllJobKinds().size(), 5u);
+  EXPECT_EQ((*FindJobKindByName("attention"))->name(), "attention");
+  EXPECT_EQ(AllJobKinds().size(), 6u);
 }
 
 }  // namespace

@@ -169,18 +169,36 @@ class Client:
     def watch(self, job_id, timeout=None):
         """Yields the job's JobEvents (state changes and progress) until it
         ends; the last one has a final state. `timeout` (seconds) bounds
-        the whole watch."""
+        the whole watch. A stream the controller drops (UNAVAILABLE: it
+        restarts, or sheds a slow watcher) is opened again; the events in
+        between are lost, the final state is not."""
         request = controller_pb2.WatchJobRequest(id=job_id)
-        try:
-            for event in self._stub.WatchJob(request, timeout=timeout):
-                yield event
-                if event.state in FINAL_STATES:
-                    return
-        except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(
+                0.0, deadline - time.monotonic())
+            try:
+                for event in self._stub.WatchJob(request, timeout=left):
+                    yield event
+                    if event.state in FINAL_STATES:
+                        return
+            except grpc.RpcError as e:
+                if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise TimeoutError("job %s still running after %s s" %
+                                       (job_id, timeout)) from None
+                if e.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise Error(e.code().name, e.details()) from None
+            # The stream ended early: the job's state now, then again.
+            job = self.get(job_id)
+            if job.state in FINAL_STATES:
+                yield job_pb2.JobEvent(job_id=job.id, state=job.state,
+                                       message=job.message,
+                                       progress=job.progress)
+                return
+            if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError("job %s still running after %s s" %
-                                   (job_id, timeout)) from None
-            raise Error(e.code().name, e.details()) from None
+                                   (job_id, timeout))
+            time.sleep(0.2)
 
     def wait(self, job_id, timeout=None):
         """The Job once it has ended (SUCCEEDED, FAILED or CANCELLED: check

@@ -1,5 +1,7 @@
 #include "worker/cuda/compute_kernels.h"
 
+#include <math_constants.h>
+
 #include "worker/cuda/kernel_launch.h"
 #include "worker/kernels/element_core.h"
 
@@ -116,6 +118,214 @@ __global__ void GatherKernel(const WordT<kType>* x, const WordT<kType>* w,
     }
     y[e] = static_cast<WordT<kType>>(CoreFloatStoreBits(kType, acc));
   }
+}
+
+// Attention (LaunchAttentionBlock, LaunchAttentionFinish).
+constexpr int kAttentionThreads = 128;  // a power of two (the reductions)
+constexpr int kAttentionChunk = 256;    // keys per chunk: the host's
+constexpr int64_t kAttentionMaxBlocks = 4096;
+
+// The accumulator of a float dtype: float for fp16 / bf16, double for
+// float32 / float64 (the host's, attention.h).
+template <PatternType kType>
+struct AttentionAcc {
+  using T = double;
+};
+template <>
+struct AttentionAcc<PatternType::kFloat16> {
+  using T = float;
+};
+template <>
+struct AttentionAcc<PatternType::kBFloat16> {
+  using T = float;
+};
+
+__device__ inline float AttentionExp(float x) { return expf(x); }
+__device__ inline double AttentionExp(double x) { return exp(x); }
+
+template <typename T>
+__device__ inline T AttentionNegInf() {
+  return static_cast<T>(-CUDART_INF);
+}
+
+template <PatternType kType, typename T>
+__device__ inline T AttentionValue(WordT<kType> bits) {
+  return static_cast<T>(CoreFloatValue(kType, bits));
+}
+
+template <PatternType kType, typename T>
+__device__ inline WordT<kType> AttentionBits(T x) {
+  return static_cast<WordT<kType>>(
+      CoreFloatStoreBits(kType, static_cast<double>(x)));
+}
+
+// The maximum (kMax) or the sum of every thread's `x`, for all threads of
+// the block (kAttentionThreads of them); `red` is shared memory of that
+// many T. Synchronizes the block on entry and exit.
+template <typename T, bool kMax>
+__device__ T AttentionReduce(T x, T* red) {
+  __syncthreads();
+  red[threadIdx.x] = x;
+  __syncthreads();
+  for (int half = kAttentionThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      const T a = red[threadIdx.x], b = red[threadIdx.x + half];
+      red[threadIdx.x] = kMax ? (b > a ? b : a) : a + b;
+    }
+    __syncthreads();
+  }
+  const T r = red[0];
+  __syncthreads();
+  return r;
+}
+
+// One query row per thread block (grid-stride); see LaunchAttentionBlock.
+template <PatternType kType>
+__global__ void AttentionBlockKernel(AttentionBlockShape sh,
+                                     const WordT<kType>* q,
+                                     const WordT<kType>* k,
+                                     const WordT<kType>* v,
+                                     const WordT<kType>* s_in,
+                                     WordT<kType>* s_out, const int64_t* q_pos,
+                                     const int64_t* kv_pos,
+                                     typename AttentionAcc<kType>::T* scratch) {
+  using T = typename AttentionAcc<kType>::T;
+  using W = WordT<kType>;
+  __shared__ T p[kAttentionChunk];
+  __shared__ T red[kAttentionThreads];
+  const int64_t d = sh.head_dim, width = d + 2;
+  const int64_t rows = sh.batch * sh.heads * sh.q_rows;
+  const int64_t group = sh.heads / sh.kv_heads;
+  const T alpha = static_cast<T>(sh.scale);
+  const T neg_inf = AttentionNegInf<T>();
+  const int tid = threadIdx.x;
+  T* acc = scratch + static_cast<int64_t>(blockIdx.x) * d;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t i = row % sh.q_rows;
+    const int64_t h = (row / sh.q_rows) % sh.heads;
+    const int64_t b = row / (sh.q_rows * sh.heads);
+    const int64_t kv_offset = (b * sh.kv_heads + h / group) * sh.kv_rows * d;
+    const W* qrow = q + row * d;
+    const W* in = s_in == nullptr ? nullptr : s_in + row * width;
+    W* out = s_out + row * width;
+    for (int64_t c = tid; c < d; c += kAttentionThreads) {
+      acc[c] = in == nullptr ? T(0) : AttentionValue<kType, T>(in[c]);
+    }
+    T m = in == nullptr ? neg_inf : AttentionValue<kType, T>(in[d]);
+    T l = in == nullptr ? T(0) : AttentionValue<kType, T>(in[d + 1]);
+    bool any = false;
+    const int64_t qp = sh.causal ? q_pos[i] : 0;
+    for (int64_t j0 = 0; j0 < sh.kv_rows; j0 += kAttentionChunk) {
+      const int cols = static_cast<int>(
+          sh.kv_rows - j0 < kAttentionChunk ? sh.kv_rows - j0
+                                            : kAttentionChunk);
+      T local = neg_inf;
+      for (int jj = tid; jj < cols; jj += kAttentionThreads) {
+        T score = neg_inf;
+        if (!sh.causal || kv_pos[j0 + jj] <= qp) {
+          const W* krow = k + kv_offset + (j0 + jj) * d;
+          T dot = 0;
+          for (int64_t c = 0; c < d; ++c) {
+            dot += AttentionValue<kType, T>(qrow[c]) *
+                   AttentionValue<kType, T>(krow[c]);
+          }
+          score = alpha * dot;
+        }
+        p[jj] = score;
+        local = score > local ? score : local;
+      }
+      const T mx = AttentionReduce<T, true>(local, red);
+      if (mx == neg_inf) continue;  // every key of the chunk masked
+      any = true;
+      const T m_new = AttentionValue<kType, T>(
+          AttentionBits<kType, T>(mx > m ? mx : m));  // rounded to the dtype
+      const T f = m == neg_inf ? T(0) : AttentionExp(m - m_new);
+      T part = 0;
+      for (int jj = tid; jj < cols; jj += kAttentionThreads) {
+        const T e = AttentionExp(p[jj] - m_new);  // masked: exp(-inf) = 0
+        p[jj] = e;
+        part += e;
+      }
+      const T sum = AttentionReduce<T, false>(part, red);
+      l = l * f + sum;
+      for (int64_t c = tid; c < d; c += kAttentionThreads) {
+        T a = acc[c] * f;
+        const W* vcol = v + kv_offset + j0 * d + c;
+        for (int jj = 0; jj < cols; ++jj) {
+          a += p[jj] * AttentionValue<kType, T>(vcol[jj * d]);
+        }
+        acc[c] = a;
+      }
+      m = m_new;
+      __syncthreads();  // p is read above before the next chunk writes it
+    }
+    if (any) {
+      for (int64_t c = tid; c < d; c += kAttentionThreads) {
+        out[c] = AttentionBits<kType, T>(acc[c]);
+      }
+      if (tid == 0) {
+        out[d] = AttentionBits<kType, T>(m);
+        out[d + 1] = AttentionBits<kType, T>(l);
+      }
+    } else if (in != nullptr) {
+      if (in != out) {
+        for (int64_t c = tid; c < width; c += kAttentionThreads) out[c] = in[c];
+      }
+    } else {
+      for (int64_t c = tid; c < d; c += kAttentionThreads) out[c] = 0;
+      if (tid == 0) {
+        out[d] = AttentionBits<kType, T>(neg_inf);
+        out[d + 1] = 0;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+template <PatternType kType>
+__global__ void AttentionFinishKernel(const WordT<kType>* state,
+                                      WordT<kType>* out, int64_t d, int64_t n) {
+  using T = typename AttentionAcc<kType>::T;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       e < n; e += stride) {
+    const int64_t row = e / d, c = e % d;
+    const WordT<kType>* s = state + row * (d + 2);
+    const T l = AttentionValue<kType, T>(s[d + 1]);
+    out[e] = l == T(0) ? WordT<kType>(0)
+                       : AttentionBits<kType, T>(
+                             AttentionValue<kType, T>(s[c]) / l);
+  }
+}
+
+int64_t AttentionGrid(const AttentionBlockShape& sh) {
+  const int64_t rows = sh.batch * sh.heads * sh.q_rows;
+  return rows < kAttentionMaxBlocks ? rows : kAttentionMaxBlocks;
+}
+
+template <PatternType kType>
+cudaError_t AttentionBlock(const AttentionBlockShape& sh, const void* q,
+                           const void* k, const void* v, const void* s_in,
+                           void* s_out, const int64_t* q_pos,
+                           const int64_t* kv_pos, void* scratch,
+                           cudaStream_t stream) {
+  using W = WordT<kType>;
+  using T = typename AttentionAcc<kType>::T;
+  AttentionBlockKernel<kType>
+      <<<static_cast<int>(AttentionGrid(sh)), kAttentionThreads, 0, stream>>>(
+          sh, static_cast<const W*>(q), static_cast<const W*>(k),
+          static_cast<const W*>(v), static_cast<const W*>(s_in),
+          static_cast<W*>(s_out), q_pos, kv_pos, static_cast<T*>(scratch));
+  return cudaGetLastError();
+}
+
+template <PatternType kType>
+cudaError_t AttentionFinish(const void* state, void* out, int64_t d, int64_t n,
+                            cudaStream_t stream) {
+  using W = WordT<kType>;
+  AttentionFinishKernel<kType><<<LaunchBlocks(n), kLaunchThreads, 0, stream>>>(
+      static_cast<const W*>(state), static_cast<W*>(out), d, n);
+  return cudaGetLastError();
 }
 
 template <PatternType kType, bool kSigmoid>
@@ -302,6 +512,73 @@ cudaError_t LaunchRowDot(PatternType type, const void* a, const void* b,
       return RowDot<PatternType::kFloat64>(a, b, index, row, n, d, stream);
     default:
       return cudaErrorInvalidValue;  // a row dot takes floats only
+  }
+}
+
+int64_t AttentionBlockScratchBytes(PatternType type,
+                                   const AttentionBlockShape& shape) {
+  const int64_t acc = type == PatternType::kFloat16 ||
+                              type == PatternType::kBFloat16
+                          ? 4
+                          : 8;
+  return AttentionGrid(shape) * shape.head_dim * acc;
+}
+
+cudaError_t LaunchAttentionBlock(PatternType type,
+                                 const AttentionBlockShape& shape,
+                                 const void* q, const void* k, const void* v,
+                                 const void* s_in, void* s_out,
+                                 const int64_t* q_pos, const int64_t* kv_pos,
+                                 void* scratch, cudaStream_t stream) {
+  if (shape.batch < 1 || shape.heads < 1 || shape.kv_heads < 1 ||
+      shape.q_rows < 1 || shape.kv_rows < 1 || shape.head_dim < 1 ||
+      shape.heads % shape.kv_heads != 0 ||
+      (shape.causal && (q_pos == nullptr || kv_pos == nullptr))) {
+    return cudaErrorInvalidValue;
+  }
+  switch (type) {
+    case PatternType::kFloat16:
+      return AttentionBlock<PatternType::kFloat16>(shape, q, k, v, s_in, s_out,
+                                                   q_pos, kv_pos, scratch,
+                                                   stream);
+    case PatternType::kBFloat16:
+      return AttentionBlock<PatternType::kBFloat16>(shape, q, k, v, s_in,
+                                                    s_out, q_pos, kv_pos,
+                                                    scratch, stream);
+    case PatternType::kFloat32:
+      return AttentionBlock<PatternType::kFloat32>(shape, q, k, v, s_in, s_out,
+                                                   q_pos, kv_pos, scratch,
+                                                   stream);
+    case PatternType::kFloat64:
+      return AttentionBlock<PatternType::kFloat64>(shape, q, k, v, s_in, s_out,
+                                                   q_pos, kv_pos, scratch,
+                                                   stream);
+    default:
+      return cudaErrorInvalidValue;  // attention takes floats only
+  }
+}
+
+cudaError_t LaunchAttentionFinish(PatternType type, const void* state,
+                                  void* out, int64_t rows, int64_t head_dim,
+                                  cudaStream_t stream) {
+  if (head_dim < 1 || rows < 0) return cudaErrorInvalidValue;
+  const int64_t n = rows * head_dim;
+  if (n == 0) return cudaSuccess;
+  switch (type) {
+    case PatternType::kFloat16:
+      return AttentionFinish<PatternType::kFloat16>(state, out, head_dim, n,
+                                                    stream);
+    case PatternType::kBFloat16:
+      return AttentionFinish<PatternType::kBFloat16>(state, out, head_dim, n,
+                                                     stream);
+    case PatternType::kFloat32:
+      return AttentionFinish<PatternType::kFloat32>(state, out, head_dim, n,
+                                                    stream);
+    case PatternType::kFloat64:
+      return AttentionFinish<PatternType::kFloat64>(state, out, head_dim, n,
+                                                    stream);
+    default:
+      return cudaErrorInvalidValue;  // attention takes floats only
   }
 }
 

@@ -1,15 +1,20 @@
 // CUDA kernels for the element arithmetic of the GPU backend: the combine
 // step of reducing collectives, the elementwise compute ops, the row gather
 // and the row dot, with the bits of worker/kernels/element_core.h (the host's
-// rules, reduce.h and compute.h). Plain C++ and the CUDA runtime API, so nvcc
-// compiles it without Abseil; worker/cuda/device_compute.h and
-// device_collectives.h wrap it with absl::Status.
+// rules, reduce.h and compute.h); and the attention block and finish
+// (worker/kernels/attention.h's arithmetic, not its bits). Plain C++ and
+// the CUDA runtime API, so nvcc compiles it without Abseil;
+// worker/cuda/device_compute.h and device_collectives.h wrap it with
+// absl::Status.
 //
 //   LaunchReduceInto(PatternType::kFloat32, /*max=*/false, in, inout, n, s);
 //   LaunchAdd(PatternType::kBFloat16, a, b, out, n, s);
 //   LaunchScale(PatternType::kInt32, 0.5, in, out, n, s);
 //   LaunchGather(PatternType::kFloat16, x, w, index, row, k, rows_y, y, s);
 //   LaunchRowDot(PatternType::kBFloat16, a, b, index, row, n, d, s);
+//   LaunchAttentionBlock(PatternType::kFloat32, shape, q, k, v, s_in, s_out,
+//                        q_pos, kv_pos, scratch, s);
+//   LaunchAttentionFinish(PatternType::kFloat32, state, out, rows, d, s);
 //
 // Contract: n elements of PatternTypeSize(type) bytes each, device memory of
 // the stream's GPU (or peer memory it can reach). `inout` and `in` must not
@@ -80,6 +85,62 @@ cudaError_t LaunchGather(PatternType type, const void* x, const void* w,
 cudaError_t LaunchRowDot(PatternType type, const void* a, const void* b,
                          const int64_t* index, int64_t row, int64_t n, void* d,
                          cudaStream_t stream);
+
+// The attributes of an attention block (plan.proto AttentionBlockAttrs),
+// checked by the caller (attention.h CheckAttentionBlock); `scale` as used
+// (attention.h AttentionScale: never 0).
+struct AttentionBlockShape {
+  int64_t batch = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t q_rows = 0;
+  int64_t kv_rows = 0;
+  int64_t head_dim = 0;
+  double scale = 1;
+  bool causal = false;
+};
+
+// Device memory LaunchAttentionBlock needs for `shape` in `type` (its
+// accumulators: one head_dim row per thread block).
+int64_t AttentionBlockScratchBytes(PatternType type,
+                                   const AttentionBlockShape& shape);
+
+// attention.h's RunAttentionBlock on device memory: q [batch, heads,
+// q_rows, head_dim], k and v [batch, kv_heads, kv_rows, head_dim], s_in
+// (null: the empty state) and s_out [batch, heads, q_rows, head_dim + 2],
+// row-major; q_pos (q_rows) and kv_pos (kv_rows int64 entries) in device
+// memory when causal, else unused (may be null); `scratch`
+// AttentionBlockScratchBytes of device memory. One thread block of 128
+// threads per query row (grid-stride over the rows): the row's running o
+// in the accumulator type (float for fp16 / bf16, double for float32 /
+// float64) in `scratch`, m and l in registers; keys in chunks of 256 (the
+// host's kAttentionKeyChunk): each thread scores keys of the chunk (a dot
+// product in order over head_dim, times scale; -inf when masked) into
+// shared memory, a block reduction gives the chunk's maximum, m_new =
+// max(m, maximum) rounded to the dtype, f = exp(m - m_new) (0 while m is
+// -inf), each score becomes exp(s - m_new), a block reduction sums them
+// (l = l f + sum), and each thread updates its columns of o = o f + sum_j
+// p_j v_j over the chunk in key order. A row no key of which is kept
+// keeps its state bit for bit (s_in's row, or o = +0, m = -inf, l = +0).
+// The bits may differ from the host's (the order of the sums), within the
+// reference's tolerance. `s_out` may alias `s_in` exactly; it must not
+// overlap q, k or v. Float types only (cudaErrorInvalidValue for integers
+// or a dimension < 1).
+cudaError_t LaunchAttentionBlock(PatternType type,
+                                 const AttentionBlockShape& shape,
+                                 const void* q, const void* k, const void* v,
+                                 const void* s_in, void* s_out,
+                                 const int64_t* q_pos, const int64_t* kv_pos,
+                                 void* scratch, cudaStream_t stream);
+
+// attention.h's RunAttentionFinish on device memory: `state` rows of
+// head_dim + 2 elements, `out` rows of head_dim: out = o / l in the
+// accumulator type (as the host), rounded once; +0 where l is 0. One thread
+// per output element. `out` must not overlap `state`. Float types only
+// (cudaErrorInvalidValue for integers, head_dim < 1 or rows < 0).
+cudaError_t LaunchAttentionFinish(PatternType type, const void* state,
+                                  void* out, int64_t rows, int64_t head_dim,
+                                  cudaStream_t stream);
 
 }  // namespace meshcast::worker::cuda
 

@@ -11,6 +11,7 @@
 #include "worker/cuda/cublas_loader.h"
 #include "worker/cuda/cuda_handles.h"
 #include "worker/cuda/device_pattern.h"
+#include "worker/kernels/attention.h"
 #include "worker/kernels/compute.h"
 #include "worker/kernels/element.h"
 #include "worker/pattern.h"
@@ -396,6 +397,164 @@ absl::Status EnqueueRowDot(const StepDesc& step,
   return s.End();
 }
 
+absl::Status EnqueueAttentionBlock(const StepDesc& step,
+                                   const DeviceRelayEnvironment& env,
+                                   const DeviceLane& lane,
+                                   absl::Span<const cudaEvent_t> waits,
+                                   const StepEvents& events) {
+  const v1::AttentionBlockAttrs& a = step.compute.attention_block();
+  if (step.inputs.size() < 3 || step.inputs.size() > 4 ||
+      step.outputs.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention_block needs inputs [Q, K, V] or [Q, K, V, S] and outputs "
+        "[S'], has ",
+        step.inputs.size(), " inputs and ", step.outputs.size(), " outputs"));
+  }
+  const bool has_state = step.inputs.size() == 4;
+  ASSIGN_OR_RETURN(const int gpu, StepPrimaryGpu(step, env));
+  ASSIGN_OR_RETURN(StepStream s, StepStream::Begin(lane, gpu, waits, events));
+  ASSIGN_OR_RETURN(const Dense q,
+                   MakeDense(step.inputs[0], env, "inputs[0] (Q)", true, s));
+  ASSIGN_OR_RETURN(const Dense k,
+                   MakeDense(step.inputs[1], env, "inputs[1] (K)", true, s));
+  ASSIGN_OR_RETURN(const Dense v,
+                   MakeDense(step.inputs[2], env, "inputs[2] (V)", true, s));
+  Dense state;
+  if (has_state) {
+    ASSIGN_OR_RETURN(state,
+                     MakeDense(step.inputs[3], env, "inputs[3] (S)", true, s));
+  }
+  ASSIGN_OR_RETURN(Dense out, MakeDense(step.outputs[0], env,
+                                        "outputs[0] (S')", false, s));
+  const DType dtype = out.tile->dtype();
+  if (q.tile->dtype() != dtype || k.tile->dtype() != dtype ||
+      v.tile->dtype() != dtype ||
+      (has_state && state.tile->dtype() != dtype)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "attention_block operands must share one dtype: Q is ",
+        DTypeName(q.tile->dtype()), ", K ", DTypeName(k.tile->dtype()), ", V ",
+        DTypeName(v.tile->dtype()), has_state ? ", S " : "",
+        has_state ? DTypeName(state.tile->dtype()) : "", ", S' ",
+        DTypeName(dtype)));
+  }
+  if (IsIntegerDType(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention_block on ", DTypeName(dtype),
+        " is not defined; allowed dtypes: float16, bfloat16, float32, "
+        "float64"));
+  }
+  RETURN_IF_ERROR(CheckAttentionBlock(
+      a, NumElements(q.box), NumElements(k.box), NumElements(v.box),
+      has_state ? NumElements(state.box) : -1, NumElements(out.box)));
+  // S' may be S itself (the same bytes: each row's state is read before it
+  // is written); an S' that shares bytes with Q, K or V, or with S
+  // otherwise, is computed into staging and copied over afterwards.
+  const bool exact_alias = has_state && !state.staged &&
+                           state.tile == out.tile && state.box == out.box;
+  if (!out.staged &&
+      (SharesBytes(out, q) || SharesBytes(out, k) || SharesBytes(out, v) ||
+       (has_state && !exact_alias && SharesBytes(out, state)))) {
+    ASSIGN_OR_RETURN(out.data, s.Allocate(NumElements(out.box) *
+                                          out.tile->element_size()));
+    out.staged = true;
+  }
+  AttentionBlockShape shape;
+  shape.batch = a.batch();
+  shape.heads = a.heads();
+  shape.kv_heads = a.kv_heads();
+  shape.q_rows = a.q_rows();
+  shape.kv_rows = a.kv_rows();
+  shape.head_dim = a.head_dim();
+  shape.scale = AttentionScale(a);
+  shape.causal = a.causal();
+  const PatternType type = ToPatternType(dtype);
+  ASSIGN_OR_RETURN(uint8_t* scratch,
+                   s.Allocate(AttentionBlockScratchBytes(type, shape)));
+  {
+    ScopedCudaDevice on(gpu);
+    RETURN_IF_ERROR(on.status());
+    const int64_t* q_pos = nullptr;
+    const int64_t* kv_pos = nullptr;
+    if (a.causal()) {
+      // The positions, to the GPU on the step's stream (see EnqueueGather).
+      const size_t q_bytes = sizeof(int64_t) * a.q_position_size();
+      const size_t kv_bytes = sizeof(int64_t) * a.kv_position_size();
+      ASSIGN_OR_RETURN(uint8_t* positions, s.Allocate(q_bytes + kv_bytes));
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(positions, a.q_position().data(), q_bytes,
+                          cudaMemcpyHostToDevice, s.stream()),
+          "copying attention_block.q_position to the GPU"));
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(positions + q_bytes, a.kv_position().data(),
+                          kv_bytes, cudaMemcpyHostToDevice, s.stream()),
+          "copying attention_block.kv_position to the GPU"));
+      q_pos = reinterpret_cast<const int64_t*>(positions);
+      kv_pos = reinterpret_cast<const int64_t*>(positions + q_bytes);
+    }
+    RETURN_IF_ERROR(CudaStatus(
+        LaunchAttentionBlock(type, shape, q.data, k.data, v.data,
+                             has_state ? state.data : nullptr, out.data, q_pos,
+                             kv_pos, scratch, s.stream()),
+        "launching the attention_block kernel"));
+  }
+  if (out.staged) {
+    RETURN_IF_ERROR(UnpackRegion(out.data, gpu, out.box, *out.tile, s));
+  }
+  return s.End();
+}
+
+absl::Status EnqueueAttentionFinish(const StepDesc& step,
+                                    const DeviceRelayEnvironment& env,
+                                    const DeviceLane& lane,
+                                    absl::Span<const cudaEvent_t> waits,
+                                    const StepEvents& events) {
+  const v1::AttentionFinishAttrs& f = step.compute.attention_finish();
+  if (step.inputs.size() != 1 || step.outputs.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention_finish needs inputs [S] and outputs [O], has ",
+        step.inputs.size(), " inputs and ", step.outputs.size(), " outputs"));
+  }
+  ASSIGN_OR_RETURN(const int gpu, StepPrimaryGpu(step, env));
+  ASSIGN_OR_RETURN(StepStream s, StepStream::Begin(lane, gpu, waits, events));
+  ASSIGN_OR_RETURN(const Dense state,
+                   MakeDense(step.inputs[0], env, "inputs[0] (S)", true, s));
+  ASSIGN_OR_RETURN(Dense out,
+                   MakeDense(step.outputs[0], env, "outputs[0] (O)", false, s));
+  const DType dtype = out.tile->dtype();
+  if (state.tile->dtype() != dtype) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "attention_finish operands must share one dtype: S is ",
+        DTypeName(state.tile->dtype()), ", O ", DTypeName(dtype)));
+  }
+  if (IsIntegerDType(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention_finish on ", DTypeName(dtype),
+        " is not defined; allowed dtypes: float16, bfloat16, float32, "
+        "float64"));
+  }
+  RETURN_IF_ERROR(CheckAttentionFinish(f, NumElements(state.box),
+                                       NumElements(out.box)));
+  // An O that shares bytes with S is computed into staging first.
+  if (!out.staged && SharesBytes(out, state)) {
+    ASSIGN_OR_RETURN(out.data, s.Allocate(NumElements(out.box) *
+                                          out.tile->element_size()));
+    out.staged = true;
+  }
+  const int64_t rows = NumElements(state.box) / (f.head_dim() + 2);
+  {
+    ScopedCudaDevice on(gpu);
+    RETURN_IF_ERROR(on.status());
+    RETURN_IF_ERROR(CudaStatus(
+        LaunchAttentionFinish(ToPatternType(dtype), state.data, out.data, rows,
+                              f.head_dim(), s.stream()),
+        "launching the attention_finish kernel"));
+  }
+  if (out.staged) {
+    RETURN_IF_ERROR(UnpackRegion(out.data, gpu, out.box, *out.tile, s));
+  }
+  return s.End();
+}
+
 }  // namespace
 
 absl::Status EnqueueCompute(const StepDesc& step,
@@ -412,9 +571,14 @@ absl::Status EnqueueCompute(const StepDesc& step,
       return EnqueueGather(step, env, lane, waits, events);
     case v1::ComputeAttrs::kRowDot:
       return EnqueueRowDot(step, env, lane, waits, events);
+    case v1::ComputeAttrs::kAttentionBlock:
+      return EnqueueAttentionBlock(step, env, lane, waits, events);
+    case v1::ComputeAttrs::kAttentionFinish:
+      return EnqueueAttentionFinish(step, env, lane, waits, events);
     default:
       return absl::InvalidArgumentError(
-          "compute names no op; allowed: gemm, elementwise, gather, row_dot");
+          "compute names no op; allowed: gemm, elementwise, gather, row_dot, "
+          "attention_block, attention_finish");
   }
 }
 

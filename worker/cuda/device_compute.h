@@ -1,8 +1,9 @@
 // The GPU kernel of OP_COMPUTE: GEMM with cuBLAS (cublasGemmEx), the
-// elementwise ops, the row gather and the row dot with CUDA kernels
-// (compute_kernels.h), on the step's device; the GPU counterpart of
-// worker/engine/compute_step.h with the same contract (plan.proto GemmAttrs,
-// ElementwiseAttrs, GatherAttrs, RowDotAttrs; compute.h).
+// elementwise ops, the row gather, the row dot and attention (block and
+// finish) with CUDA kernels (compute_kernels.h), on the step's device; the
+// GPU counterpart of worker/engine/compute_step.h with the same contract
+// (plan.proto GemmAttrs, ElementwiseAttrs, GatherAttrs, RowDotAttrs,
+// AttentionBlockAttrs, AttentionFinishAttrs; compute.h, attention.h).
 //
 // Each operand is row-major over its own box. An operand that is one
 // contiguous segment of its tile is used in place; any other slice is
@@ -36,10 +37,22 @@
 // (GatherMulAdd), so the bits equal compute.h RunRowDot's. A D that shares
 // bytes with A or B is computed into staging first.
 //
+// Attention block (AttentionBlockAttrs): inputs [Q, K, V] or [Q, K, V, S],
+// outputs [S'], floats only; the causal positions are copied to the GPU
+// likewise, and one thread block per query row runs the online-softmax
+// update over 256-key chunks with the host's arithmetic (attention.h; the
+// bits may differ in the order of the sums). S' may be S itself (in
+// place); an S' that shares bytes with Q, K or V, or with S otherwise, is
+// computed into staging first. Attention finish (AttentionFinishAttrs):
+// inputs [S], outputs [O], one thread per O element (o / l, 0 where l is
+// 0); an O that shares bytes with S is computed into staging first.
+//
 // Errors: INVALID_ARGUMENT for m, n, k outside [0, 2^31 - 1], operand sizes
-// that do not match them or a gather's or row dot's attributes (compute.h
-// CheckGather, CheckRowDot), an unknown kind, RELU / SIGMOID / RELU_GRAD /
-// SIGMOID_GRAD or a row dot on integers or the wrong operand count;
+// that do not match them or a gather's, row dot's or attention step's
+// attributes (compute.h CheckGather, CheckRowDot; attention.h
+// CheckAttentionBlock, CheckAttentionFinish), an unknown kind, RELU /
+// SIGMOID / RELU_GRAD / SIGMOID_GRAD, a row dot or attention on integers or
+// the wrong operand count;
 // UNIMPLEMENTED for a weighted integer gather; FAILED_PRECONDITION for an
 // operand without a tile here or mixed dtypes; cuBLAS and CUDA errors.
 // Thread safety: one lane thread per call (device_step.h).

@@ -4,7 +4,7 @@
 // ones bit for bit): collectives on virtual devices of one GPU
 // (cuda:0xN), GEMM against the reference with its tolerance, elementwise
 // ops (relu, sigmoid and their gradients included), the weighted row
-// gather, the row dot, initializer bits
+// gather, the row dot, attention (blocks and finish), initializer bits
 // against the host BufferSet's, the GEMM -> reduce-scatter DAG, and, on a
 // machine with two GPUs, every collective across two workers over NCCL. The
 // table test runs everywhere; the rest skip without a GPU (two GPUs for the
@@ -604,6 +604,87 @@ TEST_F(DeviceKernelsTest, GradientsAndRowDotAgainstTheReference) {
   dot.add_deps(first);
   job.AddStep(dot);
   ExpectVerified(RunWorker(job, 0, 0, 1), 12, 0.05);
+}
+
+// Attention in every float dtype against the reference (4 heads on 2 kv
+// heads, 6 query rows, head_dim 8): a causal chain whose first block has
+// 300 keys (two 256-key chunks) at positions 0-299 and whose queries sit
+// at -1 (every key masked: the empty state, m = -inf, verified exactly, and
+// O = 0), 5, 100, 260, 299 and 400, then a block of 7 keys at 300-306 on
+// the state, then the finish; the state is a strided slice of its buffer
+// (columns 1 to head_dim + 2 of head_dim + 4: packed, staged, unpacked).
+// Then a non-causal chain whose state is its whole buffer, updated in
+// place (S' is S). Both states and outputs are destinations; an l of up to
+// ~300 in bfloat16 errs by up to about 1, hence the loose max_error.
+TEST_F(DeviceKernelsTest, AttentionAgainstTheReference) {
+  const int64_t heads = 4, n = 6, d = 8;
+  for (DType dtype :
+       {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    TestJob job(1, 1, absl::StrCat("attention-", DTypeName(dtype)));
+    const int q = job.AddTensor({{1, heads, n, d}, dtype});
+    job.SetInitializer(q, Random(61));
+    const int qb = job.AddBuffer(0, q, job.FullBox(q), BufferRole::kSource);
+    v1::Initializer zeros;
+    zeros.set_kind(v1::Initializer::KIND_ZEROS);
+    int64_t verified = 0;
+    for (bool causal : {true, false}) {
+      const int64_t width = causal ? d + 4 : d + 2;
+      const int state = job.AddTensor({{1, heads, n, width}, dtype});
+      job.SetInitializer(state, zeros);
+      const int sb =
+          job.AddBuffer(0, state, job.FullBox(state), BufferRole::kDestination);
+      const Box slice = causal ? Box{{0, 1}, {0, heads}, {0, n}, {1, d + 3}}
+                               : Box{};
+      const int o = job.AddTensor({{1, heads, n, d}, dtype});
+      int previous = -1;
+      for (const auto& [rows, first] :
+           {std::pair<int64_t, int64_t>{300, 0}, {7, 300}}) {
+        const int k = job.AddTensor({{1, 2, rows, d}, dtype});
+        const int v = job.AddTensor({{1, 2, rows, d}, dtype});
+        job.SetInitializer(k, Random(62 + k));
+        job.SetInitializer(v, Random(62 + v));
+        v1::Step block;
+        block.set_op(v1::Step::OP_COMPUTE);
+        block.set_device(0);
+        v1::AttentionBlockAttrs* a =
+            block.mutable_compute()->mutable_attention_block();
+        a->set_batch(1);
+        a->set_heads(heads);
+        a->set_kv_heads(2);
+        a->set_q_rows(n);
+        a->set_kv_rows(rows);
+        a->set_head_dim(d);
+        a->set_causal(causal);
+        if (causal) {
+          for (int64_t p : {-1, 5, 100, 260, 299, 400}) a->add_q_position(p);
+          for (int64_t j = 0; j < rows; ++j) a->add_kv_position(first + j);
+        }
+        *block.add_inputs() = TestJob::Operand(qb);
+        *block.add_inputs() = TestJob::Operand(
+            job.AddBuffer(0, k, job.FullBox(k), BufferRole::kSource));
+        *block.add_inputs() = TestJob::Operand(
+            job.AddBuffer(0, v, job.FullBox(v), BufferRole::kSource));
+        if (previous >= 0) {
+          *block.add_inputs() = TestJob::Operand(sb, slice);
+          block.add_deps(previous);
+        }
+        *block.add_outputs() = TestJob::Operand(sb, slice);
+        previous = job.AddStep(block);
+      }
+      v1::Step finish;
+      finish.set_op(v1::Step::OP_COMPUTE);
+      finish.set_device(0);
+      finish.mutable_compute()->mutable_attention_finish()->set_head_dim(d);
+      *finish.add_inputs() = TestJob::Operand(sb, slice);
+      *finish.add_outputs() = TestJob::Operand(
+          job.AddBuffer(0, o, job.FullBox(o), BufferRole::kDestination));
+      finish.add_deps(previous);
+      job.AddStep(finish);
+      verified += heads * n * width + heads * n * d;
+    }
+    ExpectVerified(RunWorker(job, 0, 0, 1), verified, 4.0);
+  }
 }
 
 // RANDOM and ZEROS sources hold the host BufferSet's bits (the fill kernel

@@ -432,6 +432,76 @@ TEST(CollectivesTest, MoeDispatchReluGateCombineOnOneDevice) {
   }
 }
 
+// Attention on one device through the engine's compute step, in every
+// float dtype: 4 heads on 2 kv heads, 6 query rows at positions -1, 0, 1,
+// 2, 10, 11, a causal block against keys 0-3 from an empty state, then a
+// block against keys 8-12 in place on the state (the state's buffer is
+// the whole operand: S' aliases S), then the finish. The query at -1 keeps
+// the empty state (m = -inf, verified exactly) and gets O = 0. The state
+// and O are destinations.
+TEST(CollectivesTest, AttentionBlocksThenFinishOnOneDevice) {
+  const int64_t heads = 4, n = 6, d = 8;
+  for (DType dtype :
+       {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    TestJob job(1, 1, absl::StrCat("attention-", DTypeName(dtype)));
+    const int q = job.AddTensor({{1, heads, n, d}, dtype});
+    job.SetInitializer(q, Random(31));
+    const int state = job.AddTensor({{1, heads, n, d + 2}, dtype});
+    v1::Initializer zeros;
+    zeros.set_kind(v1::Initializer::KIND_ZEROS);
+    job.SetInitializer(state, zeros);
+    const int o = job.AddTensor({{1, heads, n, d}, dtype});
+    const int qb = job.AddBuffer(0, q, job.FullBox(q), BufferRole::kSource);
+    const int sb =
+        job.AddBuffer(0, state, job.FullBox(state), BufferRole::kDestination);
+    int previous = -1;
+    for (const std::vector<int64_t>& keys :
+         {std::vector<int64_t>{0, 1, 2, 3},
+          std::vector<int64_t>{8, 9, 10, 11, 12}}) {
+      const int64_t rows = static_cast<int64_t>(keys.size());
+      const int k = job.AddTensor({{1, 2, rows, d}, dtype});
+      const int v = job.AddTensor({{1, 2, rows, d}, dtype});
+      job.SetInitializer(k, Random(32 + k));
+      job.SetInitializer(v, Random(32 + v));
+      v1::Step block;
+      block.set_op(v1::Step::OP_COMPUTE);
+      v1::AttentionBlockAttrs* a =
+          block.mutable_compute()->mutable_attention_block();
+      a->set_batch(1);
+      a->set_heads(heads);
+      a->set_kv_heads(2);
+      a->set_q_rows(n);
+      a->set_kv_rows(rows);
+      a->set_head_dim(d);
+      a->set_causal(true);
+      for (int64_t p : {-1, 0, 1, 2, 10, 11}) a->add_q_position(p);
+      for (int64_t p : keys) a->add_kv_position(p);
+      *block.add_inputs() = TestJob::Operand(qb);
+      *block.add_inputs() = TestJob::Operand(
+          job.AddBuffer(0, k, job.FullBox(k), BufferRole::kSource));
+      *block.add_inputs() = TestJob::Operand(
+          job.AddBuffer(0, v, job.FullBox(v), BufferRole::kSource));
+      if (previous >= 0) {
+        *block.add_inputs() = TestJob::Operand(sb);
+        block.add_deps(previous);
+      }
+      *block.add_outputs() = TestJob::Operand(sb);
+      previous = job.AddStep(block);
+    }
+    v1::Step finish;
+    finish.set_op(v1::Step::OP_COMPUTE);
+    finish.mutable_compute()->mutable_attention_finish()->set_head_dim(d);
+    *finish.add_inputs() = TestJob::Operand(sb);
+    *finish.add_outputs() = TestJob::Operand(
+        job.AddBuffer(0, o, job.FullBox(o), BufferRole::kDestination));
+    finish.add_deps(previous);
+    job.AddStep(finish);
+    ExpectAllVerified(RunTestJob(job, SmallChunks()),
+                      heads * n * (d + 2) + heads * n * d);
+  }
+}
+
 // The check can fail: with D's initializer left PATTERN, the two columns
 // of D's buffer that the dispatch does not write (zeros, as every computed
 // destination starts) differ from the reference there, and only those: the

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "util/status_macros.h"
+#include "worker/kernels/attention.h"
 #include "worker/kernels/compute.h"
 
 namespace meshcast::worker {
@@ -94,6 +95,29 @@ absl::Status RunCompute(const StepDesc& step, const StepEnvironment& env) {
     }
     RETURN_IF_ERROR(RunRowDot(step.compute.row_dot(), dtype, inputs[0].bytes(),
                               inputs[1].bytes(), out.bytes()));
+  } else if (step.compute.has_attention_block()) {
+    // inputs [Q, K, V] or [Q, K, V, S] (ParseProgram checked the count). An
+    // S that is its whole tile, as S' is, shares its bytes with S': the
+    // kernel updates the state in place.
+    if (inputs.size() < 3 || inputs.size() > 4) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "attention_block takes inputs [Q, K, V] or [Q, K, V, S], got ",
+          inputs.size()));
+    }
+    const absl::Span<const uint8_t> state =
+        inputs.size() == 4 ? absl::Span<const uint8_t>(inputs[3].bytes())
+                           : absl::Span<const uint8_t>();
+    RETURN_IF_ERROR(RunAttentionBlock(step.compute.attention_block(), dtype,
+                                      inputs[0].bytes(), inputs[1].bytes(),
+                                      inputs[2].bytes(), state, out.bytes()));
+  } else if (step.compute.has_attention_finish()) {
+    // inputs [S] (ParseProgram checked the count).
+    if (inputs.size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "attention_finish takes inputs [S], got ", inputs.size()));
+    }
+    RETURN_IF_ERROR(RunAttentionFinish(step.compute.attention_finish(), dtype,
+                                       inputs[0].bytes(), out.bytes()));
   } else {
     std::vector<absl::Span<const uint8_t>> spans;
     for (Dense& input : inputs) spans.push_back(input.bytes());

@@ -1,6 +1,7 @@
 // The CPU kernel of OP_COMPUTE: GEMM (BLIS), an elementwise op, a row
-// gather or a row dot over the step's operands, on the step's device
-// (worker/kernels/compute.h).
+// gather, a row dot, an attention block or an attention finish over the
+// step's operands, on the step's device (worker/kernels/compute.h,
+// attention.h).
 //
 // Each operand is row-major over its own box (plan.proto). An operand that
 // is its whole tile is used in place; a slice of a tile is packed into a

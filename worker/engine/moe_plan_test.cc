@@ -37,39 +37,6 @@ MoeShape Shape(int ep, int mp, double capacity, int top_k, double skew,
   return s;
 }
 
-// Copies a lowered plan into a TestJob (same tensor, buffer and step ids).
-TestJob JobOf(const v1::Plan& plan, int workers, int devices_per_worker) {
-  TestJob job(workers, devices_per_worker);
-  for (int t = 0; t < plan.tensors_size(); ++t) {
-    TensorSpec spec;
-    spec.shape.assign(plan.tensors(t).shape().begin(),
-                      plan.tensors(t).shape().end());
-    spec.dtype = DType::kFloat32;
-    EXPECT_EQ(job.AddTensor(spec), t);
-    job.SetInitializer(t, plan.tensor_inits(t));
-  }
-  for (const v1::Buffer& b : plan.buffers()) {
-    Box box;
-    for (const v1::Interval& i : b.box()) box.push_back({i.begin(), i.end()});
-    const BufferRole role =
-        b.role() == v1::Buffer::ROLE_SOURCE        ? BufferRole::kSource
-        : b.role() == v1::Buffer::ROLE_DESTINATION ? BufferRole::kDestination
-                                                   : BufferRole::kScratch;
-    EXPECT_EQ(job.AddBuffer(b.device(), b.tensor(), box, role), b.id());
-  }
-  for (const v1::Step& step : plan.steps()) {
-    std::vector<int> group;
-    if (step.op() != v1::Step::OP_COMPUTE) {
-      const v1::CommGroup& g = plan.groups(step.group());
-      group.assign(g.devices().begin(), g.devices().end());
-    }
-    v1::Step copy = step;
-    copy.clear_group();
-    EXPECT_EQ(job.AddStep(copy, group), step.id());
-  }
-  return job;
-}
-
 // Tensor ids of the lowering (moe_lowering.h).
 enum MoeTensor {
   kX = 0,
@@ -278,8 +245,9 @@ TEST_P(MoePlanTest, ReferenceIsTheLayerAndTheEngineMatchesIt) {
 
   // 2. The engine (one worker per EP rank, real Gloo) matches the
   // reference on every destination element.
-  TestJob job = JobOf(*plan, c.ep, c.mp);
-  const TestJobOutcome outcome = RunTestJob(job, ExecutorOptions{});
+  absl::StatusOr<TestJob> job = testing::TestJobOfPlan(*plan, c.ep, c.mp);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const TestJobOutcome outcome = RunTestJob(*job, ExecutorOptions{});
   for (const auto& result : outcome.results) {
     ASSERT_TRUE(result.ok()) << result.status();
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <mutex>
 #include <queue>
 
@@ -11,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "proto/dtype_convert.h"
 #include "util/status_macros.h"
+#include "worker/kernels/attention.h"
 #include "worker/kernels/box_index.h"
 #include "worker/kernels/compute.h"
 #include "worker/kernels/element.h"
@@ -92,8 +94,13 @@ struct Reference::StepInfo {
   v1::GatherAttrs gather_attrs;
   bool row_dot = false;
   v1::RowDotAttrs row_dot_attrs;
+  bool attention_block = false;
+  v1::AttentionBlockAttrs attention_attrs;
+  bool attention_finish = false;
+  v1::AttentionFinishAttrs finish_attrs;
   v1::ElementwiseAttrs elementwise;
   std::unique_ptr<GemmCache> cache;
+  std::unique_ptr<AttentionCache> attention;
 };
 
 // op(A) (m x k) and op(B) (k x n), row-major, as values and scales; the
@@ -107,6 +114,34 @@ struct Reference::GemmCache {
   std::once_flag output_once;
   bool output_ready = false;
   std::vector<double> c_sum, c_scale;
+};
+
+// An attention block's memos. K and V of each (batch, kv head), evaluated
+// once on first use: K transposed (head_dim x kv_rows, so that a row's
+// scores are a loop over keys the compiler vectorizes), V row-major
+// (kv_rows x head_dim), values and scales, with the largest terms of each.
+// And each output state row (b, h, i), head_dim + 2 entries, computed once
+// on first use: every element of a row needs the whole row (its maximum
+// and its exponentials), and the next block's row needs all of it again.
+struct Reference::AttentionCache {
+  struct KvHead {
+    std::vector<double> k_value, k_scale, v_value, v_scale;
+    int64_t k_terms = 0, v_terms = 0;
+  };
+  struct Entry {
+    double value = 0;
+    double scale = 0;
+    int64_t terms = 0;
+  };
+  AttentionCache(int64_t kv_count, int64_t row_count)
+      : kv_once(new std::once_flag[kv_count]),
+        kv(kv_count),
+        row_once(new std::once_flag[row_count]),
+        rows(row_count) {}
+  std::unique_ptr<std::once_flag[]> kv_once;
+  std::vector<KvHead> kv;  // b * kv_heads + kvh
+  std::unique_ptr<std::once_flag[]> row_once;
+  std::vector<std::vector<Entry>> rows;  // (b * heads + h) * q_rows + i
 };
 
 Reference::Reference() = default;
@@ -475,11 +510,63 @@ absl::Status Reference::Build(const v1::Plan& plan) {
           return absl::InvalidArgumentError(
               absl::StrCat("step ", s.id(), ": ", valid.message()));
         }
+      } else if (s.compute().has_attention_block()) {
+        info.attention_block = true;
+        info.attention_attrs = s.compute().attention_block();
+        const v1::AttentionBlockAttrs& a = info.attention_attrs;
+        if (s.inputs_size() < 3 || s.inputs_size() > 4 ||
+            s.outputs_size() != 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "step ", s.id(),
+              ": attention_block takes inputs [Q, K, V] or [Q, K, V, S] and "
+              "outputs [S']; got ",
+              s.inputs_size(), " inputs and ", s.outputs_size(), " outputs"));
+        }
+        if (IsIntegerDType(out.dtype)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "step ", s.id(), ": attention_block on ", DTypeName(out.dtype),
+              " is not defined; allowed dtypes: float16, bfloat16, float32, "
+              "float64"));
+        }
+        const absl::Status valid = CheckAttentionBlock(
+            a, NumElements(info.in_boxes[0]), NumElements(info.in_boxes[1]),
+            NumElements(info.in_boxes[2]),
+            s.inputs_size() == 4 ? NumElements(info.in_boxes[3]) : -1,
+            NumElements(out_boxes[0]));
+        if (!valid.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("step ", s.id(), ": ", valid.message()));
+        }
+        info.attention = std::make_unique<AttentionCache>(
+            a.batch() * a.kv_heads(), a.batch() * a.heads() * a.q_rows());
+      } else if (s.compute().has_attention_finish()) {
+        info.attention_finish = true;
+        info.finish_attrs = s.compute().attention_finish();
+        if (s.inputs_size() != 1 || s.outputs_size() != 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "step ", s.id(),
+              ": attention_finish takes inputs [S] and outputs [O]; got ",
+              s.inputs_size(), " inputs and ", s.outputs_size(), " outputs"));
+        }
+        if (IsIntegerDType(out.dtype)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "step ", s.id(), ": attention_finish on ", DTypeName(out.dtype),
+              " is not defined; allowed dtypes: float16, bfloat16, float32, "
+              "float64"));
+        }
+        const absl::Status valid =
+            CheckAttentionFinish(info.finish_attrs, NumElements(info.in_boxes[0]),
+                                 NumElements(out_boxes[0]));
+        if (!valid.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("step ", s.id(), ": ", valid.message()));
+        }
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("step ", s.id(),
                          ": OP_COMPUTE without an op; allowed: gemm, "
-                         "elementwise, gather, row_dot"));
+                         "elementwise, gather, row_dot, attention_block, "
+                         "attention_finish"));
       }
     }
     for (Box& box : out_boxes) {
@@ -643,6 +730,8 @@ Expected Reference::EvalStep(const StepInfo& step, const Definition& def,
   }
   if (step.gather) return EvalGather(step, e);
   if (step.row_dot) return EvalRowDot(step, e);
+  if (step.attention_block) return EvalAttentionBlock(step, e);
+  if (step.attention_finish) return EvalAttentionFinish(step, e);
   std::vector<Expected> in(step.in_tensors.size());
   for (size_t o = 0; o < in.size(); ++o) {
     const int t = step.in_tensors[o];
@@ -849,6 +938,223 @@ Expected Reference::EvalRowDot(const StepInfo& step, int64_t e) const {
   return result;
 }
 
+namespace {
+
+// The amplification of a state's m (reference.h): ceil((2 terms + 1)
+// scale), the bound, in units of the dtype's u * 1.125, on how far
+// (relatively) the device's exponentials may lie from the reference's; 0
+// for an exact m (an initial or empty state). Capped far beyond any useful
+// tolerance so that it stays an integer.
+int64_t AttentionAmplification(const Expected& m) {
+  if (m.terms <= 0) return 0;
+  const double x = (2.0 * static_cast<double>(m.terms) + 1.0) * m.scale;
+  if (!(x < 1e15)) return static_cast<int64_t>(1e15);
+  return static_cast<int64_t>(std::ceil(x));
+}
+
+}  // namespace
+
+void Reference::BuildAttentionKv(const StepInfo& step, int64_t b,
+                                 int64_t kvh) const {
+  const v1::AttentionBlockAttrs& a = step.attention_attrs;
+  const int64_t kv_rows = a.kv_rows(), d = a.head_dim();
+  AttentionCache::KvHead& kv = step.attention->kv[b * a.kv_heads() + kvh];
+  kv.k_value.resize(d * kv_rows);
+  kv.k_scale.resize(d * kv_rows);
+  kv.v_value.resize(kv_rows * d);
+  kv.v_scale.resize(kv_rows * d);
+  const DType out_dtype = tensors_[step.out_tensor].dtype;
+  const int tk = step.in_tensors[1], tv = step.in_tensors[2];
+  Coord ck(tensors_[tk].shape.size()), cv(tensors_[tv].shape.size());
+  // K and V are [batch, kv_heads, kv_rows, head_dim], row-major over their
+  // boxes.
+  const int64_t base = (b * a.kv_heads() + kvh) * kv_rows * d;
+  for (int64_t j = 0; j < kv_rows; ++j) {
+    for (int64_t c = 0; c < d; ++c) {
+      CoordInBox(base + j * d + c, step.in_boxes[1], ck.data());
+      const Expected x = ConvertTo(Eval(tk, ck.data(), step.index),
+                                   tensors_[tk].dtype, out_dtype);
+      kv.k_value[c * kv_rows + j] = x.value;
+      kv.k_scale[c * kv_rows + j] = x.scale;
+      kv.k_terms = std::max(kv.k_terms, x.terms);
+      CoordInBox(base + j * d + c, step.in_boxes[2], cv.data());
+      const Expected y = ConvertTo(Eval(tv, cv.data(), step.index),
+                                   tensors_[tv].dtype, out_dtype);
+      kv.v_value[j * d + c] = y.value;
+      kv.v_scale[j * d + c] = y.scale;
+      kv.v_terms = std::max(kv.v_terms, y.terms);
+    }
+  }
+}
+
+void Reference::BuildAttentionRow(const StepInfo& step, int64_t row) const {
+  const v1::AttentionBlockAttrs& a = step.attention_attrs;
+  const int64_t d = a.head_dim(), width = d + 2, kv_rows = a.kv_rows();
+  const int64_t q_rows = a.q_rows(), heads = a.heads();
+  const int64_t i = row % q_rows, h = (row / q_rows) % heads,
+                b = row / (q_rows * heads);
+  const int64_t kvh = h / (heads / a.kv_heads());
+  const DType out_dtype = tensors_[step.out_tensor].dtype;
+  AttentionCache& cache = *step.attention;
+  std::vector<AttentionCache::Entry>& out = cache.rows[row];
+  out.resize(width);
+
+  // The previous state's row (as of before the step), or the empty state.
+  std::vector<Expected> prev(width);
+  if (step.in_tensors.size() == 4) {
+    const int ts = step.in_tensors[3];
+    Coord c(tensors_[ts].shape.size());
+    for (int64_t x = 0; x < width; ++x) {
+      CoordInBox(row * width + x, step.in_boxes[3], c.data());
+      prev[x] = ConvertTo(Eval(ts, c.data(), step.index), tensors_[ts].dtype,
+                          out_dtype);
+    }
+  } else {
+    prev[d].value = -std::numeric_limits<double>::infinity();
+  }
+  auto keep = [&] {
+    for (int64_t x = 0; x < width; ++x) {
+      out[x] = {prev[x].value, prev[x].scale, prev[x].terms};
+    }
+  };
+  const bool causal = a.causal();
+  int64_t kept = 0;
+  for (int64_t j = 0; j < kv_rows; ++j) {
+    kept += !causal || a.kv_position(j) <= a.q_position(i);
+  }
+  if (kept == 0) {  // every key masked: the state stays as it was
+    keep();
+    return;
+  }
+
+  // Q's row and the kv head.
+  std::vector<double> qv(d), qs(d);
+  int64_t q_terms = 0;
+  {
+    const int tq = step.in_tensors[0];
+    Coord c(tensors_[tq].shape.size());
+    for (int64_t x = 0; x < d; ++x) {
+      CoordInBox(row * d + x, step.in_boxes[0], c.data());
+      const Expected e = ConvertTo(Eval(tq, c.data(), step.index),
+                                   tensors_[tq].dtype, out_dtype);
+      qv[x] = e.value;
+      qs[x] = e.scale;
+      q_terms = std::max(q_terms, e.terms);
+    }
+  }
+  const int64_t kv_index = b * a.kv_heads() + kvh;
+  std::call_once(cache.kv_once[kv_index],
+                 [&] { BuildAttentionKv(step, b, kvh); });
+  const AttentionCache::KvHead& kv = cache.kv[kv_index];
+
+  // Scores and their scales: s_j = alpha q . k_j, e_j = |alpha| sum_c
+  // scale(q_c) scale(k_jc), over c outside so that the loop over j
+  // vectorizes.
+  std::vector<double> sv(kv_rows, 0.0), se(kv_rows, 0.0);
+  for (int64_t x = 0; x < d; ++x) {
+    const double* kval = kv.k_value.data() + x * kv_rows;
+    const double* ksc = kv.k_scale.data() + x * kv_rows;
+    const double qx = qv[x], qsx = qs[x];
+    for (int64_t j = 0; j < kv_rows; ++j) {
+      sv[j] += qx * kval[j];
+      se[j] += qsx * ksc[j];
+    }
+  }
+  const double alpha = AttentionScale(a);
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  double mx = neg_inf, e_s = 0;
+  for (int64_t j = 0; j < kv_rows; ++j) {
+    sv[j] *= alpha;
+    se[j] *= std::abs(alpha);
+    if (causal && a.kv_position(j) > a.q_position(i)) {
+      sv[j] = neg_inf;  // masked: exp(-inf - m') = 0 below
+      continue;
+    }
+    mx = std::max(mx, sv[j]);
+    e_s = std::max(e_s, se[j]);
+  }
+
+  // m' and its bound; the amplification of the exponentials (reference.h).
+  const Expected& m_prev = prev[d];
+  const bool prev_empty = m_prev.value == neg_inf;
+  Expected m;
+  m.value = std::max(m_prev.value, mx);
+  const int64_t t_score = d + 2 + q_terms + kv.k_terms;
+  m.terms = std::max(t_score, m_prev.terms - 1) + 1;
+  m.scale = std::max({e_s, prev_empty ? 0.0 : m_prev.scale, std::abs(m.value)});
+  const int64_t amp = AttentionAmplification(m);
+  const int64_t amp_prev = prev_empty ? 0 : AttentionAmplification(m_prev);
+  const double f = prev_empty ? 0.0 : std::exp(m_prev.value - m.value);
+
+  std::vector<double> ov(d, 0.0), os(d, 0.0);
+  double l = 0;
+  for (int64_t j = 0; j < kv_rows; ++j) {
+    if (sv[j] == neg_inf) continue;
+    const double p = std::exp(sv[j] - m.value);
+    l += p;
+    const double* vval = kv.v_value.data() + j * d;
+    const double* vsc = kv.v_scale.data() + j * d;
+    for (int64_t x = 0; x < d; ++x) {
+      ov[x] += p * vval[x];
+      os[x] += p * vsc[x];
+    }
+  }
+  // What the previous state's elements carry beyond the previous
+  // amplification, plus this block's multiply by f, add and store.
+  auto carried = [&](const Expected& e) {
+    return std::max<int64_t>(e.terms - amp_prev, 0) + 4;
+  };
+  for (int64_t x = 0; x < d; ++x) {
+    out[x].value = f * prev[x].value + ov[x];
+    out[x].scale = f * prev[x].scale + os[x];
+    out[x].terms =
+        amp + std::max(carried(prev[x]), kv.v_terms + kv_rows + 8);
+  }
+  out[d] = {m.value, m.scale, m.terms};
+  const Expected& l_prev = prev[d + 1];
+  out[d + 1].value = f * l_prev.value + l;
+  out[d + 1].scale = f * l_prev.scale + l;
+  out[d + 1].terms = amp + std::max(carried(l_prev), kv_rows + 8);
+}
+
+Expected Reference::EvalAttentionBlock(const StepInfo& step, int64_t e) const {
+  const int64_t width = step.attention_attrs.head_dim() + 2;
+  const int64_t row = e / width;
+  AttentionCache& cache = *step.attention;
+  std::call_once(cache.row_once[row], [&] { BuildAttentionRow(step, row); });
+  const AttentionCache::Entry& entry = cache.rows[row][e % width];
+  Expected result;
+  result.value = entry.value;
+  result.scale = entry.scale;
+  result.terms = entry.terms;
+  return result;
+}
+
+Expected Reference::EvalAttentionFinish(const StepInfo& step, int64_t e) const {
+  const int64_t d = step.finish_attrs.head_dim();
+  const int64_t row = e / d, c = e % d;
+  const DType out_dtype = tensors_[step.out_tensor].dtype;
+  const int ts = step.in_tensors[0];
+  Coord cs(tensors_[ts].shape.size());
+  CoordInBox(row * (d + 2) + c, step.in_boxes[0], cs.data());
+  const Expected o = ConvertTo(Eval(ts, cs.data(), step.index),
+                               tensors_[ts].dtype, out_dtype);
+  CoordInBox(row * (d + 2) + d + 1, step.in_boxes[0], cs.data());
+  const Expected l = ConvertTo(Eval(ts, cs.data(), step.index),
+                               tensors_[ts].dtype, out_dtype);
+  if (l.value == 0) return Expected{};  // no key kept: an exact 0
+  // d(o / l) = do / l - (o / l) dl / l: o's bound over |l| plus |o / l|
+  // times l's relative bound (l's scale is l itself for an attention
+  // state's sum of exponentials), under both operands' terms, and the
+  // division's and the store's roundings.
+  const double abs_l = std::abs(l.value);
+  Expected result;
+  result.value = o.value / l.value;
+  result.scale = std::max(o.scale, std::abs(o.value) * l.scale / abs_l) / abs_l;
+  result.terms = o.terms + l.terms + 2;
+  return result;
+}
+
 const Reference::GemmCache& Reference::Operands(const StepInfo& step) const {
   GemmCache& cache = *step.cache;
   std::call_once(cache.once, [&] {
@@ -1031,7 +1337,9 @@ absl::StatusOr<ComputedCheck> VerifyComputed(absl::Span<const uint8_t> data,
       const double found = LoadElement(spec.dtype, at);
       const Tolerance tol = ToleranceFor(spec.dtype, want.terms);
       const double bound = tol.abs + tol.rel * want.scale;
-      error = std::abs(found - want.value);
+      // The expected value itself passes, infinities included (an empty
+      // attention state's m is -inf, which no bound reaches).
+      error = found == want.value ? 0.0 : std::abs(found - want.value);
       bad = !(error <= bound);  // NaN fails
       if (bad && check.mismatches == 0) {
         expected_text = absl::StrFormat("%.10g", want.value);

@@ -38,13 +38,25 @@
 //        c < row of A[index[2 i], c] * B[index[2 i + 1], c], A's row r
 //        column c being element r * row + c of its box (B's likewise); an
 //        exact 0 when either index is -1;
+//      OP_COMPUTE attention block (plan.proto AttentionBlockAttrs): S'
+//        element e is row r = e / (head_dim + 2) = (b, h, i) of the state,
+//        computed from the previous state's row r (S element r * (head_dim
+//        + 2) + x, or the empty state o = 0, m = -inf, l = 0 without S),
+//        Q's row r and the rows of K and V of kv head h / (heads /
+//        kv_heads): m' = max(m, max over kept j of s_j), s_j = scale q . k_j,
+//        p_j = exp(s_j - m'), f = exp(m - m') (0 for an empty state), o' = f
+//        o + sum p_j v_j, l' = f l + sum p_j; a row with no kept key keeps
+//        its previous row as it was (values and bounds);
+//      OP_COMPUTE attention finish: O element e is row r = e / head_dim,
+//        column c = e % head_dim: o_c / l of S's row r, an exact 0 where l
+//        is 0;
 //  - otherwise its initializer's value (Plan.tensor_inits, default PATTERN).
 // Floating-point values are computed in float64 with no rounding to the
 // tensor's dtype on the way (the tolerance accounts for the device's
 // roundings); integer values are exact and wrap to each tensor's width, as
 // the device arithmetic does. Integer GEMM and weighted integer gather are
-// UNIMPLEMENTED, integer RELU / SIGMOID / RELU_GRAD / SIGMOID_GRAD and row
-// dot INVALID_ARGUMENT (as in compute.h).
+// UNIMPLEMENTED, integer RELU / SIGMOID / RELU_GRAD / SIGMOID_GRAD, row
+// dot and attention INVALID_ARGUMENT (as in compute.h, attention.h).
 //
 // Tolerance bookkeeping (Expected.scale / terms) of the compute ops: GEMM
 // and weighted gather add k + 1 terms (row dot row + 1) to the largest of
@@ -66,9 +78,50 @@
 // its own bound) and 0 alike, and that the steps reading it carry on
 // (reference.cc says why for each op).
 //
+// Attention (attention.h). The device's scores s_j err by its roundings
+// of the dot product, the scale's product and the operands' own errors:
+// T = head_dim + 2 + terms(Q) + terms(K) terms over e_j = |scale| sum_c
+// scale(q_c) scale(k_jc) (>= |s_j|). Its m' is the maximum of such scores
+// (and of the previous m), rounded to the dtype once, so it errs by as
+// much plus one rounding: m' has scale E = max(e_s, scale(m), |m'|), e_s
+// the largest e_j of the row's kept keys, and terms max(T, terms(m) - 1) +
+// 1 (max is 1-Lipschitz, so this bounds |m'_device - m'|; a scale of |m'|
+// alone would fail a maximum near 0 whose dot product cancelled). Each
+// exponential exp(s_j - m') then errs, relatively, by |ds_j| + |dm'| plus
+// the subtraction's rounding: at most the amplification A = ceil((2
+// terms(m') + 1) E) = ceil((2 T + 3) E) units of 1.125 u (twice T E, not
+// once: both s_j and m' carry the score's error; the 3 covers m's
+// rounding to the dtype and the subtraction). So
+//  - o elements: scale f scale(o) + sum_j p_j scale(v_j), terms A + max(
+//    terms(o) - A_prev + 4, terms(V) + kv_rows + 8), with A_prev the
+//    previous m's amplification: the previous o's error relative to its
+//    own m cancels against the new f (the device's o and l are exactly
+//    relative to its stored m), so what it carries on is its terms beyond
+//    its amplification, plus this block's multiply by f, add and store (4);
+//    this block's sum adds kv_rows roundings, the products, exp's own
+//    error and the store (8) over V's terms; the amplification is taken
+//    once, for the largest scores of the chain so far, rather than once
+//    per block, so a ring of many blocks does not inflate it;
+//  - l elements: the same with scale(v) = 1 and no V terms;
+//  - m elements: as above;
+//  - a row with no kept key: the previous row's values and bounds (the
+//    device copies it), the empty state's o = 0, m = -inf, l = 0 exact.
+// The finish O = o / l has scale max(scale(o), |o| scale(l) / |l|) / |l|
+// (scale(o) / l for an attention state, whose l is its own scale) and
+// terms terms(o) + terms(l) + 2 (the division and the store); an l of 0
+// gives an exact 0. VerifyComputed passes a value equal to the expected
+// one, so the -inf of an empty state's m verifies exactly.
+//
 // Cost: an element costs one evaluation per reduced rank / moved element,
 // k evaluations of X (and of W) per gather element, row evaluations of A
-// and of B per row dot element, and one lookup per GEMM
+// and of B per row dot element, two lookups per attention finish element,
+// and one lookup per GEMM or attention block element: an attention
+// block's K and V of each (batch, kv head) are evaluated once, on first
+// use, into float64 arrays (16 bytes per element of K and of V), and each
+// row of its output state once, on first use, at O(kv_rows * head_dim)
+// arithmetic plus head_dim evaluations of Q and head_dim + 2 of the
+// previous state, kept (24 bytes per element) for the rest of the
+// reference's life; a GEMM
 // element: a GEMM step's op(A) and op(B) are evaluated once, on first use,
 // into float64 arrays (when they hold at most 2^24 elements together), and
 // its whole output is then computed once (when it holds at most 2^24
@@ -76,7 +129,8 @@
 // evaluated element by element, which suits SAMPLE verification.
 //
 // Thread safety: after Create, every const method may run on many threads at
-// once (the GEMM operand arrays are built under std::call_once).
+// once (the GEMM operand arrays and the attention memos are built under
+// std::call_once).
 #ifndef MESHCAST_WORKER_KERNELS_REFERENCE_H_
 #define MESHCAST_WORKER_KERNELS_REFERENCE_H_
 
@@ -155,9 +209,11 @@ class Reference {
   // value-defining steps are malformed (unknown buffers or tensors, operands
   // outside their buffers, sizes that do not match GEMM's m, n, k, the
   // all-to-all counts or a gather's row, k and index (compute.h
-  // CheckGather) or a row dot's row and index (CheckRowDot), IN not [n] +
-  // OUT's shape, unknown kinds or reductions, RELU / SIGMOID / RELU_GRAD /
-  // SIGMOID_GRAD or a row dot on an integer dtype, a dependency cycle);
+  // CheckGather) or a row dot's row and index (CheckRowDot) or an
+  // attention block's or finish's attributes (attention.h
+  // CheckAttentionBlock, CheckAttentionFinish), IN not [n] + OUT's shape,
+  // unknown kinds or reductions, RELU / SIGMOID / RELU_GRAD / SIGMOID_GRAD,
+  // a row dot or attention on an integer dtype, a dependency cycle);
   // UNIMPLEMENTED for integer GEMM and weighted integer gather.
   static absl::StatusOr<std::unique_ptr<Reference>> Create(
       const v1::Plan& plan);
@@ -185,6 +241,7 @@ class Reference {
   struct StepInfo;
   struct Definition;
   struct GemmCache;
+  struct AttentionCache;
   friend absl::StatusOr<ComputedCheck> VerifyComputed(
       absl::Span<const uint8_t>, const Box&, const TensorSpec&, int,
       const Reference&, v1::VerifyMode, const Cancellation&);
@@ -203,6 +260,15 @@ class Reference {
   Expected EvalGather(const StepInfo& step, int64_t e) const;
   // Element e of a row dot's output operand (row-major over its box).
   Expected EvalRowDot(const StepInfo& step, int64_t e) const;
+  // Element e of an attention block's S' / an attention finish's O operand
+  // (row-major over its box).
+  Expected EvalAttentionBlock(const StepInfo& step, int64_t e) const;
+  Expected EvalAttentionFinish(const StepInfo& step, int64_t e) const;
+  // Fill an attention block's memos (AttentionCache): K and V of (b, kv
+  // head), and output state row `row`; each run once, under its
+  // std::once_flag.
+  void BuildAttentionKv(const StepInfo& step, int64_t b, int64_t kvh) const;
+  void BuildAttentionRow(const StepInfo& step, int64_t row) const;
   const GemmCache& Operands(const StepInfo& step) const;
 
   std::vector<TensorSpec> tensors_;
@@ -216,8 +282,9 @@ class Reference {
 // (row-major, DTypeSize(spec.dtype) bytes each), against `ref`:
 // FULL every element, SAMPLE a fixed pseudo-random subset of at most 4096
 // elements (one per stratum of the box's row-major order, the same on every
-// run), OFF none. Floats pass within ToleranceFor(dtype, terms) of the
-// expected value (NaN never passes), integers must be exact.
+// run), OFF none. Floats pass when equal to the expected value (infinities
+// included) or within ToleranceFor(dtype, terms) of it (NaN never passes),
+// integers must be exact.
 // Errors: INVALID_ARGUMENT if the box is not inside the tensor, the buffer
 // size does not match, `spec` is not the reference's tensor; CANCELLED
 // (checked every 1024 elements). A mismatch is a result, not an error.

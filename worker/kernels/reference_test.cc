@@ -1,14 +1,19 @@
 #include "worker/kernels/reference.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "proto/dtype_convert.h"
+#include "worker/kernels/attention.h"
 #include "worker/kernels/compute.h"
 #include "worker/kernels/element.h"
 #include "worker/kernels/initializer.h"
@@ -1282,6 +1287,294 @@ TEST(ReferenceTest, MillionElementsOfGemmThenReduceScatterVerifyQuickly) {
                            v1::VERIFY_MODE_SAMPLE, cancel);
   EXPECT_EQ(s1->mismatches, s2->mismatches);
   EXPECT_EQ(s1->max_abs_error, s2->max_abs_error);
+}
+
+// Causal attention over a zigzag layout as a chain of two attention
+// blocks and a finish: 4 heads on 2 kv heads, 16 query rows at positions
+// 0-7 and 24-31 (device 0 of a sequence of 32 in 4 chunks), the first
+// block against the other device's keys (positions 8-23, which queries 0-7
+// all mask), the second against the own keys (the same positions as the
+// queries). The state is a slice of a bigger tensor (batch 1 of 2); the
+// second block reads it out of place into S2 or updates it in place.
+struct AttentionChain {
+  PlanBuilder p;
+  int q = 0, k1 = 0, v1 = 0, k2 = 0, v2 = 0, s1 = 0, s2 = 0, o = 0;
+  v1::AttentionBlockAttrs other, own;
+  Box state_box;
+};
+
+constexpr int64_t kChainHeads = 4, kChainRows = 16, kChainDim = 8;
+
+AttentionChain BuildAttentionChain(DType dtype, bool in_place) {
+  AttentionChain c;
+  PlanBuilder& p = c.p;
+  const int64_t h = kChainHeads, n = kChainRows, d = kChainDim;
+  c.q = p.Tensor({1, h, n, d}, dtype, v1::Initializer::KIND_RANDOM, 1);
+  c.k1 = p.Tensor({1, 2, n, d}, dtype, v1::Initializer::KIND_RANDOM, 2);
+  c.v1 = p.Tensor({1, 2, n, d}, dtype, v1::Initializer::KIND_RANDOM, 3);
+  c.k2 = p.Tensor({1, 2, n, d}, dtype, v1::Initializer::KIND_RANDOM, 4);
+  c.v2 = p.Tensor({1, 2, n, d}, dtype, v1::Initializer::KIND_RANDOM, 5);
+  c.s1 = p.Tensor({2, h, n, d + 2}, dtype, v1::Initializer::KIND_ZEROS);
+  c.s2 = in_place ? c.s1
+                  : p.Tensor({1, h, n, d + 2}, dtype, v1::Initializer::KIND_ZEROS);
+  c.o = p.Tensor({1, h, n, d}, dtype, v1::Initializer::KIND_ZEROS);
+  c.own.set_batch(1);
+  c.own.set_heads(h);
+  c.own.set_kv_heads(2);
+  c.own.set_q_rows(n);
+  c.own.set_kv_rows(n);
+  c.own.set_head_dim(d);
+  c.own.set_scale(1.5);
+  c.own.set_causal(true);
+  for (int64_t x = 0; x < n; ++x) {
+    const int64_t position = x < 8 ? x : 16 + x;  // 0-7, 24-31
+    c.own.add_q_position(position);
+    c.own.add_kv_position(position);
+  }
+  c.other = c.own;
+  c.other.clear_kv_position();
+  for (int64_t x = 8; x < 24; ++x) c.other.add_kv_position(x);
+  auto full = [&](int t) { return p.Buffer(t, 0, p.spec(t).full_box()); };
+  const int qb = full(c.q);
+  c.state_box = {{1, 2}, {0, h}, {0, n}, {0, d + 2}};
+  const int s1b = p.Buffer(c.s1, 0, c.state_box);
+  *p.Step(v1::Step::OP_COMPUTE, {qb, full(c.k2), full(c.v2)}, {s1b})
+       ->mutable_compute()
+       ->mutable_attention_block() = c.other;
+  const int s2b = in_place ? s1b : full(c.s2);
+  *p.Step(v1::Step::OP_COMPUTE, {qb, full(c.k1), full(c.v1), s1b}, {s2b})
+       ->mutable_compute()
+       ->mutable_attention_block() = c.own;
+  p.Step(v1::Step::OP_COMPUTE, {s2b}, {full(c.o)})
+      ->mutable_compute()
+      ->mutable_attention_finish()
+      ->set_head_dim(d);
+  return c;
+}
+
+// The chain's reference: O within 1e-9 of causal softmax attention over
+// all 32 positions computed directly in float64 (in place or not); the
+// first block's state has the empty state (m = -inf, exact) on queries
+// 0-7 and the bookkeeping of reference.h elsewhere; and the host kernels'
+// outputs, in every float dtype, verify against it, with a bound that a
+// real error would not pass.
+TEST(ReferenceTest, AttentionChainMatchesDirectAttention) {
+  const int64_t h = kChainHeads, n = kChainRows, d = kChainDim;
+  for (DType dtype :
+       {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    for (bool in_place : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(dtype), in_place ? " in place" : ""));
+      AttentionChain c = BuildAttentionChain(dtype, in_place);
+      const PlanBuilder& p = c.p;
+      auto ref = MustCreate(p.plan());
+      ASSERT_NE(ref, nullptr);
+      EXPECT_TRUE(ref->IsComputed(c.o));
+      // Direct: every key of both blocks with position <= the query's.
+      for (int64_t head = 0; head < h; ++head) {
+        const int64_t kvh = head / 2;
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t qpos = c.own.q_position(i);
+          std::vector<double> s;
+          std::vector<std::pair<int, int64_t>> from;  // (V tensor, row)
+          for (auto [kt, vt, attrs] :
+               {std::tuple{c.k1, c.v1, &c.own},
+                std::tuple{c.k2, c.v2, &c.other}}) {
+            for (int64_t j = 0; j < n; ++j) {
+              if (attrs->kv_position(j) > qpos) continue;
+              double dot = 0;
+              for (int64_t x = 0; x < d; ++x) {
+                dot += p.Initial(c.q, (head * n + i) * d + x) *
+                       p.Initial(kt, (kvh * n + j) * d + x);
+              }
+              s.push_back(1.5 * dot);
+              from.push_back({vt, (kvh * n + j) * d});
+            }
+          }
+          ASSERT_FALSE(s.empty());
+          const double m = *std::max_element(s.begin(), s.end());
+          double l = 0;
+          for (double& x : s) l += (x = std::exp(x - m));
+          for (int64_t x = 0; x < d; ++x) {
+            double want = 0;
+            for (size_t j = 0; j < s.size(); ++j) {
+              want += s[j] / l * p.Initial(from[j].first, from[j].second + x);
+            }
+            const absl::StatusOr<Expected> e = ref->Expect(c.o, {0, head, i, x});
+            ASSERT_TRUE(e.ok()) << e.status();
+            EXPECT_NEAR(e->value, want, 1e-9) << head << " " << i << " " << x;
+          }
+        }
+      }
+      if (!in_place) {
+        // The first block: queries 0-7 keep the empty state, exactly.
+        for (int64_t x = 0; x < d + 2; ++x) {
+          const Expected e = *ref->Expect(c.s1, {1, 2, 3, x});
+          EXPECT_EQ(e.value, x == d ? -std::numeric_limits<double>::infinity()
+                                    : 0.0)
+              << x;
+          EXPECT_EQ(e.scale, 0) << x;
+          EXPECT_EQ(e.terms, 0) << x;
+        }
+        // Elsewhere: m with T + 1 = head_dim + 3 terms (exact inputs), o and
+        // l with the amplification A = ceil(23 E) plus kv_rows + 8.
+        const Expected m = *ref->Expect(c.s1, {1, 2, 12, d});
+        EXPECT_EQ(m.terms, d + 3);
+        EXPECT_GE(m.scale, std::abs(m.value));
+        const int64_t amp =
+            static_cast<int64_t>(std::ceil((2.0 * (d + 3) + 1) * m.scale));
+        EXPECT_EQ(ref->Expect(c.s1, {1, 2, 12, 0})->terms, amp + n + 8);
+        EXPECT_EQ(ref->Expect(c.s1, {1, 2, 12, d + 1})->terms, amp + n + 8);
+        // The second block continues from it: its o carries 4 more
+        // roundings beyond the first block's amplification.
+        const Expected m2 = *ref->Expect(c.s2, {0, 2, 12, d});
+        EXPECT_EQ(m2.terms, d + 3);
+        EXPECT_GE(m2.scale, m.scale);
+        const int64_t amp2 =
+            static_cast<int64_t>(std::ceil((2.0 * (d + 3) + 1) * m2.scale));
+        EXPECT_EQ(ref->Expect(c.s2, {0, 2, 12, 0})->terms, amp2 + n + 8 + 4);
+      }
+
+      // The host kernels, verified against the reference.
+      auto fill = [&](int t) {
+        std::vector<uint8_t> bytes(p.spec(t).num_elements() * DTypeSize(dtype));
+        EXPECT_TRUE(FillInitializer(absl::MakeSpan(bytes),
+                                    p.spec(t).full_box(), p.spec(t), t,
+                                    p.init(t))
+                        .ok());
+        return bytes;
+      };
+      const std::vector<uint8_t> q = fill(c.q), k1 = fill(c.k1),
+                                 v1 = fill(c.v1), k2 = fill(c.k2),
+                                 v2 = fill(c.v2);
+      const int size = DTypeSize(dtype);
+      std::vector<uint8_t> s1(h * n * (d + 2) * size), s2(s1.size()),
+          out(h * n * d * size);
+      ASSERT_TRUE(
+          RunAttentionBlock(c.other, dtype, q, k2, v2, {}, absl::MakeSpan(s1))
+              .ok());
+      Cancellation cancel;
+      auto verify = [&](const std::vector<uint8_t>& bytes, int t,
+                        const Box& box) {
+        auto check = VerifyComputed(bytes, box, p.spec(t), t, *ref,
+                                    v1::VERIFY_MODE_FULL, cancel);
+        EXPECT_TRUE(check.ok()) << check.status();
+        return check.ok() ? *check : ComputedCheck{};
+      };
+      if (!in_place) {
+        const ComputedCheck first = verify(s1, c.s1, c.state_box);
+        EXPECT_EQ(first.elements, h * n * (d + 2));
+        EXPECT_EQ(first.mismatches, 0) << first.first_mismatch;
+      }
+      ASSERT_TRUE(
+          RunAttentionBlock(c.own, dtype, q, k1, v1, s1, absl::MakeSpan(s2))
+              .ok());
+      v1::AttentionFinishAttrs finish;
+      finish.set_head_dim(d);
+      ASSERT_TRUE(RunAttentionFinish(finish, dtype, s2, absl::MakeSpan(out)).ok());
+      const ComputedCheck second =
+          verify(s2, c.s2, in_place ? c.state_box : p.spec(c.s2).full_box());
+      EXPECT_EQ(second.mismatches, 0) << second.first_mismatch;
+      const ComputedCheck final_check =
+          verify(out, c.o, p.spec(c.o).full_box());
+      EXPECT_EQ(final_check.elements, h * n * d);
+      EXPECT_EQ(final_check.mismatches, 0) << final_check.first_mismatch;
+      if (dtype == DType::kFloat32) {
+        // The bound is tight enough to matter: under 1e-4 everywhere, and
+        // an O off by 1e-3 fails on every element.
+        for (int64_t e = 0; e < h * n * d; ++e) {
+          const Expected want =
+              *ref->Expect(c.o, {0, e / (n * d), e / d % n, e % d});
+          const Tolerance tol = ToleranceFor(dtype, want.terms);
+          EXPECT_LT(tol.abs + tol.rel * want.scale, 1e-4) << e;
+        }
+        std::vector<uint8_t> wrong = out;
+        for (int64_t e = 0; e < h * n * d; ++e) {
+          float x;
+          std::memcpy(&x, wrong.data() + 4 * e, 4);
+          x += 1e-3f;
+          std::memcpy(wrong.data() + 4 * e, &x, 4);
+        }
+        EXPECT_EQ(verify(wrong, c.o, p.spec(c.o).full_box()).mismatches,
+                  h * n * d);
+      }
+    }
+  }
+}
+
+// Attention steps that do not fit their operands, or that name the wrong
+// operands or an integer dtype, are refused by Create with the step and
+// the field.
+TEST(ReferenceTest, MalformedAttentionStepsAreRejected) {
+  struct Case {
+    std::function<void(v1::Plan*)> corrupt;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::Plan* plan) {
+         plan->mutable_steps(1)
+             ->mutable_compute()
+             ->mutable_attention_block()
+             ->mutable_q_position()
+             ->RemoveLast();
+       },
+       "step 2: attention_block.q_position has 15 entries; want q_rows = 16"},
+      {[](v1::Plan* plan) {
+         plan->mutable_steps(0)
+             ->mutable_compute()
+             ->mutable_attention_block()
+             ->set_kv_heads(3);
+       },
+       "step 1: attention_block.heads = 4 is not a multiple of kv_heads = 3"},
+      {[](v1::Plan* plan) {
+         plan->mutable_steps(0)
+             ->mutable_compute()
+             ->mutable_attention_block()
+             ->set_head_dim(4);
+       },
+       "step 1: attention_block: Q has 512 elements; want batch * heads * "
+       "q_rows * head_dim = 1 * 4 * 16 * 4 = 256"},
+      {[](v1::Plan* plan) { plan->mutable_steps(0)->mutable_inputs()->RemoveLast(); },
+       "step 1: attention_block takes inputs [Q, K, V] or [Q, K, V, S] and "
+       "outputs [S']; got 2 inputs"},
+      {[](v1::Plan* plan) {
+         plan->mutable_steps(2)
+             ->mutable_compute()
+             ->mutable_attention_finish()
+             ->set_head_dim(7);
+       },
+       "step 3: attention_finish.head_dim = 7: S has 640 elements, not whole "
+       "rows of head_dim + 2 = 9"},
+      {[](v1::Plan* plan) {
+         *plan->mutable_steps(2)->add_inputs() = plan->steps(2).inputs(0);
+       },
+       "step 3: attention_finish takes inputs [S] and outputs [O]; got 2"},
+      {[](v1::Plan* plan) { plan->mutable_steps(2)->clear_compute(); },
+       "step 3: OP_COMPUTE without an op; allowed: gemm, elementwise, gather, "
+       "row_dot, attention_block, attention_finish"},
+      {[](v1::Plan* plan) {
+         for (int t = 0; t < plan->tensors_size(); ++t) {
+           plan->mutable_tensors(t)->set_dtype(DTypeToProto(DType::kInt32));
+         }
+       },
+       "step 1: attention_block on int32 is not defined; allowed dtypes: "
+       "float16, bfloat16, float32, float64"},
+      {[](v1::Plan* plan) {
+         plan->mutable_steps()->DeleteSubrange(0, 2);
+         for (int t = 0; t < plan->tensors_size(); ++t) {
+           plan->mutable_tensors(t)->set_dtype(DTypeToProto(DType::kInt32));
+         }
+       },
+       "step 3: attention_finish on int32 is not defined"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message);
+    AttentionChain chain = BuildAttentionChain(DType::kFloat32, false);
+    v1::Plan plan = chain.p.plan();
+    c.corrupt(&plan);
+    const absl::Status status = Reference::Create(plan).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find(c.message), std::string::npos) << status;
+  }
 }
 
 }  // namespace

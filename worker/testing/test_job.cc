@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/dtype_convert.h"
+#include "util/status_macros.h"
 #include "worker/gloo_communicator.h"
 #include "worker/in_memory_kv_store.h"
 
@@ -241,6 +242,46 @@ TestJobOutcome RunTestJob(const TestJob& job, const ExecutorOptions& options) {
         std::max(outcome.max_abs_error, result->max_abs_error());
   }
   return outcome;
+}
+
+absl::StatusOr<TestJob> TestJobOfPlan(const v1::Plan& plan, int workers,
+                                      int devices_per_worker) {
+  TestJob job(workers, devices_per_worker);
+  auto same = [](int got, int want, const char* what) {
+    return got == want ? absl::OkStatus()
+                       : absl::InternalError(absl::StrCat(
+                             what, " ", want, " became ", got));
+  };
+  for (int t = 0; t < plan.tensors_size(); ++t) {
+    TensorSpec spec;
+    spec.shape.assign(plan.tensors(t).shape().begin(),
+                      plan.tensors(t).shape().end());
+    spec.dtype = DType::kFloat32;
+    RETURN_IF_ERROR(same(job.AddTensor(spec), t, "tensor"));
+    job.SetInitializer(t, plan.tensor_inits(t));
+  }
+  for (const v1::Buffer& b : plan.buffers()) {
+    Box box;
+    for (const v1::Interval& i : b.box()) box.push_back({i.begin(), i.end()});
+    const BufferRole role =
+        b.role() == v1::Buffer::ROLE_SOURCE        ? BufferRole::kSource
+        : b.role() == v1::Buffer::ROLE_DESTINATION ? BufferRole::kDestination
+                                                   : BufferRole::kScratch;
+    RETURN_IF_ERROR(
+        same(job.AddBuffer(b.device(), b.tensor(), box, role), b.id(),
+             "buffer"));
+  }
+  for (const v1::Step& step : plan.steps()) {
+    std::vector<int> group;
+    if (step.op() != v1::Step::OP_COMPUTE) {
+      const v1::CommGroup& g = plan.groups(step.group());
+      group.assign(g.devices().begin(), g.devices().end());
+    }
+    v1::Step copy = step;
+    copy.clear_group();
+    RETURN_IF_ERROR(same(job.AddStep(copy, group), step.id(), "step"));
+  }
+  return job;
 }
 
 }  // namespace meshcast::worker::testing

@@ -88,6 +88,14 @@ struct TestJobOutcome {
 // an in-memory store when there are several workers).
 TestJobOutcome RunTestJob(const TestJob& job, const ExecutorOptions& options);
 
+// A planner's whole Plan as a TestJob on `workers` x `devices_per_worker`
+// devices, with the same tensor, buffer and step ids (the kinds' lowering
+// tests run their plans with it). Every tensor is taken as float32.
+// INTERNAL when an id comes out different (a plan whose ids are not their
+// positions).
+absl::StatusOr<TestJob> TestJobOfPlan(const v1::Plan& plan, int workers,
+                                      int devices_per_worker);
+
 }  // namespace meshcast::worker::testing
 
 #endif  // MESHCAST_WORKER_TESTING_TEST_JOB_H_

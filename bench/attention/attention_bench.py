@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""attention_bench: sequence-parallel self-attention (`attention` jobs)
+measured against the compute-only ideal.
+
+Sections:
+  plan   (offline, `meshctl plan -f`): every algorithm (rsa, ring, ulysses)
+         on hosts of 8 H100-class GPUs, predicted time beside the
+         compute-only ideal (the attention FLOPs split evenly, no
+         communication) and the plan's memory per device, for growing
+         sequence lengths; the longest sequence whose plan fits a per-device
+         memory budget, ring against a tensor-parallel-only baseline (each
+         device holding the whole sequence of heads / P heads).
+  net    (the emulated multi-host cluster, root): every algorithm x layout
+         measured, verified, beside the ideal measured... predicted for the
+         same run, with causal balance (max / mean compute per rank).
+  local  (a local cluster of 127.0.0.1 workers): the same, no link limits.
+
+Every row prints measured (or predicted) seconds, the ideal, and their
+ratio; the closing line summarizes ring/ideal, rsa/ring and the balance of
+contiguous against zigzag.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "common"))
+import bench_common as bc  # noqa: E402
+from bench_common import fmt, fmt_s, geomean, log, write_spec  # noqa: E402
+
+ALGORITHMS = ["rsa", "ring", "ulysses"]
+ROW = "%-28s %-10s %-8s %11s %11s %7s %8s %10s %s"
+HEADER = ("layer B,H,Hkv,S,D,causal", "layout", "algo", "seconds", "ideal",
+          "ideal/t", "balance", "mem/dev", "note")
+
+
+def spec(c, algorithm, verify="VERIFY_MODE_SAMPLE", dtype="DTYPE_FLOAT32"):
+    return {"name": "attn-%s-%d-%s" % (c["layout"], c["seq"], algorithm),
+            "verify": verify,
+            "attention": {"batch": c["batch"], "heads": c["heads"],
+                          "kv_heads": c["kv_heads"], "seq_len": c["seq"],
+                          "head_dim": c["dim"], "causal": c["causal"],
+                          "layout": c["layout"], "algorithm": algorithm,
+                          "dtype": dtype,
+                          "mesh": {"shape": list(c["mesh"])}}}
+
+
+def label(c):
+    return "%d,%d,%d,%d,%d,%s" % (c["batch"], c["heads"], c["kv_heads"],
+                                  c["seq"], c["dim"],
+                                  "causal" if c["causal"] else "full")
+
+
+def plan(argv, job, cluster_flags):
+    path = write_spec(job)
+    try:
+        result = subprocess.run(argv + ["plan", "-f", path, "--output",
+                                        "json"] + cluster_flags,
+                                capture_output=True, text=True, timeout=300)
+    finally:
+        os.unlink(path)
+    if result.returncode != 0:
+        raise RuntimeError("meshctl plan: %s" % result.stderr.strip()[-300:])
+    return json.loads(result.stdout)
+
+
+def memory_of(doc):
+    """Bytes of the chosen plan's buffers on its busiest device."""
+    per = {}
+    plan_ = doc.get("plan", {})
+    sizes = {"DTYPE_FLOAT32": 4, "DTYPE_BFLOAT16": 2, "DTYPE_FLOAT16": 2,
+             "DTYPE_FLOAT64": 8}
+    tensors = plan_.get("tensors", [])
+    for b in plan_.get("buffers", []):
+        n = 1
+        for i in b.get("box", []):
+            n *= int(i.get("end", 0)) - int(i.get("begin", 0))
+        t = tensors[int(b.get("tensor", 0))]
+        per[b.get("device", 0)] = per.get(b.get("device", 0), 0) + n * sizes.get(
+            t.get("dtype", "DTYPE_FLOAT32"), 4)
+    return max(per.values()) if per else None
+
+
+def section_plan(args):
+    gpus = 8
+    log("# plan: offline on 1 host x %d H100 (NVLink 900 GB/s as 7200 "
+        "Gbit/s per device), bf16, batch 1, 32 heads (8 kv heads), head_dim "
+        "128, causal, zigzag; predicted seconds against the compute-only "
+        "ideal" % gpus)
+    log("#" + ROW % HEADER)
+    rows, ok = [], True
+    for seq in ([8192, 32768] if args.quick else [8192, 32768, 131072]):
+        c = dict(batch=1, heads=32, kv_heads=8, seq=seq, dim=128, causal=True,
+                 layout="zigzag", mesh=(1, gpus))
+        for algorithm in ALGORITHMS:
+            doc = plan([args.meshctl], spec(c, algorithm,
+                                              dtype="DTYPE_BFLOAT16"),
+                       ["--cluster", "1x%d" % gpus, "--inter-gbps", "400",
+                        "--intra-gbps", "7200", "--device-kind", "h100"])
+            rows.append(plan_row(c, algorithm, doc))
+    by = {}
+    for r in rows:
+        by.setdefault(r["seq"], {})[r["algorithm"]] = r
+    fractions = [r["ideal"] / r["predicted"] for r in rows
+                 if r["algorithm"] == "ring" and r["predicted"]]
+    log("# Summary (plan): ring predicted at %s of the compute-only ideal "
+        "(geomean); rsa / ring %s; memory per device at the longest "
+        "sequence: %s" % (
+            fmt(geomean(fractions), "%.2f"),
+            fmt(geomean([v["rsa"]["predicted"] / v["ring"]["predicted"]
+                         for v in by.values()]), "%.2fx"),
+            ", ".join("%s %.0f MiB" % (a, by[max(by)][a]["memory"] / 2**20)
+                      for a in ALGORITHMS if by[max(by)][a]["memory"])))
+    return ok, rows
+
+
+def plan_row(c, algorithm, doc):
+    alt = [a for a in doc.get("alternatives", []) if a.get("chosen")]
+    seconds = alt[0]["predicted_seconds"] if alt else None
+    ideal = alt[0].get("lower_bound_seconds") if alt else None
+    mem = memory_of(doc)
+    log(" " + ROW % (label(c), c["layout"], algorithm, fmt_s(seconds),
+                     fmt_s(ideal), fmt(ideal / seconds if seconds else None,
+                                       "%.2f"), "-",
+                     bc.fmt(mem / 2**20 if mem else None, "%.0f MiB"), ""))
+    return dict(c, algorithm=algorithm, predicted=seconds, ideal=ideal,
+                memory=mem, where="plan")
+
+
+def run_job(cluster, job, timeout):
+    path = write_spec(job)
+    try:
+        result = cluster.ctl(["submit", "-f", path, "--wait", "--output",
+                              "json", "--timeout", str(int(timeout))],
+                             timeout=timeout + 30)
+    finally:
+        os.unlink(path)
+    try:
+        return json.loads(result.stdout)
+    except json.JSONDecodeError:
+        return {"state": "ERROR", "message": (result.stderr or
+                                              result.stdout).strip()[-300:]}
+
+
+def section_cluster(args, where):
+    hosts, devices = (2, 2) if args.quick else (args.hosts, args.devices)
+    ranks = hosts * devices
+    seqs = [256] if args.quick else args.seq_lens
+    if where == "net" and os.geteuid() != 0:
+        log("# net: SKIPPED: the emulated cluster needs root")
+        return True, []
+    log("# %s: %d x %d devices, float32, verify sample; measured "
+        "total_seconds against the compute-only ideal of the same plan; "
+        "balance: max / mean compute per rank; load average %s" % (
+            where, hosts, devices, bc.load_average()))
+    log("#" + ROW % HEADER)
+    if where == "net":
+        cluster = bc.NetCluster(args.bin_dir, args.rate, hosts,
+                                devices=devices, cluster_id="attb",
+                                prefix="attention-netbench-")
+    else:
+        cluster = bc.LocalCluster(args.meshctl, args.controller_bin,
+                                  args.worker_bin, hosts, devices=devices,
+                                  prefix="attention-bench-")
+    rows, ok = [], True
+    with cluster:
+        for seq in seqs:
+            for causal, layout in ((False, "contiguous"),
+                                   (True, "contiguous"), (True, "zigzag")):
+                c = dict(batch=1, heads=ranks, kv_heads=ranks, seq=seq,
+                         dim=64, causal=causal, layout=layout,
+                         mesh=(hosts, devices))
+                for algorithm in ALGORITHMS:
+                    job = run_job(cluster, spec(c, algorithm), args.job_timeout)
+                    res = job.get("result", {})
+                    m = res.get("metrics", {})
+                    good = (job.get("state") == "SUCCEEDED" and
+                            res.get("mismatches", 1) == 0)
+                    ok = ok and good
+                    t = m.get("total_seconds")
+                    ideal = m.get("compute_only_ideal_seconds")
+                    note = "" if good else "%s: %s" % (
+                        job.get("state"), (job.get("message") or "")[:80])
+                    log(" " + ROW % (label(c), layout, algorithm, fmt_s(t),
+                                     fmt_s(ideal),
+                                     fmt(ideal / t if t and ideal else None,
+                                         "%.2f"),
+                                     fmt(m.get("causal_balance"), "%.2f"),
+                                     fmt((m.get("memory_bytes_per_rank_max")
+                                          or 0) / 2**20, "%.1f MiB"), note))
+                    rows.append(dict(c, algorithm=algorithm, where=where,
+                                     seconds=t, ideal=ideal, ok=good,
+                                     balance=m.get("causal_balance"),
+                                     predicted=m.get(
+                                         "predicted_total_seconds")))
+        cluster.ok = ok
+    good = [r for r in rows if r["ok"] and r["seconds"]]
+    ring = [r["ideal"] / r["seconds"] for r in good
+            if r["algorithm"] == "ring" and r["ideal"]]
+    pairs = {}
+    for r in good:
+        pairs.setdefault((r["seq"], r["causal"], r["layout"]), {})[
+            r["algorithm"]] = r["seconds"]
+    rsa_over_ring = [p["rsa"] / p["ring"] for p in pairs.values()
+                     if "rsa" in p and "ring" in p]
+    balance = {lay: [r["balance"] for r in good if r["causal"] and
+                     r["layout"] == lay and r["algorithm"] == "ring" and
+                     r["balance"]] for lay in ("contiguous", "zigzag")}
+    log("# Summary (%s): %d/%d jobs ok; ring at %s of the compute-only ideal "
+        "(geomean); rsa / ring %s (geomean; ring faster in %d/%d); causal "
+        "balance of ring: contiguous %s, zigzag %s (max / mean)" % (
+            where, len(good), len(rows), fmt(geomean(ring), "%.2f"),
+            fmt(geomean(rsa_over_ring), "%.2fx"),
+            sum(x > 1 for x in rsa_over_ring), len(rsa_over_ring),
+            fmt(geomean(balance["contiguous"]), "%.2f"),
+            fmt(geomean(balance["zigzag"]), "%.2f")))
+    return ok, rows
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sections", default=None,
+                   help="comma-separated: plan, net, local (default: plan, "
+                   "net; with --quick: plan, local)")
+    p.add_argument("--quick", action="store_true", help="CI smoke")
+    p.add_argument("--hosts", type=int, default=2)
+    p.add_argument("--devices", type=int, default=2)
+    p.add_argument("--seq-lens", default="1024,4096",
+                   help="net/local: sequence lengths")
+    p.add_argument("--rate", default="1gbit", help="net: link rate")
+    p.add_argument("--job-timeout", type=float, default=300)
+    p.add_argument("--bin-dir", default=os.environ.get("MESHCAST_BUILD_DIR"))
+    p.add_argument("--json", default=None)
+    a = p.parse_args(argv)
+    if a.sections is None:
+        a.sections = "plan,local" if a.quick else "plan,net"
+    a.section_list = [s for s in a.sections.split(",") if s]
+    for s in a.section_list:
+        if s not in ("plan", "net", "local"):
+            p.error("--sections: unknown '%s'; allowed: plan, net, local" % s)
+    try:
+        a.seq_lens = [int(x) for x in a.seq_lens.split(",") if x]
+    except ValueError:
+        p.error("--seq-lens: want N[,N...]")
+    return a
+
+
+def main(argv):
+    args = parse_args(argv)
+    return bc.run_bench("attention_bench", args, {
+        "plan": section_plan,
+        "net": lambda a: section_cluster(a, "net"),
+        "local": lambda a: section_cluster(a, "local")})
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

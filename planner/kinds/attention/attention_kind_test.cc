@@ -1,0 +1,208 @@
+#include "planner/kinds/attention/attention_kind.h"
+
+#include <functional>
+#include <map>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace meshcast {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+v1::JobSpec Spec(int ranks = 4, const std::string& algorithm = "",
+                 const std::string& layout = "", bool causal = false) {
+  v1::JobSpec spec;
+  v1::AttentionSpec* a = spec.mutable_attention();
+  a->set_heads(4);
+  a->set_kv_heads(2);
+  a->set_seq_len(64);
+  a->set_head_dim(16);
+  a->mutable_mesh()->add_shape(1);
+  a->mutable_mesh()->add_shape(ranks);
+  a->set_algorithm(algorithm);
+  a->set_layout(layout);
+  a->set_causal(causal);
+  return spec;
+}
+
+AttentionShape Shape(int ranks, AttentionLayout layout, bool causal) {
+  AttentionShape s;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.seq_len = 8 * ranks;
+  s.head_dim = 4;
+  s.ranks = ranks;
+  s.layout = layout;
+  s.causal = causal;
+  return s;
+}
+
+std::vector<int> Devices(int n) {
+  std::vector<int> d(n);
+  for (int i = 0; i < n; ++i) d[i] = i;
+  return d;
+}
+
+const Topology kTopology = Topology::FromGbps(1, 4, 10, 100);
+
+TEST(AttentionLayoutTest, PositionsOfEachLayout) {
+  AttentionShape s = Shape(2, AttentionLayout::kZigzag, true);
+  s.seq_len = 8;  // L = 4: chunks of 2
+  std::vector<int64_t> zigzag;
+  for (int64_t r = 0; r < 8; ++r) zigzag.push_back(s.LayoutPosition(r));
+  EXPECT_THAT(zigzag, ElementsAre(0, 1, 6, 7, 2, 3, 4, 5));
+  s.layout = AttentionLayout::kStriped;
+  std::vector<int64_t> striped;
+  for (int64_t r = 0; r < 8; ++r) striped.push_back(s.LayoutPosition(r));
+  EXPECT_THAT(striped, ElementsAre(0, 2, 4, 6, 1, 3, 5, 7));
+  s.layout = AttentionLayout::kContiguous;
+  EXPECT_EQ(s.LayoutPosition(5), 5);
+  // Causal and contiguous: device p sees the blocks of devices <= p.
+  EXPECT_TRUE(s.BlockVisible(1, 0));
+  EXPECT_FALSE(s.BlockVisible(0, 1));
+  s.layout = AttentionLayout::kZigzag;
+  EXPECT_TRUE(s.BlockVisible(0, 1));
+  EXPECT_TRUE(s.BlockVisible(1, 0));
+}
+
+TEST(AttentionKindTest, ErrorsNameTheFieldAndTheAllowedValues) {
+  struct Case {
+    std::function<void(v1::AttentionSpec&)> edit;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::AttentionSpec& a) { a.set_heads(0); },
+       "attention.heads is 0; allowed: 1..1024"},
+      {[](v1::AttentionSpec& a) { a.set_kv_heads(3); },
+       "attention.kv_heads 3 does not divide heads 4"},
+      {[](v1::AttentionSpec& a) { a.set_seq_len(30); },
+       "attention.seq_len 30 is not divisible by 4"},
+      {[](v1::AttentionSpec& a) {
+         a.set_seq_len(36);
+         a.set_layout("zigzag");
+       },
+       "not divisible by 8 (zigzag"},
+      {[](v1::AttentionSpec& a) { a.set_layout("spiral"); },
+       "attention.layout \"spiral\" is not one of contiguous, zigzag"},
+      {[](v1::AttentionSpec& a) { a.set_algorithm("tree"); },
+       "attention.algorithm \"tree\" is not one of rsa, ring, ulysses"},
+      {[](v1::AttentionSpec& a) {
+         a.set_algorithm("ulysses");
+         a.set_kv_heads(1);
+       },
+       "ulysses needs heads (4) and kv_heads (1) divisible by the group "
+       "size 4"},
+      {[](v1::AttentionSpec& a) { a.set_pass("forward_backward"); },
+       "allowed: forward"},
+      {[](v1::AttentionSpec& a) { a.clear_mesh(); },
+       "attention.mesh is required"},
+      {[](v1::AttentionSpec& a) { a.set_dtype(v1::DTYPE_INT8); },
+       "not one of float32"},
+  };
+  for (const Case& c : cases) {
+    v1::JobSpec spec = Spec();
+    c.edit(*spec.mutable_attention());
+    const absl::Status status = AttentionKind().Validate(spec);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(status.message(), HasSubstr(c.message));
+  }
+  EXPECT_TRUE(AttentionKind().Validate(Spec()).ok());
+}
+
+int Count(const v1::Plan& plan, v1::Step::Op op) {
+  int n = 0;
+  for (const v1::Step& s : plan.steps()) n += s.op() == op;
+  return n;
+}
+
+// Attention FLOPs each device's blocks add up to.
+std::map<int, double> BlockFlops(const v1::Plan& plan) {
+  std::map<int, double> flops;
+  for (const v1::Step& s : plan.steps()) {
+    if (s.compute().has_attention_block()) flops[s.device()] += s.flops();
+  }
+  return flops;
+}
+
+TEST(AttentionLoweringTest, TheRingPassesEveryBlockOnceAndSkipsMaskedOnes) {
+  for (bool causal : {false, true}) {
+    const AttentionShape shape = Shape(4, AttentionLayout::kContiguous, causal);
+    absl::StatusOr<v1::Plan> plan =
+        LowerAttention(shape, AttentionAlgorithm::kRing, Devices(4));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    // P - 1 rounds of one send/recv per device, K and V together.
+    EXPECT_EQ(Count(*plan, v1::Step::OP_SEND_RECV), 3 * 4);
+    const std::map<int, double> flops = BlockFlops(*plan);
+    if (!causal) {
+      for (const auto& [device, f] : flops) EXPECT_EQ(f, flops.at(0));
+    } else {
+      // Device p computes its own block's lower triangle and p whole
+      // blocks: the contiguous layout's imbalance. FLOPs count the
+      // visible (query, key) pairs: 4 B H D per pair.
+      const double l = shape.rows(), per_pair = 4.0 * 4 * shape.head_dim;
+      for (const auto& [device, f] : flops) {
+        EXPECT_DOUBLE_EQ(f, per_pair * (l * (l + 1) / 2 + device * l * l));
+      }
+    }
+  }
+  // Zigzag balances causal work: every device computes P / 2 + 1 blocks'
+  // worth... here every device the same.
+  const AttentionShape zigzag = Shape(4, AttentionLayout::kZigzag, true);
+  absl::StatusOr<v1::Plan> plan =
+      LowerAttention(zigzag, AttentionAlgorithm::kRing, Devices(4));
+  ASSERT_TRUE(plan.ok());
+  const std::map<int, double> flops = BlockFlops(*plan);
+  for (const auto& [device, f] : flops) EXPECT_EQ(f, flops.at(0));
+}
+
+TEST(AttentionLoweringTest, UlyssesExchangesHeadsAndRsaKeepsEveryKeyBlock) {
+  const AttentionShape shape = Shape(2, AttentionLayout::kContiguous, false);
+  absl::StatusOr<v1::Plan> ulysses =
+      LowerAttention(shape, AttentionAlgorithm::kUlysses, Devices(2));
+  ASSERT_TRUE(ulysses.ok()) << ulysses.status();
+  EXPECT_EQ(Count(*ulysses, v1::Step::OP_ALL_TO_ALL), 4);  // Q, K, V, O
+  EXPECT_EQ(Count(*ulysses, v1::Step::OP_SEND_RECV), 0);
+  const AttentionShape four = Shape(4, AttentionLayout::kContiguous, false);
+  absl::StatusOr<v1::Plan> rsa =
+      LowerAttention(four, AttentionAlgorithm::kRsa, Devices(4));
+  absl::StatusOr<v1::Plan> ring =
+      LowerAttention(four, AttentionAlgorithm::kRing, Devices(4));
+  ASSERT_TRUE(rsa.ok() && ring.ok());
+  // RSA: the K pass then the V pass (3 rounds of 4 each); every K block
+  // kept on every device: more memory than the ring's two slots.
+  EXPECT_EQ(Count(*rsa, v1::Step::OP_SEND_RECV), 2 * 3 * 4);
+  EXPECT_GT(PlanMemoryPerDevice(*rsa)[0], PlanMemoryPerDevice(*ring)[0]);
+  AttentionShape odd = shape;
+  odd.kv_heads = 1;
+  EXPECT_FALSE(
+      LowerAttention(odd, AttentionAlgorithm::kUlysses, Devices(2)).ok());
+}
+
+TEST(AttentionKindTest, AutoPicksThePredictedFastestAndRingBeatsRsa) {
+  const std::vector<DeviceMesh> mesh = {{{1, 4}, {0, 1, 2, 3}}};
+  v1::JobSpec spec = Spec(4, "auto", "zigzag", true);
+  spec.mutable_attention()->set_kv_heads(4);  // ulysses fits
+  spec.mutable_attention()->set_seq_len(4096);
+  spec.mutable_attention()->set_head_dim(64);
+  absl::StatusOr<PlannedJob> job =
+      AttentionKind().Plan(spec, mesh, kTopology, {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->alternatives.size(), 3u);
+  std::map<std::string, double> seconds;
+  double fastest = 1e300;
+  for (const PlanAlternative& a : job->alternatives) {
+    seconds[a.name] = a.predicted_seconds;
+    fastest = std::min(fastest, a.predicted_seconds);
+    EXPECT_GE(a.predicted_seconds, a.lower_bound_seconds);
+  }
+  for (const PlanAlternative& a : job->alternatives) {
+    EXPECT_EQ(a.chosen, a.predicted_seconds == fastest) << a.name;
+  }
+  EXPECT_LT(seconds["ring"], seconds["rsa"]);
+}
+
+}  // namespace
+}  // namespace meshcast

@@ -1,0 +1,628 @@
+#include "planner/kinds/attention/attention_lowering.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "planner/ir/plan_building.h"
+#include "planner/ir/spec_convert.h"
+#include "util/text_safety.h"
+
+namespace meshcast {
+namespace {
+
+uint64_t TensorSeed(uint64_t seed, int which) { return seed * 8 + which; }
+
+class AttentionBuilder {
+ public:
+  AttentionBuilder(const AttentionShape& shape, AttentionAlgorithm algorithm,
+                   const std::vector<int>& devices)
+      : s_(shape),
+        devices_(devices),
+        p_(shape.ranks),
+        b_(shape.batch),
+        h_(shape.heads),
+        hkv_(shape.kv_heads),
+        l_(shape.rows()),
+        d_(shape.head_dim) {
+    plan_.set_kind("attention");
+    plan_.set_strategy(AttentionAlgorithmName(algorithm));
+    algorithm_ = algorithm;
+  }
+
+  v1::Plan Build() {
+    AddTensors();
+    switch (algorithm_) {
+      case AttentionAlgorithm::kRing:
+        BuildRing(/*overlap=*/true);
+        break;
+      case AttentionAlgorithm::kRsa:
+        BuildRsa();
+        break;
+      default:
+        BuildUlysses();
+        break;
+    }
+    return std::move(plan_);
+  }
+
+ private:
+  using PerDevice = std::vector<int>;
+
+  int64_t Size() const { return DTypeSize(s_.dtype); }
+  Box Rows(int p, int64_t heads, int64_t width) const {
+    return {{0, b_}, {0, heads}, {p * l_, (p + 1) * l_}, {0, width}};
+  }
+  std::vector<int64_t> Positions(int p) const {
+    std::vector<int64_t> out(l_);
+    for (int64_t r = 0; r < l_; ++r) out[r] = s_.LayoutPosition(p * l_ + r);
+    return out;
+  }
+
+  v1::Step& AddStep(v1::Step::Op op, int stage, std::vector<int> deps) {
+    v1::Step& step = *plan_.add_steps();
+    step.set_id(plan_.steps_size() - 1);
+    step.set_op(op);
+    step.set_stage(stage);
+    deps.erase(std::remove(deps.begin(), deps.end(), -1), deps.end());
+    std::sort(deps.begin(), deps.end());
+    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+    for (int dep : deps) step.add_deps(dep);
+    return step;
+  }
+  v1::Step& AddCompute(int p, int stage, std::vector<int> deps, double flops) {
+    v1::Step& step = AddStep(v1::Step::OP_COMPUTE, stage, std::move(deps));
+    step.set_device(devices_[p]);
+    step.set_flops(flops);
+    return step;
+  }
+  int Buffer(int tensor, int p, const Box& box, v1::Buffer::Role role) {
+    boxes_.push_back(box);
+    return AddPlanBuffer(plan_, tensor, devices_[p], box, role);
+  }
+  static void Operand(v1::Operand* operand, int buffer, const Box& slice = {}) {
+    operand->set_buffer(buffer);
+    if (!slice.empty()) BoxToProto(slice, operand->mutable_slice());
+  }
+  int Group(std::vector<int> ranks) {
+    v1::CommGroup& group = *plan_.add_groups();
+    group.set_id(plan_.groups_size() - 1);
+    for (int r : ranks) group.add_devices(devices_[r]);
+    return group.id();
+  }
+  int PairGroup(int from, int to) {
+    const auto key = std::make_pair(from, to);
+    auto it = pairs_.find(key);
+    if (it != pairs_.end()) return it->second;
+    const int id = Group({from, to});
+    pairs_[key] = id;
+    return id;
+  }
+
+  void AddTensors() {
+    const int64_t s = s_.seq_len;
+    q_ = AddPlanTensor(plan_, {b_, h_, s, d_}, s_.dtype,
+                       v1::Initializer::KIND_RANDOM, TensorSeed(s_.seed, 1));
+    k_ = AddPlanTensor(plan_, {b_, hkv_, s, d_}, s_.dtype,
+                       v1::Initializer::KIND_RANDOM, TensorSeed(s_.seed, 2));
+    v_ = AddPlanTensor(plan_, {b_, hkv_, s, d_}, s_.dtype,
+                       v1::Initializer::KIND_RANDOM, TensorSeed(s_.seed, 3));
+    o_ = AddPlanTensor(plan_, {b_, h_, s, d_}, s_.dtype,
+                       v1::Initializer::KIND_ZEROS);
+    for (int p = 0; p < p_; ++p) {
+      qb_.push_back(Buffer(q_, p, Rows(p, h_, d_), v1::Buffer::ROLE_SOURCE));
+      kb_.push_back(Buffer(k_, p, Rows(p, hkv_, d_), v1::Buffer::ROLE_SOURCE));
+      vb_.push_back(Buffer(v_, p, Rows(p, hkv_, d_), v1::Buffer::ROLE_SOURCE));
+      ob_.push_back(
+          Buffer(o_, p, Rows(p, h_, d_), v1::Buffer::ROLE_DESTINATION));
+    }
+  }
+
+  // A copy of `from` (row-major over its slice) into `to`'s slice, rows of
+  // `row` elements in `order` (the input row of each output row).
+  int AddCopy(int p, int stage, std::vector<int> deps, int from,
+              const Box& from_box, int to, const Box& to_box,
+              const std::vector<int64_t>& order, int64_t row) {
+    v1::Step& step = AddCompute(p, stage, std::move(deps), 0);
+    Operand(step.add_inputs(), from, from_box);
+    Operand(step.add_outputs(), to, to_box);
+    v1::GatherAttrs& g = *step.mutable_compute()->mutable_gather();
+    g.set_row(row);
+    g.set_k(1);
+    for (int64_t i : order) g.add_index(i);
+    return step.id();
+  }
+  std::vector<int64_t> Identity(int64_t n) const {
+    std::vector<int64_t> order(n);
+    for (int64_t i = 0; i < n; ++i) order[i] = i;
+    return order;
+  }
+
+  // One attention block on device p into its state; `first` starts it.
+  struct BlockOperand {
+    int buffer;
+    Box box;
+  };
+  int AddBlock(int p, std::vector<int> deps, const BlockOperand& q,
+               const BlockOperand& k, const BlockOperand& v,
+               const BlockOperand& state, bool first, int64_t heads,
+               int64_t kv_heads, const std::vector<int64_t>& q_positions,
+               const std::vector<int64_t>& kv_positions) {
+    const int64_t q_rows = static_cast<int64_t>(q_positions.size());
+    const int64_t kv_rows = static_cast<int64_t>(kv_positions.size());
+    const double flops = 4.0 * b_ * heads *
+                         static_cast<double>(VisiblePairs(q_positions,
+                                                          kv_positions)) *
+                         d_;
+    v1::Step& step =
+        AddCompute(p, kAttentionCompute, std::move(deps), flops);
+    Operand(step.add_inputs(), q.buffer, q.box);
+    Operand(step.add_inputs(), k.buffer, k.box);
+    Operand(step.add_inputs(), v.buffer, v.box);
+    if (!first) Operand(step.add_inputs(), state.buffer, state.box);
+    Operand(step.add_outputs(), state.buffer, state.box);
+    v1::AttentionBlockAttrs& a =
+        *step.mutable_compute()->mutable_attention_block();
+    a.set_batch(b_);
+    a.set_heads(heads);
+    a.set_kv_heads(kv_heads);
+    a.set_q_rows(q_rows);
+    a.set_kv_rows(kv_rows);
+    a.set_head_dim(d_);
+    a.set_scale(1.0 / std::sqrt(static_cast<double>(d_)));
+    a.set_causal(s_.causal);
+    if (s_.causal) {
+      for (int64_t x : q_positions) a.add_q_position(x);
+      for (int64_t x : kv_positions) a.add_kv_position(x);
+    }
+    return step.id();
+  }
+  // The (query, key) pairs a block computes: all of them, or with causal
+  // masks those whose key position is not after the query's (the kernels
+  // skip what a mask hides).
+  int64_t VisiblePairs(const std::vector<int64_t>& q_positions,
+                       std::vector<int64_t> kv_positions) const {
+    const int64_t all = static_cast<int64_t>(q_positions.size()) *
+                        static_cast<int64_t>(kv_positions.size());
+    if (!s_.causal) return all;
+    std::sort(kv_positions.begin(), kv_positions.end());
+    int64_t pairs = 0;
+    for (int64_t q : q_positions) {
+      pairs += std::upper_bound(kv_positions.begin(), kv_positions.end(), q) -
+               kv_positions.begin();
+    }
+    return pairs;
+  }
+
+  int AddFinish(int p, int last, const BlockOperand& state,
+                const BlockOperand& out) {
+    v1::Step& step = AddCompute(p, kAttentionCompute, {last},
+                                2.0 * NumElements(out.box));
+    Operand(step.add_inputs(), state.buffer, state.box);
+    Operand(step.add_outputs(), out.buffer, out.box);
+    step.mutable_compute()->mutable_attention_finish()->set_head_dim(d_);
+    return step.id();
+  }
+  // Device p's state over its L rows.
+  void AddStates() {
+    st_ = AddPlanTensor(plan_, {b_, h_, s_.seq_len, d_ + 2}, s_.dtype,
+                        v1::Initializer::KIND_ZEROS);
+    for (int p = 0; p < p_; ++p) {
+      stb_.push_back(
+          Buffer(st_, p, Rows(p, h_, d_ + 2), v1::Buffer::ROLE_SCRATCH));
+    }
+  }
+
+  // A send/recv of `from` (device p-1's region) into `to` (device p's).
+  int AddTransfer(int p, std::vector<int> deps, int from, const Box& from_box,
+                  int to, const Box& to_box) {
+    const int sender = (p + p_ - 1) % p_;
+    v1::Step& step =
+        AddStep(v1::Step::OP_SEND_RECV, kAttentionExchange, std::move(deps));
+    step.set_group(PairGroup(sender, p));
+    Operand(step.add_inputs(), from, from_box);
+    Operand(step.add_outputs(), to, to_box);
+    step.set_bytes(NumElements(to_box) * Size());
+    return step.id();
+  }
+
+  // Ring (and RSA's second pass): K and V blocks in double-buffered slots
+  // of KVR [P, 2, 2, B, Hkv, L, D] (slot, then K or V). With `overlap`
+  // false, a transfer waits for the previous block's compute on both ends.
+  // RSA passes `keys` (per device its buffer of KS [P, P, B, Hkv, L, D],
+  // every K block on every device) and moves only V.
+  void BuildRing(bool overlap, const PerDevice& keys = {},
+                 const std::vector<int>& keys_ready = {}) {
+    AddStates();
+    const bool rsa = !keys.empty();
+    const int kinds = rsa ? 1 : 2;  // what travels: K and V, or V
+    const int kvr = AddPlanTensor(plan_, {p_, 2, kinds, b_, hkv_, l_, d_},
+                                  s_.dtype, v1::Initializer::KIND_ZEROS);
+    PerDevice kvrb;
+    for (int p = 0; p < p_; ++p) {
+      kvrb.push_back(Buffer(kvr, p,
+                            {{p, p + 1}, {0, 2}, {0, kinds}, {0, b_},
+                             {0, hkv_}, {0, l_}, {0, d_}},
+                            v1::Buffer::ROLE_SCRATCH));
+    }
+    auto slot = [&](int p, int t, int kind) {
+      return Box{{p, p + 1}, {t % 2, t % 2 + 1}, {kind, kind + 1},
+                 {0, b_},    {0, hkv_},          {0, l_},
+                 {0, d_}};
+    };
+    auto slots = [&](int p, int t) {
+      return Box{{p, p + 1}, {t % 2, t % 2 + 1}, {0, kinds}, {0, b_},
+                 {0, hkv_},  {0, l_},            {0, d_}};
+    };
+    const int64_t block = b_ * hkv_ * l_;
+    // Step 0: every device copies its own block into slot 0 (to forward
+    // it) and computes on its own rows.
+    std::vector<int> copied(p_), last(p_, -1);
+    std::vector<std::vector<int>> compute(p_, std::vector<int>(p_, -1));
+    std::vector<std::vector<int>> transfer(p_, std::vector<int>(p_, -1));
+    for (int p = 0; p < p_; ++p) {
+      std::vector<int> ready;
+      if (rsa) ready.push_back(keys_ready[p]);
+      int id = -1;
+      if (!rsa) {
+        id = AddCopy(p, kAttentionExchange, ready, kb_[p], {}, kvrb[p],
+                     slot(p, 0, 0), Identity(block), d_);
+      }
+      copied[p] = AddCopy(p, kAttentionExchange, ready, vb_[p], {}, kvrb[p],
+                          slot(p, 0, rsa ? 0 : 1), Identity(block), d_);
+      if (id >= 0) copied[p] = std::max(copied[p], id);
+      if (!rsa) {
+        // The K copy and the V copy: the transfer needs both.
+        copy_k_.push_back(id);
+      }
+      const BlockOperand k = rsa ? BlockOperand{keys[p], KeySlot(p, p)}
+                                 : BlockOperand{kb_[p], {}};
+      last[p] = compute[0][p] = AddBlock(
+          p, ready, {qb_[p], {}}, k, {vb_[p], {}}, {stb_[p], {}}, true, h_,
+          hkv_, Positions(p), Positions(p));
+    }
+    for (int t = 1; t < p_; ++t) {
+      for (int p = 0; p < p_; ++p) {
+        const int sender = (p + p_ - 1) % p_;
+        std::vector<int> deps;
+        if (t == 1) {
+          deps.push_back(copied[sender]);
+          if (!rsa) deps.push_back(copy_k_[sender]);
+        } else {
+          deps.push_back(transfer[t - 1][sender]);
+        }
+        // The slot it overwrites: read by this device's compute at t - 2
+        // and by the next device's transfer at t - 1.
+        if (t >= 2) {
+          deps.push_back(LastUpTo(compute, p, t - 2));
+          deps.push_back(transfer[t - 1][(p + 1) % p_]);
+        }
+        if (!overlap) {
+          deps.push_back(LastUpTo(compute, p, t - 1));
+          deps.push_back(LastUpTo(compute, sender, t - 1));
+        }
+        transfer[t][p] = AddTransfer(p, deps, kvrb[sender],
+                                     slots(sender, t - 1), kvrb[p],
+                                     slots(p, t));
+      }
+      for (int p = 0; p < p_; ++p) {
+        const int src = (p - t + p_) % p_;
+        if (s_.causal && !s_.BlockVisible(p, src)) continue;
+        const BlockOperand k = rsa ? BlockOperand{keys[p], KeySlot(p, src)}
+                                   : BlockOperand{kvrb[p], slot(p, t, 0)};
+        last[p] = compute[t][p] = AddBlock(
+            p, {transfer[t][p], last[p]}, {qb_[p], {}}, k,
+            {kvrb[p], slot(p, t, rsa ? 0 : 1)}, {stb_[p], {}}, false, h_,
+            hkv_, Positions(p), Positions(src));
+      }
+    }
+    for (int p = 0; p < p_; ++p) {
+      AddFinish(p, last[p], {stb_[p], {}}, {ob_[p], {}});
+    }
+  }
+  // The last compute on device p at step <= t (-1: none).
+  static int LastUpTo(const std::vector<std::vector<int>>& compute, int p,
+                      int t) {
+    for (; t >= 0; --t) {
+      if (compute[t][p] >= 0) return compute[t][p];
+    }
+    return -1;
+  }
+  Box KeySlot(int p, int block) const {
+    return {{p, p + 1}, {block, block + 1}, {0, b_}, {0, hkv_}, {0, l_},
+            {0, d_}};
+  }
+
+  // RSA: every K block to every device first (no compute), then the V
+  // ring without overlap.
+  void BuildRsa() {
+    const int ks = AddPlanTensor(plan_, {p_, p_, b_, hkv_, l_, d_}, s_.dtype,
+                                 v1::Initializer::KIND_ZEROS);
+    PerDevice ksb;
+    for (int p = 0; p < p_; ++p) {
+      ksb.push_back(Buffer(
+          ks, p, {{p, p + 1}, {0, p_}, {0, b_}, {0, hkv_}, {0, l_}, {0, d_}},
+          v1::Buffer::ROLE_SCRATCH));
+    }
+    const int64_t block = b_ * hkv_ * l_;
+    std::vector<int> prev(p_);
+    for (int p = 0; p < p_; ++p) {
+      prev[p] = AddCopy(p, kAttentionExchange, {}, kb_[p], {}, ksb[p],
+                        KeySlot(p, p), Identity(block), d_);
+    }
+    for (int t = 1; t < p_; ++t) {
+      std::vector<int> next(p_);
+      for (int p = 0; p < p_; ++p) {
+        const int sender = (p + p_ - 1) % p_;
+        const int src = (p - t + p_) % p_;
+        next[p] = AddTransfer(p, {prev[sender]}, ksb[sender],
+                              KeySlot(sender, src), ksb[p], KeySlot(p, src));
+      }
+      prev = next;
+    }
+    BuildRing(/*overlap=*/false, ksb, prev);
+  }
+
+  // Ulysses: Q, K, V to head-sharded over the whole sequence, one
+  // attention per device, O back.
+  void BuildUlysses() {
+    const int64_t hp = h_ / p_, hkvp = hkv_ / p_, s = s_.seq_len;
+    std::vector<int64_t> all(s);
+    for (int64_t r = 0; r < s; ++r) all[r] = s_.LayoutPosition(r);
+    const PerDevice qu = ToHeads(qb_, h_, hp), ku = ToHeads(kb_, hkv_, hkvp),
+                    vu = ToHeads(vb_, hkv_, hkvp);
+    const int st = AddPlanTensor(plan_, {p_, b_, hp, s, d_ + 2}, s_.dtype,
+                                 v1::Initializer::KIND_ZEROS);
+    const int ou = AddPlanTensor(plan_, {p_, b_, hp, s, d_}, s_.dtype,
+                                 v1::Initializer::KIND_ZEROS);
+    PerDevice oub;
+    std::vector<int> finished;
+    for (int r = 0; r < p_; ++r) {
+      const int stb = Buffer(st, r, {{r, r + 1}, {0, b_}, {0, hp}, {0, s},
+                                     {0, d_ + 2}},
+                             v1::Buffer::ROLE_SCRATCH);
+      oub.push_back(Buffer(ou, r, {{r, r + 1}, {0, b_}, {0, hp}, {0, s},
+                                   {0, d_}},
+                           v1::Buffer::ROLE_SCRATCH));
+      const int block =
+          AddBlock(r, heads_ready_[r], {qu[r], {}}, {ku[r], {}},
+                   {vu[r], {}}, {stb, {}}, true, hp, hkvp, all, all);
+      finished.push_back(AddFinish(r, block, {stb, {}}, {oub[r], {}}));
+    }
+    // Back: device r's rows (b, hh, p L + l) to device p, heads r hp + hh.
+    const int64_t blk = b_ * hp * l_ * d_;
+    const int in = AddPlanTensor(plan_, {p_ * p_ * blk}, s_.dtype,
+                                 v1::Initializer::KIND_ZEROS);
+    const int out = AddPlanTensor(plan_, {p_ * p_ * blk}, s_.dtype,
+                                  v1::Initializer::KIND_ZEROS);
+    PerDevice inb, outb;
+    std::vector<int> orders;
+    for (int r = 0; r < p_; ++r) {
+      inb.push_back(Buffer(in, r, {{r * p_ * blk, (r + 1) * p_ * blk}},
+                           v1::Buffer::ROLE_SCRATCH));
+      outb.push_back(Buffer(out, r, {{r * p_ * blk, (r + 1) * p_ * blk}},
+                            v1::Buffer::ROLE_SCRATCH));
+      std::vector<int64_t> order;
+      for (int p = 0; p < p_; ++p) {
+        for (int64_t b = 0; b < b_; ++b) {
+          for (int64_t hh = 0; hh < hp; ++hh) {
+            for (int64_t l = 0; l < l_; ++l) {
+              order.push_back((b * hp + hh) * s + p * l_ + l);
+            }
+          }
+        }
+      }
+      orders.push_back(AddCopy(r, kAttentionExchange, {finished[r]}, oub[r],
+                               {}, inb[r], {}, order, d_));
+    }
+    const int exchange = AddAllToAll(orders, inb, outb, blk);
+    for (int p = 0; p < p_; ++p) {
+      std::vector<int64_t> order;  // O rows (b, h, l) of device p
+      for (int64_t b = 0; b < b_; ++b) {
+        for (int64_t h = 0; h < h_; ++h) {
+          const int64_t r = h / hp, hh = h % hp;
+          for (int64_t l = 0; l < l_; ++l) {
+            order.push_back(((r * b_ + b) * hp + hh) * l_ + l);
+          }
+        }
+      }
+      AddCopy(p, kAttentionExchange, {exchange}, outb[p], {}, ob_[p], {},
+              order, d_);
+    }
+  }
+
+  // The all-to-all of 1-D tensors whose rank regions hold P blocks of
+  // `blk` elements each (sender-major in, receiver-major out).
+  int AddAllToAll(const std::vector<int>& deps, const PerDevice& in,
+                  const PerDevice& out, int64_t blk) {
+    v1::Step& step =
+        AddStep(v1::Step::OP_ALL_TO_ALL, kAttentionExchange, deps);
+    if (world_group_ < 0) {
+      std::vector<int> ranks(p_);
+      for (int r = 0; r < p_; ++r) ranks[r] = r;
+      world_group_ = Group(ranks);
+    }
+    step.set_group(world_group_);
+    for (int r = 0; r < p_; ++r) {
+      Operand(step.add_inputs(), in[r]);
+      Operand(step.add_outputs(), out[r]);
+    }
+    for (int64_t i = 0; i < int64_t{p_} * p_; ++i) step.add_counts(blk);
+    step.set_bytes(p_ * blk * Size());
+    return step.id();
+  }
+
+  // Sequence-sharded `source` (device p: [B, heads, L rows, D]) to
+  // head-sharded [P, B, heads / P, S, D] (device r: its heads, every row).
+  PerDevice ToHeads(const PerDevice& source, int64_t heads, int64_t per) {
+    const int64_t s = s_.seq_len, blk = b_ * per * l_ * d_;
+    const int in = AddPlanTensor(plan_, {p_ * p_ * blk}, s_.dtype,
+                                 v1::Initializer::KIND_ZEROS);
+    const int out = AddPlanTensor(plan_, {p_ * p_ * blk}, s_.dtype,
+                                  v1::Initializer::KIND_ZEROS);
+    const int full = AddPlanTensor(plan_, {p_, b_, per, s, d_}, s_.dtype,
+                                   v1::Initializer::KIND_ZEROS);
+    PerDevice inb, outb, fullb;
+    std::vector<int> orders;
+    for (int p = 0; p < p_; ++p) {
+      inb.push_back(Buffer(in, p, {{p * p_ * blk, (p + 1) * p_ * blk}},
+                           v1::Buffer::ROLE_SCRATCH));
+      outb.push_back(Buffer(out, p, {{p * p_ * blk, (p + 1) * p_ * blk}},
+                            v1::Buffer::ROLE_SCRATCH));
+      fullb.push_back(Buffer(full, p, {{p, p + 1}, {0, b_}, {0, per},
+                                       {0, s}, {0, d_}},
+                             v1::Buffer::ROLE_SCRATCH));
+      std::vector<int64_t> order;  // blocks (r, b, hh, l) from (b, h, l)
+      for (int r = 0; r < p_; ++r) {
+        for (int64_t b = 0; b < b_; ++b) {
+          for (int64_t hh = 0; hh < per; ++hh) {
+            for (int64_t l = 0; l < l_; ++l) {
+              order.push_back((b * heads + r * per + hh) * l_ + l);
+            }
+          }
+        }
+      }
+      orders.push_back(AddCopy(p, kAttentionExchange, {}, source[p], {},
+                               inb[p], {}, order, d_));
+    }
+    const int exchange = AddAllToAll(orders, inb, outb, blk);
+    heads_ready_.resize(p_);
+    for (int r = 0; r < p_; ++r) {
+      std::vector<int64_t> order;  // rows (b, hh, s) from blocks (s', b, hh, l)
+      for (int64_t b = 0; b < b_; ++b) {
+        for (int64_t hh = 0; hh < per; ++hh) {
+          for (int64_t row = 0; row < s; ++row) {
+            const int64_t from = row / l_, l = row % l_;
+            order.push_back(((from * b_ + b) * per + hh) * l_ + l);
+          }
+        }
+      }
+      heads_ready_[r].push_back(AddCopy(r, kAttentionExchange, {exchange},
+                                        outb[r], {}, fullb[r], {}, order,
+                                        d_));
+    }
+    return fullb;
+  }
+
+  const AttentionShape& s_;
+  const std::vector<int>& devices_;
+  const int p_;
+  const int64_t b_, h_, hkv_, l_, d_;
+  AttentionAlgorithm algorithm_;
+  v1::Plan plan_;
+  std::vector<Box> boxes_;
+  std::map<std::pair<int, int>, int> pairs_;
+  int world_group_ = -1;
+  int q_ = 0, k_ = 0, v_ = 0, o_ = 0, st_ = 0;
+  PerDevice qb_, kb_, vb_, ob_, stb_;
+  std::vector<int> copy_k_;
+  std::vector<std::vector<int>> heads_ready_;
+};
+
+}  // namespace
+
+int64_t AttentionShape::LayoutPosition(int64_t r) const {
+  const int64_t l = rows();
+  const int p = static_cast<int>(r / l);
+  const int64_t i = r % l;
+  switch (layout) {
+    case AttentionLayout::kZigzag: {
+      const int64_t half = l / 2;
+      return i < half ? p * half + i
+                      : (2 * int64_t{ranks} - 1 - p) * half + (i - half);
+    }
+    case AttentionLayout::kStriped:
+      return i * ranks + p;
+    case AttentionLayout::kContiguous:
+      break;
+  }
+  return r;
+}
+
+bool AttentionShape::BlockVisible(int p, int q) const {
+  if (!causal) return true;
+  // Visible when some key position <= some query position: the smallest
+  // key of q's block against the largest query of p's.
+  int64_t min_key = seq_len, max_query = -1;
+  for (int64_t i = 0; i < rows(); ++i) {
+    min_key = std::min(min_key, LayoutPosition(q * rows() + i));
+    max_query = std::max(max_query, LayoutPosition(p * rows() + i));
+  }
+  return min_key <= max_query;
+}
+
+std::string AttentionLayoutName(AttentionLayout layout) {
+  switch (layout) {
+    case AttentionLayout::kZigzag:
+      return "zigzag";
+    case AttentionLayout::kStriped:
+      return "striped";
+    case AttentionLayout::kContiguous:
+      break;
+  }
+  return "contiguous";
+}
+
+std::string AttentionAlgorithmName(AttentionAlgorithm algorithm) {
+  switch (algorithm) {
+    case AttentionAlgorithm::kRsa:
+      return "rsa";
+    case AttentionAlgorithm::kRing:
+      return "ring";
+    case AttentionAlgorithm::kUlysses:
+      return "ulysses";
+    case AttentionAlgorithm::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+absl::StatusOr<AttentionLayout> AttentionLayoutFromName(
+    absl::string_view name) {
+  if (name.empty() || name == "contiguous") return AttentionLayout::kContiguous;
+  if (name == "zigzag") return AttentionLayout::kZigzag;
+  if (name == "striped") return AttentionLayout::kStriped;
+  return absl::InvalidArgumentError(
+      absl::StrCat("attention.layout ", QuotePrefix(name),
+                   " is not one of contiguous, zigzag, striped"));
+}
+
+absl::StatusOr<AttentionAlgorithm> AttentionAlgorithmFromName(
+    absl::string_view name) {
+  if (name.empty() || name == "auto") return AttentionAlgorithm::kAuto;
+  if (name == "rsa") return AttentionAlgorithm::kRsa;
+  if (name == "ring") return AttentionAlgorithm::kRing;
+  if (name == "ulysses") return AttentionAlgorithm::kUlysses;
+  return absl::InvalidArgumentError(
+      absl::StrCat("attention.algorithm ", QuotePrefix(name),
+                   " is not one of rsa, ring, ulysses, auto"));
+}
+
+absl::StatusOr<v1::Plan> LowerAttention(const AttentionShape& shape,
+                                        AttentionAlgorithm algorithm,
+                                        const std::vector<int>& devices) {
+  if (algorithm == AttentionAlgorithm::kAuto) {
+    return absl::InvalidArgumentError(
+        "LowerAttention needs an algorithm: rsa, ring or ulysses");
+  }
+  const int p = shape.ranks;
+  if (p < 1 || static_cast<int>(devices.size()) != p ||
+      shape.seq_len % p != 0 || shape.heads % shape.kv_heads != 0 ||
+      (shape.layout == AttentionLayout::kZigzag && shape.rows() % 2 != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention shape does not fit: seq_len ", shape.seq_len, ", heads ",
+        shape.heads, ", kv_heads ", shape.kv_heads, " over ", devices.size(),
+        " devices (ranks ", p, ")"));
+  }
+  if (algorithm == AttentionAlgorithm::kUlysses &&
+      (shape.heads % p != 0 || shape.kv_heads % p != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ulysses needs heads (", shape.heads, ") and kv_heads (",
+        shape.kv_heads, ") divisible by the group size ", p));
+  }
+  return AttentionBuilder(shape, algorithm, devices).Build();
+}
+
+}  // namespace meshcast

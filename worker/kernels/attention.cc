@@ -1,0 +1,485 @@
+#include "worker/kernels/attention.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "util/status_macros.h"
+#include "worker/kernels/element.h"
+#include "worker/kernels/element_core.h"
+
+namespace meshcast::worker {
+namespace {
+
+constexpr int64_t kMaxDim = std::numeric_limits<int>::max();
+
+absl::Status CheckDim(const char* op, const char* field, int64_t value) {
+  if (value >= 1 && value <= kMaxDim) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, ".", field, " = ", value, " must be in [1, ", kMaxDim, "]"));
+}
+
+// OK if an operand holds the product of `factors` elements, else
+// INVALID_ARGUMENT showing `formula` and its numbers (the last factor as
+// "(head_dim + 2)" when `state_head_dim` >= 0: a state's row).
+absl::Status CheckCount(const char* operand, int64_t found,
+                        const char* formula,
+                        std::initializer_list<int64_t> factors,
+                        int64_t state_head_dim = -1) {
+  unsigned __int128 want = 1;
+  for (int64_t f : factors) want *= static_cast<uint64_t>(f);
+  if (found >= 0 && static_cast<unsigned __int128>(found) == want) {
+    return absl::OkStatus();
+  }
+  std::string product;
+  int i = 0;
+  for (int64_t f : factors) {
+    const bool last = i == static_cast<int>(factors.size()) - 1;
+    absl::StrAppend(&product, i > 0 ? " * " : "",
+                    last && state_head_dim >= 0
+                        ? absl::StrCat("(", state_head_dim, " + 2)")
+                        : absl::StrCat(f));
+    ++i;
+  }
+  const std::string total =
+      want > static_cast<unsigned __int128>(std::numeric_limits<int64_t>::max())
+          ? std::string("more than 2^63")
+          : absl::StrCat(static_cast<int64_t>(want));
+  return absl::InvalidArgumentError(
+      absl::StrCat("attention_block: ", operand, " has ", found,
+                   " elements; want ", formula, " = ", product, " = ", total));
+}
+
+// INVALID_ARGUMENT for an integer dtype or a span that is not whole
+// elements.
+absl::Status CheckFloatSpans(const char* op, DType dtype,
+                             std::initializer_list<std::pair<const char*,
+                                                             size_t>> spans) {
+  if (IsIntegerDType(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, " on ", DTypeName(dtype),
+        " is not defined; allowed dtypes: float16, bfloat16, float32, "
+        "float64"));
+  }
+  const size_t size = DTypeSize(dtype);
+  for (const auto& [name, bytes] : spans) {
+    if (bytes % size != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, " on ", DTypeName(dtype), ": ", name, " has ",
+                       bytes, " bytes, not a multiple of ", size));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool Overlaps(absl::Span<const uint8_t> a, absl::Span<const uint8_t> b) {
+  if (a.empty() || b.empty()) return false;
+  const auto a0 = reinterpret_cast<uintptr_t>(a.data());
+  const auto b0 = reinterpret_cast<uintptr_t>(b.data());
+  return a0 < b0 + b.size() && b0 < a0 + a.size();
+}
+
+// Elements of a float dtype to and from the accumulator type T (float for
+// fp16 / bf16, double for float32 / float64): loads are exact, stores round
+// once to nearest even.
+template <PatternType kType, typename T>
+void LoadBitsAs(const uint8_t* in, int64_t n, T* out) {
+  constexpr int kSize = PatternTypeSize(kType);
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, in + kSize * i, kSize);
+    out[i] = static_cast<T>(CoreFloatValue(kType, bits));
+  }
+}
+
+template <typename T>
+void LoadAs(DType dtype, const uint8_t* in, int64_t n, T* out) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return LoadBitsAs<PatternType::kFloat16>(in, n, out);
+    case DType::kBFloat16:
+      return LoadBitsAs<PatternType::kBFloat16>(in, n, out);
+    case DType::kFloat32:
+      for (int64_t i = 0; i < n; ++i) {
+        float x;
+        std::memcpy(&x, in + 4 * i, 4);
+        out[i] = static_cast<T>(x);
+      }
+      return;
+    default:
+      for (int64_t i = 0; i < n; ++i) {
+        double x;
+        std::memcpy(&x, in + 8 * i, 8);
+        out[i] = static_cast<T>(x);
+      }
+      return;
+  }
+}
+
+template <PatternType kType, typename T>
+void StoreBitsFrom(const T* in, int64_t n, uint8_t* out) {
+  constexpr int kSize = PatternTypeSize(kType);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t bits =
+        CoreFloatStoreBits(kType, static_cast<double>(in[i]));
+    std::memcpy(out + kSize * i, &bits, kSize);
+  }
+}
+
+template <typename T>
+void StoreFrom(DType dtype, const T* in, int64_t n, uint8_t* out) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return StoreBitsFrom<PatternType::kFloat16>(in, n, out);
+    case DType::kBFloat16:
+      return StoreBitsFrom<PatternType::kBFloat16>(in, n, out);
+    case DType::kFloat32:
+      for (int64_t i = 0; i < n; ++i) {
+        const float x = static_cast<float>(in[i]);
+        std::memcpy(out + 4 * i, &x, 4);
+      }
+      return;
+    default:
+      for (int64_t i = 0; i < n; ++i) {
+        const double x = static_cast<double>(in[i]);
+        std::memcpy(out + 8 * i, &x, 8);
+      }
+      return;
+  }
+}
+
+// `x` rounded to the dtype and read back (the m that will be stored).
+template <typename T>
+T RoundToDType(DType dtype, T x) {
+  T r;
+  uint8_t bytes[8];
+  StoreFrom(dtype, &x, 1, bytes);
+  LoadAs(dtype, bytes, 1, &r);
+  return r;
+}
+
+// Row-major C = alpha op(A) B (+ beta C), op(A) = A, B transposed when
+// `trans_b`.
+void Gemm(bool trans_b, int m, int n, int k, float alpha, const float* a,
+          int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void Gemm(bool trans_b, int m, int n, int k, double alpha, const double* a,
+          int lda, const double* b, int ldb, double beta, double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// The block of RunAttentionBlock on validated operands; `s_in` null
+// without an input state, else possibly equal to `s_out` (in place). See
+// attention.h for the arithmetic.
+template <typename T>
+void AttentionBlockInto(const v1::AttentionBlockAttrs& a, DType dtype,
+                        const uint8_t* q, const uint8_t* k, const uint8_t* v,
+                        const uint8_t* s_in, uint8_t* s_out) {
+  const int64_t batch = a.batch(), heads = a.heads(), kv_heads = a.kv_heads();
+  const int64_t q_rows = a.q_rows(), kv_rows = a.kv_rows(), d = a.head_dim();
+  const int64_t group = heads / kv_heads, width = d + 2;
+  const int64_t size = DTypeSize(dtype);
+  const bool causal = a.causal();
+  const int64_t* q_pos = a.q_position().data();
+  const int64_t* kv_pos = a.kv_position().data();
+  const T alpha = static_cast<T>(AttentionScale(a));
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const int64_t tq = std::min(kAttentionQueryTile, q_rows);
+  const int64_t tk = std::min(kAttentionKeyChunk, kv_rows);
+  const int64_t chunks = (kv_rows + tk - 1) / tk;
+  // Causal: the smallest key position of each chunk, to skip chunks that
+  // every row of a tile masks.
+  std::vector<int64_t> chunk_min(chunks, 0);
+  if (causal) {
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t end = std::min(kv_rows, (c + 1) * tk);
+      chunk_min[c] = *std::min_element(kv_pos + c * tk, kv_pos + end);
+    }
+  }
+  std::vector<T> kc(kv_rows * d), vc(kv_rows * d);
+  std::vector<T> qt(tq * d), ot(tq * d), st(tq * tk), mt(tq), lt(tq);
+  std::vector<char> kept(tq);
+  T ml[2];
+  const std::vector<T> zeros(d, T(0));
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t kvh = 0; kvh < kv_heads; ++kvh) {
+      const int64_t kv_offset = (b * kv_heads + kvh) * kv_rows * d;
+      LoadAs(dtype, k + kv_offset * size, kv_rows * d, kc.data());
+      LoadAs(dtype, v + kv_offset * size, kv_rows * d, vc.data());
+      for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+        for (int64_t i0 = 0; i0 < q_rows; i0 += tq) {
+          const int64_t rows = std::min(tq, q_rows - i0);
+          const int64_t row0 = (b * heads + h) * q_rows + i0;  // state row
+          LoadAs(dtype, q + row0 * d * size, rows * d, qt.data());
+          for (int64_t r = 0; r < rows; ++r) {
+            if (s_in != nullptr) {
+              const uint8_t* in = s_in + (row0 + r) * width * size;
+              LoadAs(dtype, in, d, ot.data() + r * d);
+              LoadAs(dtype, in + d * size, 2, ml);
+              mt[r] = ml[0];
+              lt[r] = ml[1];
+            } else {
+              std::fill(ot.begin() + r * d, ot.begin() + (r + 1) * d, T(0));
+              mt[r] = neg_inf;
+              lt[r] = 0;
+            }
+            kept[r] = 0;
+          }
+          int64_t max_q_pos = std::numeric_limits<int64_t>::min();
+          if (causal) {
+            max_q_pos = *std::max_element(q_pos + i0, q_pos + i0 + rows);
+          }
+          for (int64_t c = 0; c < chunks; ++c) {
+            if (causal && chunk_min[c] > max_q_pos) continue;  // all masked
+            const int64_t j0 = c * tk;
+            const int64_t cols = std::min(tk, kv_rows - j0);
+            // Scores of the tile against the chunk: alpha Q K^T.
+            Gemm(true, static_cast<int>(rows), static_cast<int>(cols),
+                 static_cast<int>(d), alpha, qt.data(), static_cast<int>(d),
+                 kc.data() + j0 * d, static_cast<int>(d), T(0), st.data(),
+                 static_cast<int>(cols));
+            bool any = false;
+            for (int64_t r = 0; r < rows; ++r) {
+              T* srow = st.data() + r * cols;
+              if (causal) {
+                const int64_t qp = q_pos[i0 + r];
+                for (int64_t j = 0; j < cols; ++j) {
+                  if (kv_pos[j0 + j] > qp) srow[j] = neg_inf;
+                }
+              }
+              T mx = neg_inf;
+              for (int64_t j = 0; j < cols; ++j) mx = std::max(mx, srow[j]);
+              if (mx == neg_inf) {  // every key of the chunk masked
+                std::fill(srow, srow + cols, T(0));
+                continue;
+              }
+              any = true;
+              kept[r] = 1;
+              const T m_old = mt[r];
+              const T m_new = RoundToDType(dtype, std::max(m_old, mx));
+              const T f = m_old == neg_inf ? T(0) : std::exp(m_old - m_new);
+              T sum = 0;
+              for (int64_t j = 0; j < cols; ++j) {
+                const T p = std::exp(srow[j] - m_new);  // masked: exp(-inf)
+                srow[j] = p;
+                sum += p;
+              }
+              lt[r] = lt[r] * f + sum;
+              if (f != T(1)) {
+                T* orow = ot.data() + r * d;
+                for (int64_t x = 0; x < d; ++x) orow[x] *= f;
+              }
+              mt[r] = m_new;
+            }
+            if (!any) continue;
+            // o += P V over the chunk.
+            Gemm(false, static_cast<int>(rows), static_cast<int>(d),
+                 static_cast<int>(cols), T(1), st.data(),
+                 static_cast<int>(cols), vc.data() + j0 * d,
+                 static_cast<int>(d), T(1), ot.data(), static_cast<int>(d));
+          }
+          for (int64_t r = 0; r < rows; ++r) {
+            uint8_t* out = s_out + (row0 + r) * width * size;
+            if (kept[r]) {
+              StoreFrom(dtype, ot.data() + r * d, d, out);
+              ml[0] = mt[r];
+              ml[1] = lt[r];
+              StoreFrom(dtype, ml, 2, out + d * size);
+            } else if (s_in != nullptr) {
+              // No key kept: the state stays, bit for bit.
+              const uint8_t* in = s_in + (row0 + r) * width * size;
+              if (in != out) std::memcpy(out, in, width * size);
+            } else {
+              StoreFrom(dtype, zeros.data(), d, out);
+              ml[0] = neg_inf;
+              ml[1] = 0;
+              StoreFrom(dtype, ml, 2, out + d * size);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void AttentionFinishInto(DType dtype, int64_t d, int64_t rows,
+                         const uint8_t* state, uint8_t* out) {
+  const int64_t size = DTypeSize(dtype);
+  std::vector<T> row(d + 2), o(d);
+  for (int64_t r = 0; r < rows; ++r) {
+    LoadAs(dtype, state + r * (d + 2) * size, d + 2, row.data());
+    const T l = row[d + 1];
+    for (int64_t c = 0; c < d; ++c) o[c] = l == T(0) ? T(0) : row[c] / l;
+    StoreFrom(dtype, o.data(), d, out + r * d * size);
+  }
+}
+
+bool IsHalf(DType dtype) {
+  return dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+}
+
+}  // namespace
+
+double AttentionScale(const v1::AttentionBlockAttrs& attrs) {
+  if (attrs.scale() != 0) return attrs.scale();
+  return 1.0 / std::sqrt(static_cast<double>(attrs.head_dim()));
+}
+
+absl::Status CheckAttentionBlock(const v1::AttentionBlockAttrs& a,
+                                 int64_t q_elements, int64_t k_elements,
+                                 int64_t v_elements, int64_t s_in_elements,
+                                 int64_t s_out_elements) {
+  constexpr char kOp[] = "attention_block";
+  RETURN_IF_ERROR(CheckDim(kOp, "batch", a.batch()));
+  RETURN_IF_ERROR(CheckDim(kOp, "heads", a.heads()));
+  RETURN_IF_ERROR(CheckDim(kOp, "kv_heads", a.kv_heads()));
+  RETURN_IF_ERROR(CheckDim(kOp, "q_rows", a.q_rows()));
+  RETURN_IF_ERROR(CheckDim(kOp, "kv_rows", a.kv_rows()));
+  RETURN_IF_ERROR(CheckDim(kOp, "head_dim", a.head_dim()));
+  if (a.heads() % a.kv_heads() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention_block.heads = ", a.heads(), " is not a multiple of kv_heads = ",
+        a.kv_heads(), "; kv_heads must divide heads (grouped-query "
+        "attention: head h reads kv head h / (heads / kv_heads))"));
+  }
+  if (!std::isfinite(a.scale())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention_block.scale = ", a.scale(),
+                     " must be finite (0 reads as 1 / sqrt(head_dim))"));
+  }
+  struct Positions {
+    const char* field;
+    int size;
+    const char* rows_name;
+    int64_t rows;
+  };
+  for (const Positions& p :
+       {Positions{"q_position", a.q_position_size(), "q_rows", a.q_rows()},
+        Positions{"kv_position", a.kv_position_size(), "kv_rows",
+                  a.kv_rows()}}) {
+    if (p.size == p.rows || (p.size == 0 && !a.causal())) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention_block.", p.field, " has ", p.size, " entries; want ",
+        p.rows_name, " = ", p.rows,
+        a.causal() ? " (causal masks by the global position of every row)"
+                   : " or none (without causal)"));
+  }
+  RETURN_IF_ERROR(CheckCount("Q", q_elements,
+                             "batch * heads * q_rows * head_dim",
+                             {a.batch(), a.heads(), a.q_rows(), a.head_dim()}));
+  RETURN_IF_ERROR(
+      CheckCount("K", k_elements, "batch * kv_heads * kv_rows * head_dim",
+                 {a.batch(), a.kv_heads(), a.kv_rows(), a.head_dim()}));
+  RETURN_IF_ERROR(
+      CheckCount("V", v_elements, "batch * kv_heads * kv_rows * head_dim",
+                 {a.batch(), a.kv_heads(), a.kv_rows(), a.head_dim()}));
+  if (s_in_elements >= 0) {
+    RETURN_IF_ERROR(CheckCount(
+        "S", s_in_elements, "batch * heads * q_rows * (head_dim + 2)",
+        {a.batch(), a.heads(), a.q_rows(), a.head_dim() + 2}, a.head_dim()));
+  }
+  RETURN_IF_ERROR(CheckCount(
+      "S'", s_out_elements, "batch * heads * q_rows * (head_dim + 2)",
+      {a.batch(), a.heads(), a.q_rows(), a.head_dim() + 2}, a.head_dim()));
+  return absl::OkStatus();
+}
+
+absl::Status CheckAttentionFinish(const v1::AttentionFinishAttrs& f,
+                                  int64_t s_elements, int64_t o_elements) {
+  RETURN_IF_ERROR(CheckDim("attention_finish", "head_dim", f.head_dim()));
+  const int64_t d = f.head_dim(), width = d + 2;
+  if (s_elements < 0 || s_elements % width != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention_finish.head_dim = ", d, ": S has ", s_elements,
+        " elements, not whole rows of head_dim + 2 = ", width));
+  }
+  const int64_t rows = s_elements / width;
+  if (o_elements != rows * d) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention_finish: O has ", o_elements,
+        " elements; want rows(S) * head_dim = ", rows, " * ", d, " = ",
+        rows * d));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunAttentionBlock(const v1::AttentionBlockAttrs& attrs,
+                               DType dtype, absl::Span<const uint8_t> q,
+                               absl::Span<const uint8_t> k,
+                               absl::Span<const uint8_t> v,
+                               absl::Span<const uint8_t> state_in,
+                               absl::Span<uint8_t> state_out) {
+  RETURN_IF_ERROR(CheckFloatSpans("attention_block", dtype,
+                                  {{"Q", q.size()},
+                                   {"K", k.size()},
+                                   {"V", v.size()},
+                                   {"S", state_in.size()},
+                                   {"S'", state_out.size()}}));
+  const int64_t size = DTypeSize(dtype);
+  auto count = [&](size_t bytes) { return static_cast<int64_t>(bytes) / size; };
+  RETURN_IF_ERROR(CheckAttentionBlock(
+      attrs, count(q.size()), count(k.size()), count(v.size()),
+      state_in.empty() ? -1 : count(state_in.size()), count(state_out.size())));
+  const absl::Span<const uint8_t> out(state_out.data(), state_out.size());
+  const bool in_place = !state_in.empty() && state_in.data() == out.data();
+  const uint8_t* s_in = state_in.empty() ? nullptr : state_in.data();
+  auto run = [&](uint8_t* to) {
+    if (IsHalf(dtype)) {
+      AttentionBlockInto<float>(attrs, dtype, q.data(), k.data(), v.data(),
+                                s_in, to);
+    } else {
+      AttentionBlockInto<double>(attrs, dtype, q.data(), k.data(), v.data(),
+                                 s_in, to);
+    }
+  };
+  if (Overlaps(out, q) || Overlaps(out, k) || Overlaps(out, v) ||
+      (!in_place && Overlaps(out, state_in))) {
+    std::vector<uint8_t> copy(state_out.size());
+    run(copy.data());
+    std::memcpy(state_out.data(), copy.data(), copy.size());
+    return absl::OkStatus();
+  }
+  run(state_out.data());
+  return absl::OkStatus();
+}
+
+absl::Status RunAttentionFinish(const v1::AttentionFinishAttrs& attrs,
+                                DType dtype, absl::Span<const uint8_t> state,
+                                absl::Span<uint8_t> out) {
+  RETURN_IF_ERROR(CheckFloatSpans("attention_finish", dtype,
+                                  {{"S", state.size()}, {"O", out.size()}}));
+  const int64_t size = DTypeSize(dtype);
+  const int64_t s_elements = static_cast<int64_t>(state.size()) / size;
+  RETURN_IF_ERROR(CheckAttentionFinish(attrs, s_elements,
+                                       static_cast<int64_t>(out.size()) / size));
+  const int64_t d = attrs.head_dim();
+  const int64_t rows = s_elements / (d + 2);
+  auto run = [&](uint8_t* to) {
+    if (IsHalf(dtype)) {
+      AttentionFinishInto<float>(dtype, d, rows, state.data(), to);
+    } else {
+      AttentionFinishInto<double>(dtype, d, rows, state.data(), to);
+    }
+  };
+  if (Overlaps(absl::Span<const uint8_t>(out.data(), out.size()), state)) {
+    std::vector<uint8_t> copy(out.size());
+    run(copy.data());
+    std::memcpy(out.data(), copy.data(), copy.size());
+    return absl::OkStatus();
+  }
+  run(out.data());
+  return absl::OkStatus();
+}
+
+}  // namespace meshcast::worker
