@@ -132,18 +132,7 @@ def plan_row(c, algorithm, doc):
 
 
 def run_job(cluster, job, timeout):
-    path = write_spec(job)
-    try:
-        result = cluster.ctl(["submit", "-f", path, "--wait", "--output",
-                              "json", "--timeout", str(int(timeout))],
-                             timeout=timeout + 30)
-    finally:
-        os.unlink(path)
-    try:
-        return json.loads(result.stdout)
-    except json.JSONDecodeError:
-        return {"state": "ERROR", "message": (result.stderr or
-                                              result.stdout).strip()[-300:]}
+    return bc.submit_wait(cluster, job, timeout)[0]
 
 
 def section_cluster(args, where):

@@ -66,6 +66,26 @@ def write_spec(spec):
     return f.name
 
 
+def submit_wait(cluster, spec, timeout):
+    """Runs the JobSpec dict `spec` on `cluster` with `meshctl submit -f
+    --wait --output json`; returns (the finished job as a dict, or
+    {"state": "ERROR", "message": ...} when meshctl printed no job, and
+    meshctl's CompletedProcess)."""
+    path = write_spec(spec)
+    try:
+        result = cluster.ctl(["submit", "-f", path, "--wait", "--output",
+                              "json", "--timeout", str(int(timeout))],
+                             timeout=timeout + 30)
+    finally:
+        os.unlink(path)
+    try:
+        return json.loads(result.stdout), result
+    except json.JSONDecodeError:
+        return {"state": "ERROR",
+                "message": (result.stderr or result.stdout).strip()[-300:]}, \
+            result
+
+
 def find_binary(bin_dir, name, subdir):
     candidates = []
     if bin_dir:

@@ -166,18 +166,7 @@ def section_grid(args):
 
 
 def run_job(cluster, spec, timeout):
-    path = write_spec(spec)
-    try:
-        result = cluster.ctl(["submit", "-f", path, "--wait", "--output",
-                              "json", "--timeout", str(int(timeout))],
-                             timeout=timeout + 30)
-    finally:
-        os.unlink(path)
-    try:
-        return json.loads(result.stdout)
-    except json.JSONDecodeError:
-        return {"state": "ERROR",
-                "message": (result.stderr or result.stdout).strip()[-300:]}
+    return bc.submit_wait(cluster, spec, timeout)[0]
 
 
 def measure(cluster, c, args, where):

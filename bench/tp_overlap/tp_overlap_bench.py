@@ -134,21 +134,11 @@ def plan_live(cluster, spec):
 
 def run_job(cluster, spec, timeout):
     """The finished job (dict), or None when the mode is not available."""
-    path = write_spec(spec)
-    try:
-        result = cluster.ctl(["submit", "-f", path, "--wait", "--output",
-                              "json", "--timeout", str(int(timeout))],
-                             timeout=timeout + 30)
-    finally:
-        os.unlink(path)
+    job, result = bc.submit_wait(cluster, spec, timeout)
     if result.returncode != 0 and not_available(result.stdout +
                                                 result.stderr):
         return None
-    try:
-        return json.loads(result.stdout)
-    except json.JSONDecodeError:
-        return {"state": "ERROR",
-                "message": (result.stderr or result.stdout).strip()[-300:]}
+    return job
 
 
 def run_grid(cluster, grid, args, where):
