@@ -34,6 +34,7 @@
 #define MESHCAST_PLANNER_PLACEMENT_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -58,6 +59,14 @@ struct MeshRequest {
 struct PlacementRequest {
   std::vector<MeshRequest> meshes;
   std::vector<std::string> names;  // parallel to meshes
+
+  // The request of a kind that places one mesh, named `name` in errors.
+  static PlacementRequest One(MeshRequest mesh, std::string name) {
+    PlacementRequest request;
+    request.meshes.push_back(std::move(mesh));
+    request.names.push_back(std::move(name));
+    return request;
+  }
   bool allow_overlap = false;
 
   // names[i], or "meshes[i]" when the request names fewer meshes.

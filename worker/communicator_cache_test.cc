@@ -317,7 +317,9 @@ TEST(CommunicatorCacheTest, CancelWhileConnectingEndsPromptly) {
   EXPECT_EQ(lease.status().code(), absl::StatusCode::kCancelled)
       << lease.status();
   EXPECT_GE(took, absl::Milliseconds(450));
-  EXPECT_LT(took, absl::Milliseconds(1000));
+  // Well under the 10 s connect timeout; the slack is for a loaded 2-core
+  // machine (the whole suite runs with -j2), where the cancel was seen to take 2 s.
+  EXPECT_LT(took, absl::Milliseconds(3000));
 }
 
 TEST(CommunicatorCacheTest, RejectsRequestsWithoutWorkerNames) {

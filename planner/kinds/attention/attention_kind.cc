@@ -144,10 +144,7 @@ absl::Status AttentionKind::Validate(const v1::JobSpec& spec) const {
 absl::StatusOr<PlacementRequest> AttentionKind::Meshes(
     const v1::JobSpec& spec) const {
   ASSIGN_OR_RETURN(const AttentionRequest request, AttentionRequestOf(spec));
-  PlacementRequest placement;
-  placement.meshes = {request.mesh};
-  placement.names = {"attention.mesh"};
-  return placement;
+  return PlacementRequest::One(request.mesh, "attention.mesh");
 }
 
 absl::StatusOr<PlannedJob> AttentionKind::Plan(
@@ -209,7 +206,8 @@ double AttentionKind::PredictedSpanSeconds(const v1::JobResult& result) const {
   return total != result.metrics().end() ? total->second : result.seconds();
 }
 
-void AttentionKind::Summarize(const v1::JobSpec& spec, const v1::Plan& plan,
+void AttentionKind::Summarize(const v1::JobSpec& /*spec*/,
+                              const v1::Plan& plan,
                               v1::JobResult& result) const {
   auto& metrics = *result.mutable_metrics();
   const std::vector<StepSpan> spans = StepSpansOf(plan, result);
@@ -271,7 +269,6 @@ void AttentionKind::Summarize(const v1::JobSpec& spec, const v1::Plan& plan,
     metrics["memory_bytes_per_rank_max"] =
         static_cast<double>(*std::max_element(memory.begin(), memory.end()));
   }
-  (void)spec;
 }
 
 }  // namespace meshcast

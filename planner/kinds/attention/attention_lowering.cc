@@ -234,7 +234,7 @@ class AttentionBuilder {
   // RSA passes `keys` (per device its buffer of KS [P, P, B, Hkv, L, D],
   // every K block on every device) and moves only V.
   void BuildRing(bool overlap, const PerDevice& keys = {},
-                 const std::vector<int>& keys_ready = {}) {
+                 const std::vector<std::vector<int>>& keys_ready = {}) {
     AddStates();
     const bool rsa = !keys.empty();
     const int kinds = rsa ? 1 : 2;  // what travels: K and V, or V
@@ -264,7 +264,7 @@ class AttentionBuilder {
     std::vector<std::vector<int>> transfer(p_, std::vector<int>(p_, -1));
     for (int p = 0; p < p_; ++p) {
       std::vector<int> ready;
-      if (rsa) ready.push_back(keys_ready[p]);
+      if (rsa) ready = keys_ready[p];
       int id = -1;
       if (!rsa) {
         id = AddCopy(p, kAttentionExchange, ready, kb_[p], {}, kvrb[p],
@@ -347,10 +347,14 @@ class AttentionBuilder {
           v1::Buffer::ROLE_SCRATCH));
     }
     const int64_t block = b_ * hkv_ * l_;
+    // Every step that writes a K block into device p: its pass 2 waits for
+    // all of them (the last one alone does not order the earlier ones).
+    std::vector<std::vector<int>> written(p_);
     std::vector<int> prev(p_);
     for (int p = 0; p < p_; ++p) {
       prev[p] = AddCopy(p, kAttentionExchange, {}, kb_[p], {}, ksb[p],
                         KeySlot(p, p), Identity(block), d_);
+      written[p].push_back(prev[p]);
     }
     for (int t = 1; t < p_; ++t) {
       std::vector<int> next(p_);
@@ -359,10 +363,11 @@ class AttentionBuilder {
         const int src = (p - t + p_) % p_;
         next[p] = AddTransfer(p, {prev[sender]}, ksb[sender],
                               KeySlot(sender, src), ksb[p], KeySlot(p, src));
+        written[p].push_back(next[p]);
       }
       prev = next;
     }
-    BuildRing(/*overlap=*/false, ksb, prev);
+    BuildRing(/*overlap=*/false, ksb, written);
   }
 
   // Ulysses: Q, K, V to head-sharded over the whole sequence, one

@@ -231,10 +231,7 @@ absl::Status CalibrateKind::Validate(const v1::JobSpec& spec) const {
 absl::StatusOr<PlacementRequest> CalibrateKind::Meshes(
     const v1::JobSpec& spec) const {
   ASSIGN_OR_RETURN(const CalibrateRequest request, RequestOf(spec));
-  PlacementRequest placement;
-  placement.meshes = {request.mesh};
-  placement.names = {"calibrate.mesh"};
-  return placement;
+  return PlacementRequest::One(request.mesh, "calibrate.mesh");
 }
 
 absl::StatusOr<PlannedJob> CalibrateKind::Plan(

@@ -285,10 +285,7 @@ absl::Status CollectiveKind::Validate(const v1::JobSpec& spec) const {
 absl::StatusOr<PlacementRequest> CollectiveKind::Meshes(
     const v1::JobSpec& spec) const {
   ASSIGN_OR_RETURN(const CollectiveRequest request, RequestOf(spec));
-  PlacementRequest placement;
-  placement.meshes = {request.mesh};
-  placement.names = {"mesh"};
-  return placement;
+  return PlacementRequest::One(request.mesh, "mesh");
 }
 
 absl::StatusOr<PlannedJob> CollectiveKind::Plan(

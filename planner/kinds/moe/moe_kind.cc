@@ -211,10 +211,7 @@ absl::Status MoeKind::Validate(const v1::JobSpec& spec) const {
 absl::StatusOr<PlacementRequest> MoeKind::Meshes(
     const v1::JobSpec& spec) const {
   ASSIGN_OR_RETURN(const MoeRequest request, MoeRequestOf(spec));
-  PlacementRequest placement;
-  placement.meshes = {request.mesh};
-  placement.names = {"moe.mesh"};
-  return placement;
+  return PlacementRequest::One(request.mesh, "moe.mesh");
 }
 
 absl::StatusOr<PlannedJob> MoeKind::Plan(const v1::JobSpec& spec,

@@ -130,10 +130,7 @@ absl::Status TpOverlapKind::Validate(const v1::JobSpec& spec) const {
 absl::StatusOr<PlacementRequest> TpOverlapKind::Meshes(
     const v1::JobSpec& spec) const {
   ASSIGN_OR_RETURN(const TpRequest request, RequestOf(spec));
-  PlacementRequest placement;
-  placement.meshes = {request.mesh};
-  placement.names = {"tp_overlap.mesh"};
-  return placement;
+  return PlacementRequest::One(request.mesh, "tp_overlap.mesh");
 }
 
 absl::StatusOr<PlannedJob> TpOverlapKind::Plan(
