@@ -42,6 +42,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "meshcast/v1/job.pb.h"
 #include "meshcast/v1/plan.pb.h"
 #include "planner/mesh.h"
@@ -111,6 +112,14 @@ class JobKind {
     return {};
   }
 };
+
+// Shared by the kinds' Validate and Plan:
+// OK when low <= value <= high, else INVALID_ARGUMENT "FIELD is VALUE;
+// allowed: LOW..HIGH" (`field` in full, e.g. "moe.tokens").
+absl::Status CheckSpecRange(absl::string_view field, int64_t value,
+                            int64_t low, int64_t high);
+// The sum of a plan's Step.bytes (the bytes column of `meshctl plan`).
+int64_t PlanStepBytes(const v1::Plan& plan);
 
 // The kind of `spec` (by its oneof field); INVALID_ARGUMENT naming the
 // known kinds when the spec sets none.

@@ -32,6 +32,21 @@ std::string KindNames() {
 
 }  // namespace
 
+absl::Status CheckSpecRange(absl::string_view field, int64_t value,
+                            int64_t low, int64_t high) {
+  if (value < low || value > high) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " is ", value, "; allowed: ", low, "..", high));
+  }
+  return absl::OkStatus();
+}
+
+int64_t PlanStepBytes(const v1::Plan& plan) {
+  int64_t bytes = 0;
+  for (const v1::Step& step : plan.steps()) bytes += step.bytes();
+  return bytes;
+}
+
 absl::StatusOr<const JobKind*> FindJobKind(const v1::JobSpec& spec) {
   switch (spec.kind_case()) {
     case v1::JobSpec::kReshard:

@@ -20,21 +20,6 @@ constexpr int64_t kMaxHeads = 1024;
 constexpr int64_t kMaxHeadDim = 1024;
 constexpr int64_t kMaxBatch = 1024;
 
-absl::Status CheckRange(absl::string_view field, int64_t value, int64_t low,
-                        int64_t high) {
-  if (value < low || value > high) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "attention.", field, " is ", value, "; allowed: ", low, "..", high));
-  }
-  return absl::OkStatus();
-}
-
-int64_t PlanBytes(const v1::Plan& plan) {
-  int64_t bytes = 0;
-  for (const v1::Step& step : plan.steps()) bytes += step.bytes();
-  return bytes;
-}
-
 }  // namespace
 
 absl::StatusOr<AttentionRequest> AttentionRequestOf(const v1::JobSpec& spec) {
@@ -45,20 +30,20 @@ absl::StatusOr<AttentionRequest> AttentionRequestOf(const v1::JobSpec& spec) {
   AttentionRequest request;
   AttentionShape& s = request.shape;
   s.batch = a.batch() == 0 ? 1 : a.batch();
-  RETURN_IF_ERROR(CheckRange("batch", s.batch, 1, kMaxBatch));
-  RETURN_IF_ERROR(CheckRange("heads", a.heads(), 1, kMaxHeads));
+  RETURN_IF_ERROR(CheckSpecRange("attention.batch", s.batch, 1, kMaxBatch));
+  RETURN_IF_ERROR(CheckSpecRange("attention.heads", a.heads(), 1, kMaxHeads));
   s.heads = a.heads();
   s.kv_heads = a.kv_heads() == 0 ? s.heads : a.kv_heads();
-  RETURN_IF_ERROR(CheckRange("kv_heads", s.kv_heads, 1, s.heads));
+  RETURN_IF_ERROR(CheckSpecRange("attention.kv_heads", s.kv_heads, 1, s.heads));
   if (s.heads % s.kv_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "attention.kv_heads ", s.kv_heads, " does not divide heads ", s.heads,
         " (grouped-query attention shares each kv head among heads / "
         "kv_heads query heads)"));
   }
-  RETURN_IF_ERROR(CheckRange("seq_len", a.seq_len(), 1, kMaxSeqLen));
+  RETURN_IF_ERROR(CheckSpecRange("attention.seq_len", a.seq_len(), 1, kMaxSeqLen));
   s.seq_len = a.seq_len();
-  RETURN_IF_ERROR(CheckRange("head_dim", a.head_dim(), 1, kMaxHeadDim));
+  RETURN_IF_ERROR(CheckSpecRange("attention.head_dim", a.head_dim(), 1, kMaxHeadDim));
   s.head_dim = a.head_dim();
   if (!a.has_mesh()) {
     return absl::InvalidArgumentError(
@@ -193,7 +178,7 @@ absl::StatusOr<PlannedJob> AttentionKind::Plan(
     const Candidate& c = candidates[i];
     job.alternatives.push_back({AttentionAlgorithmName(c.algorithm),
                                 c.seconds, bound, c.plan.steps_size(),
-                                PlanBytes(c.plan),
+                                PlanStepBytes(c.plan),
                                 static_cast<int>(i) == best});
   }
   job.plan = std::move(candidates[best].plan);

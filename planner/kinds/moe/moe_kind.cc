@@ -22,15 +22,6 @@ constexpr int kMaxExperts = 1024;
 constexpr int kMaxTopK = 8;
 constexpr double kMaxCapacityFactor = 64;
 
-absl::Status CheckRange(absl::string_view field, int64_t value, int64_t low,
-                        int64_t high) {
-  if (value < low || value > high) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "moe.", field, " is ", value, "; allowed: ", low, "..", high));
-  }
-  return absl::OkStatus();
-}
-
 // mp / ep / esp: 0 takes the mesh's extent; anything else must match it.
 absl::Status CheckDegree(absl::string_view field, int value, int from_mesh,
                          absl::string_view axis) {
@@ -49,12 +40,6 @@ struct Candidate {
   v1::Plan plan;
   double seconds = 0;
 };
-
-int64_t PlanBytes(const v1::Plan& plan) {
-  int64_t bytes = 0;
-  for (const v1::Step& step : plan.steps()) bytes += step.bytes();
-  return bytes;
-}
 
 // No schedule beats the expert GEMMs of the busiest device at full rate,
 // nor moving each kept choice's row across hosts and back once. The
@@ -97,17 +82,17 @@ absl::StatusOr<MoeRequest> MoeRequestOf(const v1::JobSpec& spec) {
   const v1::MoeSpec& m = spec.moe();
   MoeRequest request;
   MoeShape& shape = request.shape;
-  RETURN_IF_ERROR(CheckRange("tokens", m.tokens(), 1, kMaxTokens));
-  RETURN_IF_ERROR(CheckRange("hidden", m.hidden(), 1, kMaxWidth));
-  RETURN_IF_ERROR(CheckRange("ffn", m.ffn(), 1, kMaxWidth));
-  RETURN_IF_ERROR(CheckRange("experts", m.experts(), 1, kMaxExperts));
+  RETURN_IF_ERROR(CheckSpecRange("moe.tokens", m.tokens(), 1, kMaxTokens));
+  RETURN_IF_ERROR(CheckSpecRange("moe.hidden", m.hidden(), 1, kMaxWidth));
+  RETURN_IF_ERROR(CheckSpecRange("moe.ffn", m.ffn(), 1, kMaxWidth));
+  RETURN_IF_ERROR(CheckSpecRange("moe.experts", m.experts(), 1, kMaxExperts));
   shape.tokens = m.tokens();
   shape.hidden = m.hidden();
   shape.ffn = m.ffn();
   shape.experts = m.experts();
   shape.top_k = m.top_k() == 0 ? std::min(2, shape.experts) : m.top_k();
   RETURN_IF_ERROR(
-      CheckRange("top_k", shape.top_k, 1, std::min(kMaxTopK, shape.experts)));
+      CheckSpecRange("moe.top_k", shape.top_k, 1, std::min(kMaxTopK, shape.experts)));
   shape.capacity_factor = m.capacity_factor() == 0 ? 1.0 : m.capacity_factor();
   if (!(shape.capacity_factor > 0 &&
         shape.capacity_factor <= kMaxCapacityFactor)) {
@@ -266,7 +251,7 @@ absl::StatusOr<PlannedJob> MoeKind::Plan(const v1::JobSpec& spec,
   for (size_t i = 0; i < candidates.size(); ++i) {
     const Candidate& c = candidates[i];
     job.alternatives.push_back({c.name, c.seconds, bound, c.plan.steps_size(),
-                                PlanBytes(c.plan),
+                                PlanStepBytes(c.plan),
                                 static_cast<int>(i) == best});
   }
   job.plan = std::move(candidates[best].plan);

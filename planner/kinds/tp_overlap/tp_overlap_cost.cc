@@ -5,19 +5,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "planner/kinds/job_kind.h"
 #include "planner/sim/plan_simulator.h"
 #include "util/status_macros.h"
 
 namespace meshcast {
 namespace {
-
-int64_t PlanBytes(const v1::Plan& plan) {
-  int64_t bytes = 0;
-  for (const v1::Step& step : plan.steps()) {
-    if (step.stage() >= kStageModeComm) bytes += step.bytes();
-  }
-  return bytes;
-}
 
 int ModeSteps(const v1::Plan& plan) {
   int steps = 0;
@@ -29,7 +22,7 @@ int ModeSteps(const v1::Plan& plan) {
 
 TpAlternative AlternativeOf(const TpPrediction& p) {
   return {p.name, p.seconds, ModeSteps(p.lowering.plan),
-          PlanBytes(p.lowering.plan)};
+          PlanStepBytes(p.lowering.plan)};
 }
 
 // The best of `mode`'s candidates (or of `chunks` alone when > 0); every
