@@ -18,6 +18,7 @@
 #include "planner/kinds/job_kind.h"
 #include "planner/tensor.h"
 #include "proto/dtype_convert.h"
+#include "util/bytes_text.h"
 #include "util/status_macros.h"
 
 namespace meshcast::cli {
@@ -64,6 +65,14 @@ absl::Status Normalize(const std::string& key, const std::string& path,
     }
     return absl::OkStatus();
   }
+  if (value.is_array() && !value.empty() && value.front().is_object()) {
+    // A list of objects (pipeline.stages): each element as the key's.
+    for (size_t i = 0; i < value.size(); ++i) {
+      RETURN_IF_ERROR(
+          Normalize(key, absl::StrCat(path, "[", i, "]"), value[i]));
+    }
+    return absl::OkStatus();
+  }
   if (key == "mesh" || key == "src_mesh" || key == "dst_mesh") {
     if (value.is_string()) {
       ASSIGN_OR_RETURN(v1::DeviceMesh mesh,
@@ -74,7 +83,9 @@ absl::Status Normalize(const std::string& key, const std::string& path,
     }
     return absl::OkStatus();
   }
-  if ((key == "src_spec" || key == "dst_spec") && value.is_string()) {
+  if ((key == "src_spec" || key == "dst_spec" || key == "input_spec" ||
+       key == "output_spec") &&
+      value.is_string()) {
     value = Json{{"text", value}};
     return absl::OkStatus();
   }
@@ -83,6 +94,13 @@ absl::Status Normalize(const std::string& key, const std::string& path,
     absl::StatusOr<DType> dtype = ParseDType(value.get<std::string>());
     if (!dtype.ok()) return Invalid(path, dtype.status().message());
     value = v1::DType_Name(DTypeToProto(*dtype));
+    return absl::OkStatus();
+  }
+  if (absl::EndsWith(key, "_bytes") && value.is_string()) {
+    // A byte count with a unit: 8GiB, 512MiB (util/bytes_text.h).
+    absl::StatusOr<int64_t> bytes = ParseBytes(value.get<std::string>());
+    if (!bytes.ok()) return Invalid(path, bytes.status().message());
+    value = *bytes;
     return absl::OkStatus();
   }
   if (key == "shape" && value.is_string()) {

@@ -39,6 +39,37 @@ TEST(JobFileTest, CollectiveYamlInTheJobSpecForm) {
   EXPECT_EQ(c.iterations(), 5);
 }
 
+// The issue's pipeline form: a list of stages, each with a mesh and two
+// layouts as text, and a byte count with a unit.
+TEST(JobFileTest, PipelineStagesInCompactNotation) {
+  absl::StatusOr<JobFile> file = ParseJobSpecText(
+      "pipeline:\n"
+      "  stages:\n"
+      "    - {mesh: \"1x2\", input_spec: \"S0,R\", output_spec: \"R,S1\"}\n"
+      "    - {mesh: [1, 4], input_spec: \"R,R\"}\n"
+      "  microbatches: 8\n"
+      "  memory_limit_bytes: 2MiB\n"
+      "  schedule: eager_1f1b\n",
+      /*json=*/false, "job.yaml");
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->kind, "pipeline");
+  const v1::PipelineSpec& p = file->spec.pipeline();
+  ASSERT_EQ(p.stages_size(), 2);
+  EXPECT_THAT(p.stages(0).mesh().shape(), ElementsAre(1, 2));
+  EXPECT_EQ(p.stages(0).input_spec().text(), "S0,R");
+  EXPECT_EQ(p.stages(0).output_spec().text(), "R,S1");
+  EXPECT_THAT(p.stages(1).mesh().shape(), ElementsAre(1, 4));
+  EXPECT_EQ(p.stages(1).input_spec().text(), "R,R");
+  EXPECT_EQ(p.memory_limit_bytes(), 2 << 20);
+  EXPECT_EQ(p.schedule(), "eager_1f1b");
+
+  absl::StatusOr<JobFile> bad = ParseJobSpecText(
+      "pipeline: {stages: [{mesh: 1x2}], memory_limit_bytes: 2 apples}\n",
+      /*json=*/false, "job.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("memory_limit_bytes"));
+}
+
 TEST(JobFileTest, CollectiveJsonWithCompactNotations) {
   absl::StatusOr<JobFile> file = ParseJobSpecText(
       R"({"name": "x", "collective": {"op": "all_gather", "mesh": "2x4@1",

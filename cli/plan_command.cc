@@ -666,22 +666,36 @@ std::string RenderKindTable(const KindPlanView& view) {
                   view.plan.steps_size() == 1 ? " step, " : " steps, ",
                   view.plan.buffers_size(), " buffers, ",
                   view.plan.groups_size(), " groups\n\n");
-  TextTable table({"  alternative", "predicted", "x lower bound", "steps",
-                   "bytes"},
-                  {TextTable::kLeft});
+  // A kind that predicts each alternative's memory gets a column for it.
+  const bool memory =
+      std::any_of(view.rows.begin(), view.rows.end(),
+                  [](const v1::StrategyRow& r) { return r.peak_memory_bytes() > 0; });
+  std::vector<std::string> header = {"  alternative", "predicted",
+                                     "x lower bound", "steps", "bytes"};
+  if (memory) header.push_back("peak memory/device");
+  TextTable table(header, {TextTable::kLeft});
   double lower_bound = view.plan.lower_bound_seconds();
   std::string chosen = view.plan.strategy();
   for (const v1::StrategyRow& row : view.rows) {
     lower_bound = std::max(lower_bound, row.lower_bound_seconds());
     if (row.chosen()) chosen = row.strategy();
-    table.AddRow({absl::StrCat(row.chosen() ? "* " : "  ", row.strategy()),
-                  FormatSeconds(row.predicted_seconds()),
-                  absl::StrFormat("%.3f", Ratio(row.predicted_seconds(),
-                                                row.lower_bound_seconds())),
-                  absl::StrCat(row.transfers()),
-                  FormatBytes(static_cast<double>(row.bytes()))});
+    std::vector<std::string> cells = {
+        absl::StrCat(row.chosen() ? "* " : "  ", row.strategy()),
+        FormatSeconds(row.predicted_seconds()),
+        absl::StrFormat("%.3f", Ratio(row.predicted_seconds(),
+                                      row.lower_bound_seconds())),
+        absl::StrCat(row.transfers()),
+        FormatBytes(static_cast<double>(row.bytes()))};
+    if (memory) {
+      cells.push_back(FormatBytes(static_cast<double>(row.peak_memory_bytes())));
+    }
+    table.AddRow(cells);
   }
-  table.AddRow({"  lower bound", FormatSeconds(lower_bound), "1.000", "", ""});
+  std::vector<std::string> bound_row = {"  lower bound",
+                                        FormatSeconds(lower_bound), "1.000",
+                                        "", ""};
+  if (memory) bound_row.push_back("");
+  table.AddRow(bound_row);
   out += table.Render();
   absl::StrAppend(&out, "\n* chosen: ", chosen, ", predicted ",
                   FormatSeconds(view.plan.predicted_seconds()),
@@ -697,7 +711,7 @@ std::string RenderKindTable(const KindPlanView& view) {
 std::string RenderKindJson(const KindPlanView& view) {
   Json alternatives = Json::array();
   for (const v1::StrategyRow& row : view.rows) {
-    alternatives.push_back(
+    Json entry =
         Json{{"name", row.strategy()},
              {"predicted_seconds", row.predicted_seconds()},
              {"lower_bound_seconds", row.lower_bound_seconds()},
@@ -705,7 +719,11 @@ std::string RenderKindJson(const KindPlanView& view) {
               Ratio(row.predicted_seconds(), row.lower_bound_seconds())},
              {"steps", row.transfers()},
              {"bytes", row.bytes()},
-             {"chosen", row.chosen()}});
+             {"chosen", row.chosen()}};
+    if (row.peak_memory_bytes() > 0) {
+      entry["peak_memory_bytes"] = row.peak_memory_bytes();
+    }
+    alternatives.push_back(std::move(entry));
   }
   Json meshes = Json::array();
   for (const v1::DeviceMesh& mesh : view.meshes) {
@@ -861,14 +879,7 @@ CommandResult RunKindPlan(const FlagSet& flags, const PlanOptions& options,
     }
     view.plan = planned->plan;
     for (const PlanAlternative& alternative : planned->alternatives) {
-      v1::StrategyRow row;
-      row.set_strategy(alternative.name);
-      row.set_predicted_seconds(alternative.predicted_seconds);
-      row.set_lower_bound_seconds(alternative.lower_bound_seconds);
-      row.set_transfers(alternative.steps);
-      row.set_bytes(alternative.bytes);
-      row.set_chosen(alternative.chosen);
-      view.rows.push_back(std::move(row));
+      view.rows.push_back(AlternativeToRow(alternative));
     }
   }
   if (view.rows.empty()) {

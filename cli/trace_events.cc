@@ -1,6 +1,7 @@
 #include "cli/trace_events.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -33,6 +34,28 @@ OrderedJson Complete(const std::string& name, const char* category,
                      {"tid", tid},   {"args", std::move(args)}};
 }
 
+// The event name: the step's label where the kind set one (it names the
+// unit of work, e.g. "F3", which reads better in a viewer than the op),
+// else its op; then the step id, which keeps names unique.
+std::string EventName(const v1::Step* step, int id) {
+  if (step == nullptr) return absl::StrCat("step #", id);
+  return absl::StrCat(step->label().empty() ? StepOpName(step->op())
+                                            : step->label(),
+                      " #", id);
+}
+
+// The args every step event carries, plus "label" when the step has one.
+OrderedJson StepArgs(const v1::Step* step, int id, int64_t bytes) {
+  OrderedJson args{
+      {"step", id},
+      {"op", step == nullptr ? std::string("step") : StepOpName(step->op())}};
+  if (step != nullptr && !step->label().empty()) {
+    args["label"] = step->label();
+  }
+  args["bytes"] = bytes;
+  return args;
+}
+
 // The devices a step runs on: its group's, or its own for compute.
 std::vector<int> StepDevices(const v1::Step& step,
                              const std::map<int, const v1::CommGroup*>& groups) {
@@ -51,9 +74,9 @@ OrderedJson JobToTraceEvents(const v1::Job& job) {
   for (const v1::Step& step : plan.steps()) steps[step.id()] = &step;
   std::map<int, const v1::CommGroup*> groups;
   for (const v1::CommGroup& group : plan.groups()) groups[group.id()] = &group;
-  const auto op_name = [&](int id) {
+  const auto find_step = [&](int id) -> const v1::Step* {
     const auto it = steps.find(id);
-    return it == steps.end() ? std::string("step") : StepOpName(it->second->op());
+    return it == steps.end() ? nullptr : it->second;
   };
 
   OrderedJson events = OrderedJson::array();
@@ -71,12 +94,10 @@ OrderedJson JobToTraceEvents(const v1::Job& job) {
       for (int device : StepDevices(step, groups)) {
         devices.insert(device);
         events.push_back(Complete(
-            absl::StrCat(StepOpName(step.op()), " #", step.id()), "predicted",
+            EventName(&step, step.id()), "predicted",
             plan.predicted_step_start(step.id()),
             plan.predicted_step_finish(step.id()), kPredictedPid, device,
-            OrderedJson{{"step", step.id()},
-                        {"op", StepOpName(step.op())},
-                        {"bytes", step.bytes()}}));
+            StepArgs(&step, step.id(), step.bytes())));
       }
     }
     for (int device : devices) {
@@ -105,14 +126,13 @@ OrderedJson JobToTraceEvents(const v1::Job& job) {
     const int pid = pid_of.at(step.worker());
     threads.insert({pid, step.device()});
     measured_end = std::max(measured_end, step.end_seconds());
-    events.push_back(Complete(
-        absl::StrCat(op_name(step.step()), " #", step.step()), "measured",
-        step.start_seconds(), step.end_seconds(), pid, step.device(),
-        OrderedJson{{"step", step.step()},
-                    {"op", op_name(step.step())},
-                    {"bytes", step.bytes()},
-                    {"worker", step.worker()},
-                    {"device", step.device()}}));
+    const v1::Step* planned = find_step(step.step());
+    OrderedJson args = StepArgs(planned, step.step(), step.bytes());
+    args["worker"] = step.worker();
+    args["device"] = step.device();
+    events.push_back(Complete(EventName(planned, step.step()), "measured",
+                              step.start_seconds(), step.end_seconds(), pid,
+                              step.device(), std::move(args)));
   }
   for (const auto& [pid, device] : threads) {
     events.push_back(Metadata("thread_name", pid, device,

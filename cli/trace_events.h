@@ -9,9 +9,13 @@
 //   {"traceEvents": [...], "displayTimeUnit": "ms",
 //    "otherData": {"job_id", "kind", "strategy", "predicted_seconds",
 //                  "measured_seconds"}}
-// Every step is a complete event {"name": "<op> #<step id>", "cat":
+// Every step is a complete event {"name": "<label> #<step id>", "cat":
 // "measured" | "predicted", "ph": "X", "ts", "dur" (microseconds, from the
-// job's start barrier), "pid", "tid", "args": {"step", "op", "bytes", ...}}.
+// job's start barrier), "pid", "tid", "args": {"step", "op", "label",
+// "bytes", ...}}. The name's <label> is the plan step's Step.label (the
+// kind's unit of work, e.g. "F3" for a pipeline's forward of micro-batch 3)
+// and args carry "label" when it is non-empty; a step without a label is
+// named by its op ("all_reduce #0"), one the plan does not list "step #<id>".
 //  - measured: pid = 1 + the worker's index among the job's workers sorted
 //    by name, tid = StepResult.device; from StepResult start_seconds /
 //    end_seconds.

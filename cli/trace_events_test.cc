@@ -217,6 +217,32 @@ TEST(TraceEventsTest, MeasuredAndPredictedTimelines) {
   EXPECT_EQ(trace["otherData"]["kind"], "collective");
 }
 
+TEST(TraceEventsTest, LabelledStepsAreNamedByTheirLabel) {
+  // A pipeline kind labels its steps ("F3": forward of micro-batch 3);
+  // unlabelled steps keep the op's name and carry no "label" arg.
+  v1::Job job = SmallJob();
+  job.mutable_plan()->mutable_steps(0)->set_label("F3");
+  const Json trace = Json::parse(JobToTraceEvents(job).dump());
+  EXPECT_EQ(CheckSchema(trace), "");
+  std::map<std::string, int> names;  // "<cat> <name>" -> events
+  for (const Json& event : trace["traceEvents"]) {
+    if (event["ph"] != "X") continue;
+    names[event["cat"].get<std::string>() + " " +
+          event["name"].get<std::string>()]++;
+    const Json& args = event["args"];
+    if (args["step"] == 0) {
+      EXPECT_EQ(args.value("label", ""), "F3") << event.dump();
+      EXPECT_EQ(args["op"], "all_reduce");  // the op stays in the args
+    } else {
+      EXPECT_FALSE(args.contains("label")) << event.dump();
+    }
+  }
+  EXPECT_EQ(names, (std::map<std::string, int>{{"measured F3 #0", 2},
+                                               {"measured broadcast #1", 2},
+                                               {"predicted F3 #0", 2},
+                                               {"predicted broadcast #1", 2}}));
+}
+
 TEST(TraceEventsTest, NoPredictionsNoPredictedProcess) {
   v1::Job job = SmallJob();
   job.mutable_plan()->clear_predicted_step_start();

@@ -9,6 +9,7 @@
 #include "controller/clock.h"
 #include "controller/grpc_worker_client.h"
 #include "planner/ir/spec_convert.h"
+#include "planner/kinds/job_kind.h"
 #include "security/authorizer.h"
 #include "security/call_guard.h"
 
@@ -257,13 +258,7 @@ grpc::Status ControllerService::Plan(grpc::ServerContext* context,
   if (!result.ok()) return ToGrpcStatus(result.status());
   *response->mutable_plan() = std::move(result->plan);
   for (const PlanAlternative& alternative : result->alternatives) {
-    v1::StrategyRow* out = response->add_rows();
-    out->set_strategy(alternative.name);
-    out->set_predicted_seconds(alternative.predicted_seconds);
-    out->set_lower_bound_seconds(alternative.lower_bound_seconds);
-    out->set_transfers(alternative.steps);
-    out->set_bytes(alternative.bytes);
-    out->set_chosen(alternative.chosen);
+    *response->add_rows() = AlternativeToRow(alternative);
   }
   *response->mutable_topology() = TopologyToProto(result->topology);
   for (const DeviceMesh& mesh : result->placed_meshes) {

@@ -43,6 +43,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "meshcast/v1/controller.pb.h"
 #include "meshcast/v1/job.pb.h"
 #include "meshcast/v1/plan.pb.h"
 #include "planner/mesh.h"
@@ -60,6 +61,9 @@ struct PlanAlternative {
   int steps = 0;      // steps of that alternative's plan
   int64_t bytes = 0;  // sum of its steps' bytes
   bool chosen = false;
+  // The most bytes it keeps on one device, where the kind predicts it (a
+  // pipeline schedule's activations); 0 = not predicted.
+  int64_t peak_memory_bytes = 0;
 };
 
 struct PlannedJob {
@@ -118,6 +122,8 @@ class JobKind {
 // allowed: LOW..HIGH" (`field` in full, e.g. "moe.tokens").
 absl::Status CheckSpecRange(absl::string_view field, int64_t value,
                             int64_t low, int64_t high);
+// One alternative as the Plan RPC and `meshctl plan` carry it.
+v1::StrategyRow AlternativeToRow(const PlanAlternative& alternative);
 // The sum of a plan's Step.bytes (the bytes column of `meshctl plan`).
 int64_t PlanStepBytes(const v1::Plan& plan);
 

@@ -8,6 +8,7 @@
 #include "planner/kinds/collective/collective_kind.h"
 #include "planner/kinds/job_kind.h"
 #include "planner/kinds/moe/moe_kind.h"
+#include "planner/kinds/pipeline/pipeline_kind.h"
 #include "planner/kinds/reshard/reshard_kind.h"
 #include "planner/kinds/tp_overlap/tp_overlap_kind.h"
 #include "util/text_safety.h"
@@ -21,8 +22,10 @@ const TpOverlapKind kTpOverlap;
 const MoeKind kMoe;
 const CalibrateKind kCalibrate;
 const AttentionKind kAttention;
-const std::array<const JobKind*, 6> kKinds = {
-    &kReshard, &kCollective, &kTpOverlap, &kMoe, &kCalibrate, &kAttention};
+const PipelineKind kPipeline;
+const std::array<const JobKind*, 7> kKinds = {
+    &kReshard,   &kCollective, &kTpOverlap, &kMoe,
+    &kCalibrate, &kAttention,  &kPipeline};
 
 std::string KindNames() {
   std::vector<std::string> names;
@@ -39,6 +42,18 @@ absl::Status CheckSpecRange(absl::string_view field, int64_t value,
         field, " is ", value, "; allowed: ", low, "..", high));
   }
   return absl::OkStatus();
+}
+
+v1::StrategyRow AlternativeToRow(const PlanAlternative& alternative) {
+  v1::StrategyRow row;
+  row.set_strategy(alternative.name);
+  row.set_predicted_seconds(alternative.predicted_seconds);
+  row.set_lower_bound_seconds(alternative.lower_bound_seconds);
+  row.set_transfers(alternative.steps);
+  row.set_bytes(alternative.bytes);
+  row.set_chosen(alternative.chosen);
+  row.set_peak_memory_bytes(alternative.peak_memory_bytes);
+  return row;
 }
 
 int64_t PlanStepBytes(const v1::Plan& plan) {
@@ -61,6 +76,8 @@ absl::StatusOr<const JobKind*> FindJobKind(const v1::JobSpec& spec) {
       return &kCalibrate;
     case v1::JobSpec::kAttention:
       return &kAttention;
+    case v1::JobSpec::kPipeline:
+      return &kPipeline;
     case v1::JobSpec::KIND_NOT_SET:
       break;
   }

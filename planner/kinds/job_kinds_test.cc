@@ -20,17 +20,19 @@ TEST(JobKindsTest, FindsTheKindOfASpec) {
 TEST(JobKindsTest, ASpecWithoutAKindNamesTheKinds) {
   absl::StatusOr<const JobKind*> kind = FindJobKind(v1::JobSpec());
   EXPECT_EQ(kind.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(kind.status().message(), HasSubstr("reshard, collective, tp_overlap, moe, calibrate, attention"));
+  EXPECT_THAT(kind.status().message(), HasSubstr("reshard, collective, tp_overlap, moe, calibrate, "
+                                          "attention, pipeline"));
 }
 
 TEST(JobKindsTest, ByName) {
   EXPECT_EQ((*FindJobKindByName("reshard"))->name(), "reshard");
   EXPECT_EQ((*FindJobKindByName("moe"))->name(), "moe");
-  EXPECT_EQ(FindJobKindByName("pipeline").status().code(),
+  EXPECT_EQ((*FindJobKindByName("pipeline"))->name(), "pipeline");
+  EXPECT_EQ(FindJobKindByName("zero_bubble").status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ((*FindJobKindByName("calibrate"))->name(), "calibrate");
   EXPECT_EQ((*FindJobKindByName("attention"))->name(), "attention");
-  EXPECT_EQ(AllJobKinds().size(), 6u);
+  EXPECT_EQ(AllJobKinds().size(), 7u);
 }
 
 }  // namespace
