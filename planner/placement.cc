@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -188,7 +189,7 @@ absl::StatusOr<PlacedMesh> PlaceOne(absl::string_view name,
                                     const Topology& topology,
                                     const Availability& avail,
                                     const PlacedSoFar& placed_so_far,
-                                    bool allow_overlap) {
+                                    bool allow_overlap, bool share_hosts) {
   PlacedMesh placed;
   placed.mesh.shape = mesh.shape;
   if (!mesh.devices.empty()) {
@@ -231,21 +232,33 @@ absl::StatusOr<PlacedMesh> PlaceOne(absl::string_view name,
                                    row.end());
       }
     } else {
-      int found = 0;
-      for (int host = 0; host < topology.num_hosts && found < rows; ++host) {
-        if (avail.HostDown(host)) continue;
-        if (avoid_other_hosts && placed_so_far.hosts.contains(host)) continue;
-        std::vector<int> row;
-        if (!PickRow(host, cols, topology, avail, placed_so_far, allow_overlap,
-                     &row)) {
-          continue;
+      // Rows by host: hosts of its own first; with share_hosts, then free
+      // devices on the other meshes' hosts.
+      std::map<int, std::vector<int>> rows_by_host;
+      for (int pass = 0; pass < (share_hosts ? 2 : 1); ++pass) {
+        for (int host = 0; host < topology.num_hosts &&
+                           static_cast<int>(rows_by_host.size()) < rows;
+             ++host) {
+          if (avail.HostDown(host) || rows_by_host.contains(host)) continue;
+          const bool theirs = placed_so_far.hosts.contains(host);
+          if (pass == 0 && avoid_other_hosts && theirs) continue;
+          if (pass == 1 && !theirs) continue;
+          std::vector<int> row;
+          if (!PickRow(host, cols, topology, avail, placed_so_far,
+                       allow_overlap, &row)) {
+            continue;
+          }
+          rows_by_host[host] = std::move(row);
         }
+      }
+      const int found = static_cast<int>(rows_by_host.size());
+      for (const auto& [host, row] : rows_by_host) {
         placed.mesh.devices.insert(placed.mesh.devices.end(), row.begin(),
                                    row.end());
-        ++found;
       }
       if (found < rows) {
-        const bool others = avoid_other_hosts && !placed_so_far.empty();
+        const bool others =
+            avoid_other_hosts && !share_hosts && !placed_so_far.empty();
         if (others && rows + static_cast<int64_t>(placed_so_far.hosts.size()) >
                           topology.num_hosts) {
           // Would fit alone; the disjoint-hosts rule is what fails.
@@ -300,7 +313,7 @@ absl::StatusOr<Placement> PlaceImpl(const PlacementRequest& request,
     const std::string name = request.NameOf(i);
     ASSIGN_OR_RETURN(PlacedMesh mesh,
                      PlaceOne(name, request.meshes[i], topology, avail, so_far,
-                              request.allow_overlap));
+                              request.allow_overlap, request.share_hosts));
     so_far.Add(mesh, name, request.meshes[i]);
     result.meshes[i] = std::move(mesh.mesh);
   }

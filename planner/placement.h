@@ -15,8 +15,11 @@
 //    honoured even when they share hosts and devices with the job's other
 //    meshes. Each mesh the controller places stays off the hosts of every
 //    mesh of the job placed before it, unless `allow_overlap`; with it, it
-//    may reuse their hosts and (preferring unused devices) their devices.
-//    A device of the job's own meshes never counts as busy for the job.
+//    may reuse their hosts and (preferring unused devices) their devices;
+//    with `share_hosts`, it takes hosts of its own where it can and free
+//    devices on their hosts where it must, never their devices (pipeline
+//    stages: separate devices, ideally separate hosts). A device of the
+//    job's own meshes never counts as busy for the job.
 //
 //   PlacementRequest request;
 //   request.meshes = {src, dst};
@@ -68,6 +71,8 @@ struct PlacementRequest {
     return request;
   }
   bool allow_overlap = false;
+  // Meshes may share hosts, not devices (see the top of the file).
+  bool share_hosts = false;
 
   // names[i], or "meshes[i]" when the request names fewer meshes.
   std::string NameOf(int i) const;

@@ -168,7 +168,8 @@ fi
 
 # 5. End to end: a local cluster of one worker driving 8 virtual devices on
 # GPU 0, one reshard job through controller, planner and GPU executor, every
-# collective, and an MoE layer in every schedule.
+# collective, an MoE layer in every schedule, attention, a pipeline step in
+# every schedule and the link calibration.
 MESHCTL="$BUILD_DIR/cli/meshctl"
 if [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
       -x $BUILD_DIR/controller/meshcast-controller ]]; then
@@ -218,6 +219,18 @@ if [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
         timeout --kill-after=30 "$STEP_TIMEOUT" \
         env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit \
         -f "$E2E_DIR/attention-$algorithm.yaml" --wait
+    done
+    # A pipeline training step (docs/pipeline.md) of two stages of 4
+    # virtual devices, in every schedule: GEMM, ReLU and its gradient,
+    # all-reduce and all-gather inside each stage, the resharding sends
+    # between them, verified.
+    for schedule in gpipe 1f1b eager_1f1b; do
+      printf 'verify: full\npipeline: {stages: [{mesh: 1x4, input_spec: "S0,R", output_spec: "R,S1"}, {mesh: 1x4, input_spec: "R,S1", output_spec: "R,R"}], microbatches: 8, microbatch_size: 512, hidden: 512, layers_per_stage: 2, schedule: %s}\n' \
+        "$schedule" >"$E2E_DIR/pipeline-$schedule.yaml"
+      run_step "end to end: meshctl submit -f pipeline ($schedule)" \
+        timeout --kill-after=30 "$STEP_TIMEOUT" \
+        env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit \
+        -f "$E2E_DIR/pipeline-$schedule.yaml" --wait
     done
     # The link calibration (docs/calibration.md) of the 8 virtual devices'
     # collectives over NCCL, and the fit it stores.

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "planner/cost_model.h"
 #include "planner/ir/spec_convert.h"
 #include "planner/kinds/step_spans.h"
 #include "planner/sim/plan_simulator.h"
@@ -89,10 +90,9 @@ struct Candidate {
   }
 };
 
-// Compute alone, without bubbles or communication: the busiest stage's
-// GEMM FLOPs per device at the device rate.
-double PipelineLowerBound(const PipelineRequest& request,
-                          const Topology& topology) {
+// The busiest stage's GEMM FLOPs per device at the device rate.
+double ComputeLowerBound(const PipelineRequest& request,
+                         const Topology& topology) {
   const PipelineShape& s = request.shape;
   double worst = 0;
   for (size_t i = 0; i < request.stages.size(); ++i) {
@@ -104,6 +104,29 @@ double PipelineLowerBound(const PipelineRequest& request,
     worst = std::max(worst, gemms * per_block * s.microbatches);
   }
   return worst / topology.device_flops;
+}
+
+// What no schedule beats: the busiest stage's GEMM FLOPs per device at the
+// device rate (no bubble), or every micro-batch's activations (or
+// gradients) across one stage boundary through its busiest link.
+double PipelineLowerBound(const PipelineRequest& request,
+                          const std::vector<PipelineHop>& hops,
+                          const Topology& topology) {
+  double bound = 0;
+  for (const PipelineHop& hop : hops) {
+    for (const ReshardPlan* plan : {&hop.forward, &hop.backward}) {
+      if (plan->problems.empty()) continue;
+      absl::StatusOr<std::vector<UnitTask>> one =
+          ComputeUnitTasks(plan->problems[0]);
+      if (!one.ok()) continue;
+      std::vector<UnitTask> all;
+      for (int m = 0; m < request.shape.microbatches; ++m) {
+        all.insert(all.end(), one->begin(), one->end());
+      }
+      bound = std::max(bound, LowerBoundSeconds(all, topology));
+    }
+  }
+  return std::max(bound, ComputeLowerBound(request, topology));
 }
 
 // Sorted, merged intervals' total length.
@@ -265,6 +288,9 @@ absl::StatusOr<PlacementRequest> PipelineKind::Meshes(
     placement.meshes.push_back(request.stages[i].mesh);
     placement.names.push_back(absl::StrCat("pipeline.stages[", i, "].mesh"));
   }
+  // Stages on hosts of their own where the cluster has them, else side by
+  // side on one host's free devices; never on the same device.
+  placement.share_hosts = true;
   return placement;
 }
 
@@ -278,8 +304,18 @@ absl::StatusOr<PlannedJob> PipelineKind::Plan(
                      " stages places as many meshes; got ", meshes.size()));
   }
   std::vector<PipelineStageLayout> layouts;
+  std::map<int, size_t> stage_of_device;
   for (size_t i = 0; i < meshes.size(); ++i) {
     RETURN_IF_ERROR(meshes[i].Validate(topology));
+    for (int device : meshes[i].devices) {
+      auto [it, fresh] = stage_of_device.try_emplace(device, i);
+      if (!fresh) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "pipeline.stages[", it->second, "].mesh and pipeline.stages[", i,
+            "].mesh share device ", device,
+            "; allowed: stages on separate devices"));
+      }
+    }
     layouts.push_back({meshes[i], request.stages[i].input_spec,
                        request.stages[i].output_spec});
   }
@@ -324,9 +360,10 @@ absl::StatusOr<PlannedJob> PipelineKind::Plan(
   // Schedules predicted within 1% of the fastest are a tie: the one that
   // keeps fewer activations wins it (1f1b over gpipe when nothing waits on
   // the network).
+  const double fastest = best >= 0 ? candidates[best].seconds : 0;
   for (size_t i = 0; best >= 0 && i < candidates.size(); ++i) {
     const Candidate& c = candidates[i];
-    if (eligible(c) && c.seconds <= candidates[best].seconds * 1.01 &&
+    if (eligible(c) && c.seconds <= fastest * 1.01 &&
         c.peak_bytes < candidates[best].peak_bytes) {
       best = static_cast<int>(i);
     }
@@ -345,7 +382,7 @@ absl::StatusOr<PlannedJob> PipelineKind::Plan(
         " (", absl::StrJoin(peaks, ", "),
         "); allowed: at least the smallest of those, or 0 for no limit"));
   }
-  const double bound = PipelineLowerBound(request, topology);
+  const double bound = PipelineLowerBound(request, hops, topology);
   PlannedJob job;
   if (all) {
     for (size_t i = 0; i < candidates.size(); ++i) {

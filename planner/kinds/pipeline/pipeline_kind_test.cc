@@ -89,6 +89,20 @@ TEST(PipelineKindTest, OneMeshPerStageNamedByItsField) {
   EXPECT_FALSE(meshes->allow_overlap);
 }
 
+TEST(PipelineKindTest, StagesOnOneDeviceAreRefused) {
+  const Topology topology = Topology::FromGbps(1, 4, 10, 100);
+  absl::StatusOr<PlannedJob> job = PipelineKind().Plan(
+      Spec("1f1b"), {DeviceMesh{{1, 2}, {0, 1}}, DeviceMesh{{1, 2}, {1, 2}}},
+      topology, {});
+  ASSERT_FALSE(job.ok());
+  EXPECT_THAT(std::string(job.status().message()),
+              HasSubstr("pipeline.stages[0].mesh and pipeline.stages[1].mesh "
+                        "share device 1"));
+  absl::StatusOr<PlacementRequest> meshes = PipelineKind().Meshes(Spec());
+  ASSERT_TRUE(meshes.ok());
+  EXPECT_TRUE(meshes->share_hosts);
+}
+
 TEST(PipelineKindTest, PredictedPeakMemoryFollowsEachSchedule) {
   absl::StatusOr<PipelineRequest> request = PipelineRequestOf(Spec("", 3));
   ASSERT_TRUE(request.ok());
