@@ -72,6 +72,34 @@ TEST(AllocatorTest, OverlapSharesHostsPreferringUnusedDevices) {
   EXPECT_EQ(p->devices.size(), 8u);
 }
 
+// Pipeline stages: hosts of their own while there are free ones, then the
+// free devices beside the other meshes, never the other meshes' devices.
+TEST(AllocatorTest, SharedHostsKeepDevicesApart) {
+  DeviceAllocator allocator;
+  PlacementRequest request = Job(Mesh({1, 2}), Mesh({1, 2}), false);
+  request.share_hosts = true;
+  absl::StatusOr<Placement> p =
+      allocator.Place(request, Cluster(2, 4), kNoneDown);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_THAT(p->meshes[0].devices, ElementsAre(0, 1));
+  EXPECT_THAT(p->meshes[1].devices, ElementsAre(4, 5));  // its own host
+  p = allocator.Place(request, Cluster(1, 4), kNoneDown);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_THAT(p->meshes[1].devices, ElementsAre(2, 3));  // beside, not on
+  // A two-row mesh takes its own host first and a shared one after, rows
+  // in host order.
+  request = Job(Mesh({1, 2}), Mesh({2, 2}), false);
+  request.share_hosts = true;
+  p = allocator.Place(request, Cluster(2, 4), kNoneDown);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_THAT(p->meshes[1].devices, ElementsAre(2, 3, 4, 5));
+  // No room without sharing devices: refused, not overlapped.
+  request = Job(Mesh({1, 4}), Mesh({1, 2}), false);
+  request.share_hosts = true;
+  p = allocator.Place(request, Cluster(1, 4), kNoneDown);
+  EXPECT_FALSE(p.ok());
+}
+
 TEST(AllocatorTest, ExplicitDevicesAndPinnedHostsAreHonoured) {
   DeviceAllocator allocator;
   absl::StatusOr<Placement> p = allocator.Place(
