@@ -13,12 +13,21 @@
 // (S0,S1 -> S1,S0, about 16K unit tasks) and reports the wall time of each
 // step and the peak resident memory.
 //
+// Scaling: the same transpose at N x 8 -> N x 8 for N = 8, 16, ... up to
+// --max-n, each size in a child process of its own (so that its peak
+// resident memory is its own): unit tasks, lower bound, the meshcast plan
+// and its simulation, timed, with the growth exponent fitted to the total
+// (time ~ T^k over the unit tasks T).
+//
 // Exit status is non-zero only on errors (planning failures, bad flags);
 // the ratios are reported, and checked by tests elsewhere.
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <iostream>
 #include <string>
@@ -287,14 +296,137 @@ absl::Status RunSpeed(bool verify) {
   return absl::OkStatus();
 }
 
+// One size of the scaling section, measured in this process.
+struct ScalingRow {
+  int n = 0;
+  int64_t tasks = 0;
+  double tasks_s = 0, bound_s = 0, plan_s = 0, simulate_s = 0;
+  double predicted_over_bound = 0;
+  int64_t peak_rss = 0;
+  bool ok = false;
+};
+
+ScalingRow MeasureScaling(int n) {
+  ScalingRow row;
+  row.n = n;
+  const Topology topology = Topology::FromGbps(2 * n, 8, 100, 2400);
+  ReshardProblem problem;
+  problem.tensor = TensorSpec{{65536, 65536}, DType::kBFloat16};
+  absl::StatusOr<DeviceMesh> src =
+      ParseMesh(absl::StrCat(n, "x8@0"), topology);
+  absl::StatusOr<DeviceMesh> dst =
+      ParseMesh(absl::StrCat(n, "x8@", n), topology);
+  if (!src.ok() || !dst.ok()) return row;
+  problem.src_mesh = *src;
+  problem.dst_mesh = *dst;
+  problem.src_spec = *ShardingSpec::Parse("S0,S1");
+  problem.dst_spec = *ShardingSpec::Parse("S1,S0");
+  auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::vector<UnitTask>> tasks = ComputeUnitTasks(problem);
+  if (!tasks.ok()) return row;
+  row.tasks_s = Seconds(start);
+  row.tasks = static_cast<int64_t>(tasks->size());
+  start = std::chrono::steady_clock::now();
+  const double bound = LowerBoundSeconds(*tasks, topology);
+  row.bound_s = Seconds(start);
+  tasks->clear();
+  tasks->shrink_to_fit();
+  start = std::chrono::steady_clock::now();
+  absl::StatusOr<ReshardPlan> plan =
+      PlanReshard({problem}, topology, Strategy::kMeshcast);
+  if (!plan.ok()) return row;
+  row.plan_s = Seconds(start);
+  start = std::chrono::steady_clock::now();
+  absl::StatusOr<SimulationResult> simulated = Simulate(*plan, topology);
+  if (!simulated.ok()) return row;
+  row.simulate_s = Seconds(start);
+  row.predicted_over_bound = simulated->seconds / bound;
+  row.peak_rss = PeakRssBytes();
+  row.ok = true;
+  return row;
+}
+
+// MeasureScaling(n) in a child process; the row comes back over a pipe.
+ScalingRow MeasureScalingApart(int n) {
+  ScalingRow row;
+  row.n = n;
+  int fds[2];
+  if (pipe(fds) != 0) return row;
+  const pid_t pid = fork();
+  if (pid < 0) return row;
+  if (pid == 0) {
+    close(fds[0]);
+    const ScalingRow measured = MeasureScaling(n);
+    const ssize_t wrote = write(fds[1], &measured, sizeof(measured));
+    _exit(wrote == sizeof(measured) ? 0 : 1);
+  }
+  close(fds[1]);
+  ScalingRow got;
+  const ssize_t read_bytes = read(fds[0], &got, sizeof(got));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return read_bytes == sizeof(got) ? got : row;
+}
+
+absl::Status RunScaling(int max_n) {
+  const Topology shown = Topology::FromGbps(2, 8, 100, 2400);
+  std::cout << "# planning scaling: N x 8 -> N x 8 transpose (S0,S1 -> "
+               "S1,S0) of a 65536x65536 bfloat16 tensor, meshcast, "
+            << shown.ToString().substr(shown.ToString().find(',') + 2)
+            << "\n";
+  TextTable table({"N", "unit tasks", "tasks", "bound", "plan", "simulate",
+                   "total", "x lower bound", "peak memory"},
+                  {TextTable::kRight});
+  std::vector<std::pair<double, double>> fit;  // (log T, log total)
+  for (int n = 8; n <= max_n; n *= 2) {
+    const ScalingRow row = MeasureScalingApart(n);
+    if (!row.ok) {
+      return absl::InternalError(absl::StrCat("scaling N=", n, " failed"));
+    }
+    const double total = row.tasks_s + row.bound_s + row.plan_s + row.simulate_s;
+    table.AddRow({absl::StrCat(n), absl::StrCat(row.tasks),
+                  FormatSeconds(row.tasks_s), FormatSeconds(row.bound_s),
+                  FormatSeconds(row.plan_s), FormatSeconds(row.simulate_s),
+                  FormatSeconds(total),
+                  absl::StrFormat("%.4f", row.predicted_over_bound),
+                  FormatBytes(static_cast<double>(row.peak_rss))});
+    // Small sizes are dominated by fixed costs; fit where time has grown.
+    if (total > 0.01) fit.push_back({std::log(row.tasks), std::log(total)});
+  }
+  std::cout << table.Render("  ");
+  double k = 0;
+  if (fit.size() >= 2) {
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (const auto& [x, y] : fit) {
+      sx += x;
+      sy += y;
+      sxx += x * x;
+      sxy += x * y;
+    }
+    const double m = static_cast<double>(fit.size());
+    k = (m * sxy - sx * sy) / (m * sxx - sx * sx);
+  }
+  std::cout << absl::StrFormat(
+      "  growth: total time ~ T^%.2f over the unit tasks T (fitted on %d "
+      "sizes above 10 ms)\n\n",
+      k, static_cast<int>(fit.size()));
+  return absl::OkStatus();
+}
+
 int Main(const std::vector<std::string>& args) {
   std::string only = "all";
   bool verify = false;
   cli::FlagSet flags(
       "reshard_plan_bench",
       "The cross-mesh resharding public suite under the cost model, and the\n"
-      "planner's speed on a 128x8 -> 128x8 transpose.");
-  flags.Choice("only", &only, {"all", "suite", "speed"}, "which part to run");
+      "planner's speed on a 128x8 -> 128x8 transpose and how it scales to\n"
+      "N x 8 -> N x 8.");
+  int max_n = 1024;
+  flags.Choice("only", &only, {"all", "suite", "speed", "scaling"},
+               "which part to run");
+  flags.Int("max-n", &max_n, "N",
+            "the largest N of the scaling section (N x 8 -> N x 8)");
   flags.Bool("verify", &verify,
              "also time VerifyPlan on the planning-speed case (the suite "
              "verifies every plan always)");
@@ -336,6 +468,13 @@ int Main(const std::vector<std::string>& args) {
     absl::Status status = RunSpeed(verify);
     if (!status.ok()) {
       std::cerr << "reshard_plan_bench: planning speed: " << status << "\n";
+      return 1;
+    }
+  }
+  if (only == "all" || only == "scaling") {
+    absl::Status status = RunScaling(max_n);
+    if (!status.ok()) {
+      std::cerr << "reshard_plan_bench: planning scaling: " << status << "\n";
       return 1;
     }
   }

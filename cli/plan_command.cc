@@ -53,9 +53,12 @@ constexpr char kCommand[] = "meshctl plan";
 
 constexpr char kDescription[] =
     "Plans moving one tensor from a source device mesh and sharding spec to a\n"
-    "destination mesh and spec, offline (no cluster needed). Every strategy\n"
-    "is planned and timed with the flow-level cost model; the table compares\n"
-    "them against the lower bound, and --output json prints the chosen plan.\n"
+    "destination mesh and spec, offline (no cluster needed). With --strategy\n"
+    "auto every strategy that can win is planned and timed with the flow-level\n"
+    "cost model (one whose own lower bound is already slower than the best\n"
+    "plan is listed as pruned); with a strategy named, only that one. The\n"
+    "table compares them against the lower bound, and --output json prints\n"
+    "the chosen plan.\n"
     "\n"
     "Devices are numbered host*G + local on a cluster of H hosts x G devices.\n"
     "A mesh is HxG@h (H hosts x the first G devices of each, from host h),\n"
@@ -503,6 +506,8 @@ std::string RenderJson(const PlanInputs& inputs, const StrategyComparison& cmp,
              {"num_transfers", r.plan.transfers.size()},
              {"transfer_bytes", r.plan.total_bytes()},
              {"chosen", static_cast<int>(i) == chosen}});
+    // Not planned: predicted_seconds is the bound that ruled it out.
+    if (r.pruned) strategies.back()["pruned"] = true;
   }
   Json out{
       {"strategy", StrategyName(row.strategy)},
@@ -570,6 +575,12 @@ std::string RenderTable(const PlanInputs& inputs, const StrategyComparison& cmp,
   for (size_t i = 0; i < cmp.rows.size(); ++i) {
     const StrategyEvaluation& row = cmp.rows[i];
     lower_bound = std::max(lower_bound, row.lower_bound_seconds);
+    if (row.pruned) {
+      table.AddRow({absl::StrCat("  ", StrategyName(row.strategy)),
+                    absl::StrCat(">= ", FormatSeconds(row.predicted_seconds)),
+                    "", "", "pruned"});
+      continue;
+    }
     table.AddRow({absl::StrCat(static_cast<int>(i) == chosen ? "* " : "  ",
                                StrategyName(row.strategy)),
                   FormatSeconds(row.predicted_seconds),
@@ -591,8 +602,16 @@ std::string RenderTable(const PlanInputs& inputs, const StrategyComparison& cmp,
   absl::StrAppend(&out,
                   "eff. Gbps = tensor bits / predicted time; x lower bound = "
                   "predicted / lower bound on any plan\n");
+  const auto planned = std::count_if(
+      cmp.rows.begin(), cmp.rows.end(),
+      [](const StrategyEvaluation& r) { return !r.pruned; });
+  if (planned < static_cast<long>(cmp.rows.size())) {
+    absl::StrAppend(&out,
+                    "pruned = not planned: its own lower bound is already "
+                    "slower than the chosen plan\n");
+  }
   if (verified) {
-    absl::StrAppend(&out, "verified: all ", cmp.rows.size(),
+    absl::StrAppend(&out, "verified: all ", planned,
                     " plans deliver every element from devices holding it\n");
   }
   return out;
@@ -1208,8 +1227,12 @@ CommandResult RunPlanCommand(const std::vector<std::string>& args,
     return PlanFail(kExitFailure, absl::StrCat("computing unit tasks: ",
                                                tasks.status().message()));
   }
+  // Only the strategy asked for; auto skips those that cannot win.
+  CompareOptions compare;
+  compare.only = inputs->auto_strategy ? Strategy::kAuto : inputs->strategy;
+  compare.prune = !options.verify;  // --verify checks every strategy's plan
   absl::StatusOr<StrategyComparison> comparison =
-      CompareStrategies({inputs->problem}, inputs->topology);
+      CompareStrategies({inputs->problem}, inputs->topology, compare);
   if (!comparison.ok()) {
     return PlanFail(kExitFailure, absl::StrCat("planning failed: ",
                                                comparison.status().ToString()));
@@ -1218,23 +1241,10 @@ CommandResult RunPlanCommand(const std::vector<std::string>& args,
     return PlanFail(kExitFailure,
                     "planning failed: no strategy produced a plan");
   }
-  int chosen = comparison->chosen;
-  if (!inputs->auto_strategy) {
-    chosen = -1;
-    for (size_t i = 0; i < comparison->rows.size(); ++i) {
-      if (comparison->rows[i].strategy == inputs->strategy) {
-        chosen = static_cast<int>(i);
-      }
-    }
-    if (chosen < 0) {
-      return PlanFail(kExitFailure,
-                      absl::StrCat("planning failed: strategy ",
-                                   StrategyName(inputs->strategy),
-                                   " is missing from the comparison"));
-    }
-  }
+  const int chosen = comparison->chosen;
   if (options.verify) {
     for (const StrategyEvaluation& row : comparison->rows) {
+      if (row.pruned) continue;
       absl::Status status = VerifyPlan(row.plan, inputs->topology);
       if (!status.ok()) {
         return PlanFail(

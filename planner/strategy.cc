@@ -1002,28 +1002,60 @@ absl::StatusOr<ReshardPlan> PlanConcrete(
 
 absl::StatusOr<StrategyComparison> Compare(
     const std::vector<ReshardProblem>& problems,
-    const std::vector<UnitTask>& tasks, const Topology& topology) {
+    const std::vector<UnitTask>& tasks, const Topology& topology,
+    const CompareOptions& options) {
   StrategyComparison comparison;
   const double lower_bound = LowerBoundSeconds(tasks, topology);
   int64_t moved = 0;
   for (const UnitTask& task : tasks) {
     moved += task.bytes * static_cast<int64_t>(task.receivers.size());
   }
-  for (Strategy strategy : ConcreteStrategies()) {
-    StrategyEvaluation row;
-    row.strategy = strategy;
-    ASSIGN_OR_RETURN(row.plan,
-                     PlanConcrete(problems, tasks, topology, strategy));
-    ASSIGN_OR_RETURN(SimulationResult simulated, Simulate(row.plan, topology));
-    row.predicted_seconds = simulated.seconds;
+  std::vector<Strategy> strategies = ConcreteStrategies();
+  if (options.only != Strategy::kAuto) strategies = {options.only};
+  comparison.rows.resize(strategies.size());
+  // Meshcast first when pruning: it is usually the plan to beat.
+  std::vector<int> order(strategies.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  if (options.prune) {
+    std::stable_partition(order.begin(), order.end(), [&](int i) {
+      return strategies[i] == Strategy::kMeshcast;
+    });
+  }
+  double fastest = std::numeric_limits<double>::infinity();
+  double broadcast_bound = -1;  // computed once, when first needed
+  for (int i : order) {
+    StrategyEvaluation& row = comparison.rows[i];
+    row.strategy = strategies[i];
     row.lower_bound_seconds = lower_bound;
     row.moved_bytes = moved;
-    comparison.rows.push_back(std::move(row));
+    if (options.prune && std::isfinite(fastest)) {
+      double bound = lower_bound;
+      if (row.strategy == Strategy::kBroadcast ||
+          row.strategy == Strategy::kBroadcastLb) {
+        if (broadcast_bound < 0) {
+          broadcast_bound = SerializedBroadcastBoundSeconds(tasks, topology);
+        }
+        bound = std::max(bound, broadcast_bound);
+      }
+      // Slower even at its bound (beyond the tie tolerance): cannot win.
+      if (bound > fastest * (1 + 1e-9)) {
+        row.predicted_seconds = bound;
+        row.pruned = true;
+        continue;
+      }
+    }
+    ASSIGN_OR_RETURN(row.plan,
+                     PlanConcrete(problems, tasks, topology, row.strategy));
+    ASSIGN_OR_RETURN(SimulationResult simulated, Simulate(row.plan, topology));
+    row.predicted_seconds = simulated.seconds;
+    fastest = std::min(fastest, row.predicted_seconds);
   }
   // Fastest wins; near-ties (relative 1e-9) go to the earlier row, except
-  // that meshcast wins them.
+  // that meshcast wins them. Pruned rows never win.
   int chosen = 0;
-  for (int i = 1; i < static_cast<int>(comparison.rows.size()); ++i) {
+  while (comparison.rows[chosen].pruned) ++chosen;
+  for (int i = chosen + 1; i < static_cast<int>(comparison.rows.size()); ++i) {
+    if (comparison.rows[i].pruned) continue;
     const double best = comparison.rows[chosen].predicted_seconds;
     const double time = comparison.rows[i].predicted_seconds;
     const double tolerance = 1e-9 * std::max(best, time);
@@ -1085,16 +1117,49 @@ absl::StatusOr<ReshardPlan> PlanReshard(
   if (strategy != Strategy::kAuto) {
     return PlanConcrete(problems, tasks, topology, strategy);
   }
+  CompareOptions options;
+  options.prune = true;
   ASSIGN_OR_RETURN(StrategyComparison comparison,
-                   Compare(problems, tasks, topology));
+                   Compare(problems, tasks, topology, options));
   return std::move(comparison.rows[comparison.chosen].plan);
 }
 
 absl::StatusOr<StrategyComparison> CompareStrategies(
-    const std::vector<ReshardProblem>& problems, const Topology& topology) {
+    const std::vector<ReshardProblem>& problems, const Topology& topology,
+    const CompareOptions& options) {
   ASSIGN_OR_RETURN(std::vector<UnitTask> tasks,
                    CollectTasks(problems, topology));
-  return Compare(problems, tasks, topology);
+  return Compare(problems, tasks, topology, options);
+}
+
+double SerializedBroadcastBoundSeconds(const std::vector<UnitTask>& tasks,
+                                       const Topology& topology) {
+  const double per_broadcast =
+      topology.inter_host_latency + topology.transfer_setup_seconds;
+  std::vector<double> busy(topology.num_hosts, 0.0);
+  std::vector<int> sender_hosts;
+  std::vector<int> receiver_hosts;
+  for (const UnitTask& task : tasks) {
+    sender_hosts.clear();
+    for (int d : task.senders) sender_hosts.push_back(topology.HostOf(d));
+    receiver_hosts.clear();
+    for (int d : task.receivers) receiver_hosts.push_back(topology.HostOf(d));
+    std::sort(receiver_hosts.begin(), receiver_hosts.end());
+    receiver_hosts.erase(
+        std::unique(receiver_hosts.begin(), receiver_hosts.end()),
+        receiver_hosts.end());
+    for (int host : receiver_hosts) {
+      if (host < 0 || host >= topology.num_hosts) continue;
+      if (std::find(sender_hosts.begin(), sender_hosts.end(), host) !=
+          sender_hosts.end()) {
+        continue;  // a replica on the host may feed it without its NIC
+      }
+      busy[host] += task.bytes / topology.inter_host_bandwidth + per_broadcast;
+    }
+  }
+  double worst = 0;
+  for (double seconds : busy) worst = std::max(worst, seconds);
+  return worst;
 }
 
 }  // namespace meshcast

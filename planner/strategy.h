@@ -78,21 +78,44 @@ absl::StatusOr<ReshardPlan> PlanReshard(
 // One row of a strategy comparison.
 struct StrategyEvaluation {
   Strategy strategy;
-  ReshardPlan plan;
+  ReshardPlan plan;  // empty when pruned
+  // The simulated time; for a pruned row, the bound that ruled it out (its
+  // plan would take at least this long).
   double predicted_seconds = 0;
   double lower_bound_seconds = 0;
   int64_t moved_bytes = 0;  // bytes the problems must deliver (all receivers)
+  bool pruned = false;
 };
 
-// Plans and simulates every concrete strategy; `chosen` is the index of the
-// fastest (ties go to the earlier in ConcreteStrategies() order, except that
-// meshcast wins ties).
+struct CompareOptions {
+  // A concrete strategy: plan and simulate that one only (one row).
+  Strategy only = Strategy::kAuto;
+  // Skip the strategies that cannot win: meshcast is planned first, and a
+  // strategy whose own lower bound is already slower than the fastest
+  // plan so far is listed as pruned, not planned. The broadcast strategies'
+  // bound: a host issues its broadcasts one at a time, so every broadcast
+  // that must enter a host through its NIC (a receiver there, no replica)
+  // is serialized on it, each taking at least its bytes at the NIC rate
+  // plus one inter-host latency and the set-up time. The others' bound is
+  // the lower bound on any plan.
+  bool prune = false;
+};
+
+// Plans and simulates the concrete strategies (all of them by default);
+// `chosen` is the index of the fastest row that was planned (ties go to the
+// earlier in ConcreteStrategies() order, except that meshcast wins ties).
+// Rows stay in ConcreteStrategies() order.
 struct StrategyComparison {
   std::vector<StrategyEvaluation> rows;
   int chosen = 0;
 };
 absl::StatusOr<StrategyComparison> CompareStrategies(
-    const std::vector<ReshardProblem>& problems, const Topology& topology);
+    const std::vector<ReshardProblem>& problems, const Topology& topology,
+    const CompareOptions& options = {});
+
+// The broadcast strategies' bound (CompareOptions::prune) for `tasks`.
+double SerializedBroadcastBoundSeconds(const std::vector<UnitTask>& tasks,
+                                       const Topology& topology);
 
 }  // namespace meshcast
 

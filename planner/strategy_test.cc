@@ -598,6 +598,60 @@ TEST(StrategyPropertyTest, EveryStrategyIsValidAndNeverBeatsTheBound) {
       << compared << " random requests";
 }
 
+// Pruning is sound: the broadcast strategies' serialized bound never
+// exceeds their simulated time, so a pruned comparison picks a plan as fast
+// as the full one; and a forced strategy plans that one only.
+TEST(StrategyPropertyTest, PruningNeverDropsTheFastestPlan) {
+  RandomRequests random(20261127);
+  int pruned = 0;
+  for (int round = 0; round < 300; ++round) {
+    const Topology topology = random.NextTopology();
+    const std::vector<ReshardProblem> problems = random.NextRequest(topology);
+    SCOPED_TRACE(::testing::Message() << "round " << round);
+    const StrategyComparison full = MustCompare(problems, topology);
+    std::vector<UnitTask> tasks;
+    for (size_t t = 0; t < problems.size(); ++t) {
+      absl::StatusOr<std::vector<UnitTask>> more =
+          ComputeUnitTasks(problems[t], static_cast<int>(t));
+      ASSERT_TRUE(more.ok()) << more.status();
+      tasks.insert(tasks.end(), more->begin(), more->end());
+    }
+    const double bound = SerializedBroadcastBoundSeconds(tasks, topology);
+    for (Strategy s : {Strategy::kBroadcast, Strategy::kBroadcastLb}) {
+      EXPECT_LE(bound, Row(full, s).predicted_seconds * (1 + 1e-9))
+          << StrategyName(s);
+    }
+    CompareOptions prune;
+    prune.prune = true;
+    absl::StatusOr<StrategyComparison> fast =
+        CompareStrategies(problems, topology, prune);
+    ASSERT_TRUE(fast.ok()) << fast.status();
+    ASSERT_EQ(fast->rows.size(), full.rows.size());
+    EXPECT_FALSE(fast->rows[fast->chosen].pruned);
+    EXPECT_NEAR(fast->rows[fast->chosen].predicted_seconds,
+                full.rows[full.chosen].predicted_seconds,
+                1e-9 * full.rows[full.chosen].predicted_seconds);
+    for (const StrategyEvaluation& row : fast->rows) {
+      if (!row.pruned) continue;
+      ++pruned;
+      EXPECT_TRUE(row.plan.transfers.empty());
+      // The bound it was pruned by is below its real time.
+      EXPECT_LE(row.predicted_seconds,
+                Row(full, row.strategy).predicted_seconds * (1 + 1e-9));
+    }
+    CompareOptions only;
+    only.only = Strategy::kSendRecv;
+    absl::StatusOr<StrategyComparison> one =
+        CompareStrategies(problems, topology, only);
+    ASSERT_TRUE(one.ok());
+    ASSERT_EQ(one->rows.size(), 1u);
+    EXPECT_EQ(one->rows[0].strategy, Strategy::kSendRecv);
+    EXPECT_EQ(one->rows[0].predicted_seconds,
+              Row(full, Strategy::kSendRecv).predicted_seconds);
+  }
+  EXPECT_GT(pruned, 0) << "no request pruned anything: the test saw nothing";
+}
+
 TEST(StrategyPropertyTest, PlansAreDeterministic) {
   RandomRequests random(7);
   for (int round = 0; round < 50; ++round) {

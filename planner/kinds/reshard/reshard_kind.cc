@@ -19,8 +19,11 @@ absl::StatusOr<ReshardRequest> RequestOf(const v1::JobSpec& spec) {
   return ReshardRequestFromProto(spec.reshard());
 }
 
+// A pruned row reads "broadcast_lb (pruned)" with the bound that ruled it
+// out as its time.
 PlanAlternative AlternativeOf(const StrategyEvaluation& row, bool chosen) {
-  return {StrategyName(row.strategy),
+  return {absl::StrCat(StrategyName(row.strategy),
+                       row.pruned ? " (pruned)" : ""),
           row.predicted_seconds,
           row.lower_bound_seconds,
           static_cast<int>(row.plan.transfers.size()),
@@ -62,43 +65,28 @@ absl::StatusOr<PlannedJob> ReshardKind::Plan(
   ASSIGN_OR_RETURN(const ReshardProblem problem,
                    MakeProblem(request, meshes[0], meshes[1], topology));
   const std::vector<ReshardProblem> problems = {problem};
+  // A forced strategy is the only one planned, whatever compare_all says:
+  // at scale the baselines cost far more than the plan asked for. Auto
+  // prunes the strategies that cannot win.
+  CompareOptions compare;
+  compare.only = request.strategy;
+  compare.prune = true;
+  ASSIGN_OR_RETURN(StrategyComparison comparison,
+                   CompareStrategies(problems, topology, compare));
+  if (comparison.rows.empty()) {
+    return absl::InternalError("planner compared no strategies");
+  }
+  const int chosen = comparison.chosen;
+  std::vector<PlanAlternative> alternatives;
   if (request.strategy == Strategy::kAuto || options.compare_all) {
-    ASSIGN_OR_RETURN(StrategyComparison comparison,
-                     CompareStrategies(problems, topology));
-    if (comparison.rows.empty()) {
-      return absl::InternalError("planner compared no strategies");
-    }
-    int chosen = comparison.chosen;
-    if (request.strategy != Strategy::kAuto) {
-      chosen = -1;
-      for (size_t i = 0; i < comparison.rows.size(); ++i) {
-        if (comparison.rows[i].strategy == request.strategy) {
-          chosen = static_cast<int>(i);
-        }
-      }
-      if (chosen < 0) {
-        return absl::InternalError(
-            absl::StrCat("planner comparison has no row for ",
-                         StrategyName(request.strategy)));
-      }
-    }
-    std::vector<PlanAlternative> alternatives;
     for (size_t i = 0; i < comparison.rows.size(); ++i) {
       alternatives.push_back(AlternativeOf(comparison.rows[i],
                                            static_cast<int>(i) == chosen));
     }
-    const StrategyEvaluation& best = comparison.rows[chosen];
-    return Lower(best.plan, best.predicted_seconds, best.lower_bound_seconds,
-                 std::move(alternatives));
   }
-  ASSIGN_OR_RETURN(const ReshardPlan plan,
-                   PlanReshard(problems, topology, request.strategy));
-  ASSIGN_OR_RETURN(const SimulationResult simulation,
-                   Simulate(plan, topology));
-  ASSIGN_OR_RETURN(const std::vector<UnitTask> tasks,
-                   ComputeUnitTasks(problem, 0));
-  return Lower(plan, simulation.seconds, LowerBoundSeconds(tasks, topology),
-               {});
+  const StrategyEvaluation& best = comparison.rows[chosen];
+  return Lower(best.plan, best.predicted_seconds, best.lower_bound_seconds,
+               std::move(alternatives));
 }
 
 void ReshardKind::Summarize(const v1::JobSpec& spec, const v1::Plan& plan,
