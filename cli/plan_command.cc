@@ -180,8 +180,8 @@ void RegisterFlags(FlagSet& flags, PlanOptions& options) {
   flags.Double("transfer-setup-us", &options.transfer_setup_us, "US",
                "fixed start-up time of every transfer, in microseconds");
   flags.String("device-kind", &options.device_kind, "KIND",
-               "compute rates of each device: cpu (one core), h100 or h200\n"
-               "(published peaks; they time GEMMs and elementwise steps)");
+               "compute rates of each device: cpu (one core), v100, h100 or\n"
+               "h200 (published peaks; they time GEMMs and elementwise steps)");
   flags.String("shape", &options.shape, "AxBx...",
                "tensor shape, e.g. 1024x1024x512 (required)");
   flags.String("dtype", &options.dtype, "TYPE",

@@ -23,10 +23,11 @@ absl::StatusOr<DeviceRates> DeviceRatesFor(absl::string_view kind) {
   // Figures and their sources: see topology.h.
   const std::string name = absl::AsciiStrToLower(kind);
   if (name == "cpu") return DeviceRates{};
+  if (name == "v100") return DeviceRates{125e12, 900e9};
   if (name == "h100") return DeviceRates{989e12, 3.35e12};
   if (name == "h200") return DeviceRates{989e12, 4.8e12};
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown device kind \"", kind, "\"; allowed: cpu, h100, h200"));
+      "unknown device kind \"", kind, "\"; allowed: cpu, v100, h100, h200"));
 }
 
 const CollectiveCalibration* Topology::CalibrationFor(

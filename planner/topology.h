@@ -51,8 +51,15 @@ struct DeviceRates {
   double memory_bandwidth = 10e9;  // bytes/s
 };
 
-// Published peak figures of a device kind: "cpu", "h100" or "h200" (case
-// insensitive). InvalidArgument for any other name, listing the allowed ones.
+// Published peak figures of a device kind: "cpu", "v100", "h100" or "h200"
+// (case insensitive). InvalidArgument for any other name, listing the
+// allowed ones.
+//  - v100: NVIDIA Tesla V100 SXM2 datasheet: 125 TFLOP/s FP16 tensor core
+//    (the peak at the 1530 MHz boost clock; V100 has no sparsity mode and
+//    no BF16), 900 GB/s HBM2. As with the other GPU presets the tensor-core
+//    peak times every dtype: FP32 GEMMs on a V100 peak at 15.7 TFLOP/s, so
+//    float32 plans on this preset are 8x optimistic in compute. (The
+//    cross-mesh resharding paper's testbed: AWS p3 hosts of 4 V100s.)
 //  - h100: NVIDIA H100 SXM5 datasheet: 989 TFLOP/s dense BF16 tensor core
 //    (1979 with sparsity), 3.35 TB/s HBM3.
 //  - h200: NVIDIA H200 SXM datasheet: the same 989 TFLOP/s dense BF16,
