@@ -1221,12 +1221,6 @@ CommandResult RunPlanCommand(const std::vector<std::string>& args,
   absl::StatusOr<PlanInputs> inputs = BuildInputs(flags, options, context);
   if (!inputs.ok()) return PlanFail(kExitUsage, inputs.status().message());
 
-  absl::StatusOr<std::vector<UnitTask>> tasks =
-      ComputeUnitTasks(inputs->problem);
-  if (!tasks.ok()) {
-    return PlanFail(kExitFailure, absl::StrCat("computing unit tasks: ",
-                                               tasks.status().message()));
-  }
   // Only the strategy asked for; auto skips those that cannot win.
   CompareOptions compare;
   compare.only = inputs->auto_strategy ? Strategy::kAuto : inputs->strategy;
@@ -1256,9 +1250,9 @@ CommandResult RunPlanCommand(const std::vector<std::string>& args,
   }
   CommandResult result;
   result.out = options.output == "json"
-                   ? RenderJson(*inputs, *comparison, chosen, tasks->size(),
+                   ? RenderJson(*inputs, *comparison, chosen, comparison->unit_tasks,
                                 options.verify)
-                   : RenderTable(*inputs, *comparison, chosen, tasks->size(),
+                   : RenderTable(*inputs, *comparison, chosen, comparison->unit_tasks,
                                  options.verify);
   return result;
 }

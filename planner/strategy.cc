@@ -1005,6 +1005,7 @@ absl::StatusOr<StrategyComparison> Compare(
     const std::vector<UnitTask>& tasks, const Topology& topology,
     const CompareOptions& options) {
   StrategyComparison comparison;
+  comparison.unit_tasks = static_cast<int64_t>(tasks.size());
   const double lower_bound = LowerBoundSeconds(tasks, topology);
   int64_t moved = 0;
   for (const UnitTask& task : tasks) {
@@ -1036,6 +1037,8 @@ absl::StatusOr<StrategyComparison> Compare(
           broadcast_bound = SerializedBroadcastBoundSeconds(tasks, topology);
         }
         bound = std::max(bound, broadcast_bound);
+      } else if (row.strategy == Strategy::kSendRecv) {
+        bound = std::max(bound, PointToPointBoundSeconds(tasks, topology));
       }
       // Slower even at its bound (beyond the tie tolerance): cannot win.
       if (bound > fastest * (1 + 1e-9)) {
@@ -1130,6 +1133,30 @@ absl::StatusOr<StrategyComparison> CompareStrategies(
   ASSIGN_OR_RETURN(std::vector<UnitTask> tasks,
                    CollectTasks(problems, topology));
   return Compare(problems, tasks, topology, options);
+}
+
+double PointToPointBoundSeconds(const std::vector<UnitTask>& tasks,
+                                const Topology& topology) {
+  std::vector<double> entering(topology.num_hosts, 0.0);
+  std::vector<int> sender_hosts;
+  for (const UnitTask& task : tasks) {
+    sender_hosts.clear();
+    for (int d : task.senders) sender_hosts.push_back(topology.HostOf(d));
+    for (int receiver : task.receivers) {
+      const int host = topology.HostOf(receiver);
+      if (host < 0 || host >= topology.num_hosts) continue;
+      if (std::find(sender_hosts.begin(), sender_hosts.end(), host) !=
+          sender_hosts.end()) {
+        continue;
+      }
+      entering[host] += static_cast<double>(task.bytes);
+    }
+  }
+  double worst = 0;
+  for (double bytes : entering) worst = std::max(worst, bytes);
+  if (worst == 0) return 0;
+  return worst / topology.inter_host_bandwidth + topology.inter_host_latency +
+         topology.transfer_setup_seconds;
 }
 
 double SerializedBroadcastBoundSeconds(const std::vector<UnitTask>& tasks,

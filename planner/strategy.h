@@ -42,6 +42,7 @@
 #ifndef MESHCAST_PLANNER_STRATEGY_H_
 #define MESHCAST_PLANNER_STRATEGY_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -96,7 +97,9 @@ struct CompareOptions {
   // bound: a host issues its broadcasts one at a time, so every broadcast
   // that must enter a host through its NIC (a receiver there, no replica)
   // is serialized on it, each taking at least its bytes at the NIC rate
-  // plus one inter-host latency and the set-up time. The others' bound is
+  // plus one inter-host latency and the set-up time. send_recv's: every
+  // receiver gets its own copy, so a host's NIC takes one copy per
+  // receiving device that has no replica on the host. The others' bound is
   // the lower bound on any plan.
   bool prune = false;
 };
@@ -108,6 +111,7 @@ struct CompareOptions {
 struct StrategyComparison {
   std::vector<StrategyEvaluation> rows;
   int chosen = 0;
+  int64_t unit_tasks = 0;  // of all the problems together
 };
 absl::StatusOr<StrategyComparison> CompareStrategies(
     const std::vector<ReshardProblem>& problems, const Topology& topology,
@@ -116,6 +120,9 @@ absl::StatusOr<StrategyComparison> CompareStrategies(
 // The broadcast strategies' bound (CompareOptions::prune) for `tasks`.
 double SerializedBroadcastBoundSeconds(const std::vector<UnitTask>& tasks,
                                        const Topology& topology);
+// send_recv's bound (CompareOptions::prune) for `tasks`.
+double PointToPointBoundSeconds(const std::vector<UnitTask>& tasks,
+                                const Topology& topology);
 
 }  // namespace meshcast
 

@@ -621,6 +621,8 @@ TEST(StrategyPropertyTest, PruningNeverDropsTheFastestPlan) {
       EXPECT_LE(bound, Row(full, s).predicted_seconds * (1 + 1e-9))
           << StrategyName(s);
     }
+    EXPECT_LE(PointToPointBoundSeconds(tasks, topology),
+              Row(full, Strategy::kSendRecv).predicted_seconds * (1 + 1e-9));
     CompareOptions prune;
     prune.prune = true;
     absl::StatusOr<StrategyComparison> fast =
