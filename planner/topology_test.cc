@@ -118,6 +118,10 @@ TEST(TopologyTest, DeviceRatesForGpuPresetsUsePublishedPeaks) {
   ASSERT_TRUE(h200.ok()) << h200.status();
   EXPECT_EQ(h200->flops, 989e12);
   EXPECT_EQ(h200->memory_bandwidth, 4.8e12);
+  const absl::StatusOr<DeviceRates> v100 = DeviceRatesFor("v100");
+  ASSERT_TRUE(v100.ok()) << v100.status();
+  EXPECT_EQ(v100->flops, 125e12);
+  EXPECT_EQ(v100->memory_bandwidth, 900e9);
   Topology topology = Topology::FromGbps(2, 8, 400, 7200);
   topology.SetDeviceRates(*h100);
   EXPECT_TRUE(topology.Validate().ok()) << topology.Validate();
@@ -131,7 +135,7 @@ TEST(TopologyTest, DeviceRatesForRejectsUnknownKinds) {
   ASSERT_FALSE(rates.ok());
   EXPECT_EQ(rates.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(rates.status().message(), HasSubstr("\"tpu\""));
-  EXPECT_THAT(rates.status().message(), HasSubstr("cpu, h100, h200"));
+  EXPECT_THAT(rates.status().message(), HasSubstr("cpu, v100, h100, h200"));
 }
 
 TEST(TopologyTest, ValidateRejectsBadDeviceRatesAndNamesTheField) {

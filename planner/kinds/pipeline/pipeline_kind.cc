@@ -256,11 +256,13 @@ int64_t PredictedPeakActivationBytes(const PipelineRequest& request,
   return peak;
 }
 
-absl::Status PipelineKind::Validate(const v1::JobSpec& spec) const {
-  ASSIGN_OR_RETURN(const PipelineRequest request, PipelineRequestOf(spec));
+namespace {
+
+// OK when some schedule the request allows keeps its activations within
+// memory_limit_bytes; else INVALID_ARGUMENT with each schedule's need. The
+// need is known before placing, so submit refuses what no placement runs.
+absl::Status CheckMemoryLimit(const PipelineRequest& request) {
   if (request.memory_limit_bytes == 0) return absl::OkStatus();
-  // The memory each schedule needs is known before placing: refuse at
-  // submit what no placement could run.
   std::vector<std::string> needs;
   for (PipelineSchedule schedule : ConcretePipelineSchedules()) {
     if (request.schedule != PipelineSchedule::kAuto &&
@@ -278,6 +280,13 @@ absl::Status PipelineKind::Validate(const v1::JobSpec& spec) const {
                                                   : "this schedule",
       " (", absl::StrJoin(needs, ", "),
       "); allowed: at least the smallest of those, or 0 for no limit"));
+}
+
+}  // namespace
+
+absl::Status PipelineKind::Validate(const v1::JobSpec& spec) const {
+  ASSIGN_OR_RETURN(const PipelineRequest request, PipelineRequestOf(spec));
+  return CheckMemoryLimit(request);
 }
 
 absl::StatusOr<PlacementRequest> PipelineKind::Meshes(
@@ -298,6 +307,7 @@ absl::StatusOr<PlannedJob> PipelineKind::Plan(
     const v1::JobSpec& spec, const std::vector<DeviceMesh>& meshes,
     const Topology& topology, const PlanOptions& options) const {
   ASSIGN_OR_RETURN(const PipelineRequest request, PipelineRequestOf(spec));
+  RETURN_IF_ERROR(CheckMemoryLimit(request));
   if (meshes.size() != request.stages.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("a pipeline job of ", request.stages.size(),
@@ -369,18 +379,7 @@ absl::StatusOr<PlannedJob> PipelineKind::Plan(
     }
   }
   if (best < 0) {
-    std::vector<std::string> peaks;
-    for (const Candidate& c : candidates) {
-      if (c.overlap != request.shape.overlap) continue;
-      peaks.push_back(absl::StrCat(c.Name(), " ", c.peak_bytes));
-    }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pipeline.memory_limit_bytes ", request.memory_limit_bytes,
-        " is below the activation bytes a device keeps under ",
-        request.schedule == PipelineSchedule::kAuto ? "every schedule"
-                                                    : "this schedule",
-        " (", absl::StrJoin(peaks, ", "),
-        "); allowed: at least the smallest of those, or 0 for no limit"));
+    return absl::InternalError("no pipeline schedule fits (a planner bug)");
   }
   const double bound = PipelineLowerBound(request, hops, topology);
   PlannedJob job;
