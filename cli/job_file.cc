@@ -65,6 +65,14 @@ absl::Status Normalize(const std::string& key, const std::string& path,
     }
     return absl::OkStatus();
   }
+  if (key == "dst_meshes" && value.is_array()) {
+    // The replicas of a reshard_model job: each as a mesh ("1x2", [1, 2]).
+    for (size_t i = 0; i < value.size(); ++i) {
+      RETURN_IF_ERROR(
+          Normalize("mesh", absl::StrCat(path, "[", i, "]"), value[i]));
+    }
+    return absl::OkStatus();
+  }
   if (value.is_array() && !value.empty() && value.front().is_object()) {
     // A list of objects (pipeline.stages): each element as the key's.
     for (size_t i = 0; i < value.size(); ++i) {

@@ -10,6 +10,7 @@
 #include "planner/kinds/moe/moe_kind.h"
 #include "planner/kinds/pipeline/pipeline_kind.h"
 #include "planner/kinds/reshard/reshard_kind.h"
+#include "planner/kinds/reshard_model/reshard_model_kind.h"
 #include "planner/kinds/tp_overlap/tp_overlap_kind.h"
 #include "util/text_safety.h"
 
@@ -23,9 +24,10 @@ const MoeKind kMoe;
 const CalibrateKind kCalibrate;
 const AttentionKind kAttention;
 const PipelineKind kPipeline;
-const std::array<const JobKind*, 7> kKinds = {
+const ReshardModelKind kReshardModel;
+const std::array<const JobKind*, 8> kKinds = {
     &kReshard,   &kCollective, &kTpOverlap, &kMoe,
-    &kCalibrate, &kAttention,  &kPipeline};
+    &kCalibrate, &kAttention,  &kPipeline,  &kReshardModel};
 
 std::string KindNames() {
   std::vector<std::string> names;
@@ -78,6 +80,8 @@ absl::StatusOr<const JobKind*> FindJobKind(const v1::JobSpec& spec) {
       return &kAttention;
     case v1::JobSpec::kPipeline:
       return &kPipeline;
+    case v1::JobSpec::kReshardModel:
+      return &kReshardModel;
     case v1::JobSpec::KIND_NOT_SET:
       break;
   }

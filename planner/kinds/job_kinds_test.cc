@@ -21,7 +21,7 @@ TEST(JobKindsTest, ASpecWithoutAKindNamesTheKinds) {
   absl::StatusOr<const JobKind*> kind = FindJobKind(v1::JobSpec());
   EXPECT_EQ(kind.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(kind.status().message(), HasSubstr("reshard, collective, tp_overlap, moe, calibrate, "
-                                          "attention, pipeline"));
+                                          "attention, pipeline, reshard_model"));
 }
 
 TEST(JobKindsTest, ByName) {
@@ -32,7 +32,8 @@ TEST(JobKindsTest, ByName) {
             absl::StatusCode::kNotFound);
   EXPECT_EQ((*FindJobKindByName("calibrate"))->name(), "calibrate");
   EXPECT_EQ((*FindJobKindByName("attention"))->name(), "attention");
-  EXPECT_EQ(AllJobKinds().size(), 7u);
+  EXPECT_EQ((*FindJobKindByName("reshard_model"))->name(), "reshard_model");
+  EXPECT_EQ(AllJobKinds().size(), 8u);
 }
 
 }  // namespace

@@ -414,7 +414,8 @@ def label_rules(devices_per_worker):
     return {
         "state": lambda v: v in job_states | {"ready", "busy", "lost", "free"},
         "type": lambda v: v in ("reshard", "collective", "tp_overlap", "moe",
-                                "calibrate", "attention", "pipeline"),
+                                "calibrate", "attention", "pipeline",
+                                "reshard_model"),
         "method": lambda v: v in methods,
         "code": lambda v: v in codes,
         "link": lambda v: v in ("intra", "inter"),

@@ -64,12 +64,17 @@ absl::StatusOr<PlannedJob> ReshardKind::Plan(
   }
   ASSIGN_OR_RETURN(const ReshardProblem problem,
                    MakeProblem(request, meshes[0], meshes[1], topology));
-  const std::vector<ReshardProblem> problems = {problem};
+  return PlanReshardJob({problem}, topology, request.strategy, options);
+}
+
+absl::StatusOr<PlannedJob> PlanReshardJob(
+    const std::vector<ReshardProblem>& problems, const Topology& topology,
+    Strategy strategy, const PlanOptions& options) {
   // A forced strategy is the only one planned, whatever compare_all says:
   // at scale the baselines cost far more than the plan asked for. Auto
   // prunes the strategies that cannot win.
   CompareOptions compare;
-  compare.only = request.strategy;
+  compare.only = strategy;
   compare.prune = true;
   ASSIGN_OR_RETURN(StrategyComparison comparison,
                    CompareStrategies(problems, topology, compare));
@@ -78,7 +83,7 @@ absl::StatusOr<PlannedJob> ReshardKind::Plan(
   }
   const int chosen = comparison.chosen;
   std::vector<PlanAlternative> alternatives;
-  if (request.strategy == Strategy::kAuto || options.compare_all) {
+  if (strategy == Strategy::kAuto || options.compare_all) {
     for (size_t i = 0; i < comparison.rows.size(); ++i) {
       alternatives.push_back(AlternativeOf(comparison.rows[i],
                                            static_cast<int>(i) == chosen));
@@ -91,6 +96,10 @@ absl::StatusOr<PlannedJob> ReshardKind::Plan(
 
 void ReshardKind::Summarize(const v1::JobSpec& spec, const v1::Plan& plan,
                             v1::JobResult& result) const {
+  SummarizeReshard(result);
+}
+
+void SummarizeReshard(v1::JobResult& result) {
   if (result.seconds() <= 0) return;
   auto& metrics = *result.mutable_metrics();
   metrics["movbw_bytes_per_second"] =

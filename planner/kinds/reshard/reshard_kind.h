@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "planner/kinds/job_kind.h"
+#include "planner/strategy.h"
+#include "planner/unit_task.h"
 
 namespace meshcast {
 
@@ -38,6 +40,17 @@ class ReshardKind : public JobKind {
   void Summarize(const v1::JobSpec& spec, const v1::Plan& plan,
                  v1::JobResult& result) const override;
 };
+
+// Shared with the reshard_model kind: plans `problems` together with
+// `strategy` (auto: the fastest simulated plan; strategies that cannot win
+// are listed as pruned, not planned; a forced strategy is planned alone),
+// lowers the chosen plan to the IR with its prediction and lower bound, and
+// lists the alternatives for auto or options.compare_all.
+absl::StatusOr<PlannedJob> PlanReshardJob(
+    const std::vector<ReshardProblem>& problems, const Topology& topology,
+    Strategy strategy, const PlanOptions& options);
+// movbw_bytes_per_second and lower_bound_ratio of a reshard's result.
+void SummarizeReshard(v1::JobResult& result);
 
 }  // namespace meshcast
 

@@ -1,0 +1,82 @@
+// ReshardModelKind: the `reshard_model` job kind: a whole model's weights
+// moved from their training layout on one mesh to their inference layout on
+// one or more replica meshes (what a reinforcement-learning loop does after
+// every training step), every tensor planned together.
+//
+//   meshctl submit -f weights.yaml --wait   # reshard_model: {src_mesh: 1x4,
+//                                           #   dst_meshes: [1x2, 1x2],
+//                                           #   tensors: [{name: wq,
+//                                           #     shape: 4096x4096,
+//                                           #     src_spec: "R,S1",
+//                                           #     dst_spec: "S1,R"}, ...]}
+//   meshctl plan -f weights.yaml            # every strategy, predicted
+//
+// The replicas share one shape; together they form one destination mesh
+// with a leading replica axis ([R] + the replica's shape), over which every
+// tensor's dst_spec is replicated. Each tensor is then one resharding
+// problem from src_mesh to that mesh, and all of them are planned in one
+// request by the strategies of planner/strategy.h (auto: the fastest), so
+// the load is balanced across tensors, senders and hosts and a slice bound
+// for several replicas is relayed rather than sent once per replica.
+//
+// Meshes: [src_mesh, dst_meshes[0], ...]; they may share hosts (the
+// replicas beside the trainer on a small cluster), never devices. Every
+// destination element is verified against its pattern. Metrics: as the
+// reshard kind's (movbw_bytes_per_second, lower_bound_ratio), plus
+// model_bytes (one copy of the model) and replicas.
+//
+// Errors: INVALID_ARGUMENT naming the field (e.g.
+// "reshard_model.tensors[3].dst_spec") and the allowed values.
+// Thread safety: stateless.
+#ifndef MESHCAST_PLANNER_KINDS_RESHARD_MODEL_RESHARD_MODEL_KIND_H_
+#define MESHCAST_PLANNER_KINDS_RESHARD_MODEL_RESHARD_MODEL_KIND_H_
+
+#include <string>
+#include <vector>
+
+#include "planner/kinds/job_kind.h"
+#include "planner/sharding.h"
+#include "planner/strategy.h"
+#include "planner/tensor.h"
+
+namespace meshcast {
+
+class ReshardModelKind final : public JobKind {
+ public:
+  std::string name() const override { return "reshard_model"; }
+  absl::Status Validate(const v1::JobSpec& spec) const override;
+  absl::StatusOr<PlacementRequest> Meshes(
+      const v1::JobSpec& spec) const override;
+  absl::StatusOr<PlannedJob> Plan(const v1::JobSpec& spec,
+                                  const std::vector<DeviceMesh>& meshes,
+                                  const Topology& topology,
+                                  const PlanOptions& options) const override;
+  void Summarize(const v1::JobSpec& spec, const v1::Plan& plan,
+                 v1::JobResult& result) const override;
+};
+
+struct ModelTensorRequest {
+  std::string name;
+  TensorSpec tensor;
+  ShardingSpec src_spec;
+  ShardingSpec dst_spec;  // on one replica's mesh
+};
+
+struct ReshardModelRequest {
+  MeshRequest src_mesh;
+  std::vector<MeshRequest> dst_meshes;
+  std::vector<ModelTensorRequest> tensors;
+  Strategy strategy = Strategy::kAuto;
+  int64_t model_bytes() const;
+};
+absl::StatusOr<ReshardModelRequest> ReshardModelRequestOf(
+    const v1::JobSpec& spec);
+
+// The replicas as one mesh with a leading replica axis, and `spec` (on one
+// replica) replicated over that axis.
+DeviceMesh ReplicaMesh(const std::vector<DeviceMesh>& replicas);
+ShardingSpec OverReplicas(const ShardingSpec& spec);
+
+}  // namespace meshcast
+
+#endif  // MESHCAST_PLANNER_KINDS_RESHARD_MODEL_RESHARD_MODEL_KIND_H_

@@ -1,0 +1,165 @@
+#include "planner/kinds/reshard_model/reshard_model_kind.h"
+
+#include <functional>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "planner/plan.h"
+#include "planner/unit_task.h"
+
+namespace meshcast {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+void AddTensor(v1::ReshardModelSpec& m, const std::string& name,
+               std::vector<int64_t> shape, const std::string& src,
+               const std::string& dst) {
+  v1::ModelTensor* t = m.add_tensors();
+  t->set_name(name);
+  for (int64_t e : shape) t->add_shape(e);
+  t->mutable_src_spec()->set_text(src);
+  t->mutable_dst_spec()->set_text(dst);
+}
+
+// Training on 1x4 (tensor parallel over 4), inference on two 1x2 replicas.
+v1::JobSpec Spec(int replicas = 2) {
+  v1::JobSpec spec;
+  v1::ReshardModelSpec& m = *spec.mutable_reshard_model();
+  m.mutable_src_mesh()->add_shape(1);
+  m.mutable_src_mesh()->add_shape(4);
+  for (int r = 0; r < replicas; ++r) {
+    v1::DeviceMesh* mesh = m.add_dst_meshes();
+    mesh->add_shape(1);
+    mesh->add_shape(2);
+  }
+  AddTensor(m, "wq", {256, 256}, "R,S1", "R,S1");
+  AddTensor(m, "wo", {256, 256}, "S1,R", "S1,R");
+  AddTensor(m, "w1", {256, 1024}, "R,S1", "S1,R");
+  AddTensor(m, "norm", {256}, "R", "R");
+  return spec;
+}
+
+TEST(ReshardModelKindTest, ErrorsNameTheFieldAndTheAllowedValues) {
+  struct Case {
+    std::function<void(v1::ReshardModelSpec&)> edit;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::ReshardModelSpec& m) { m.clear_src_mesh(); },
+       "reshard_model.src_mesh is required"},
+      {[](v1::ReshardModelSpec& m) { m.clear_dst_meshes(); },
+       "reshard_model.dst_meshes (count) is 0; allowed: 1..256"},
+      {[](v1::ReshardModelSpec& m) { m.mutable_dst_meshes(1)->set_shape(1, 4); },
+       "reshard_model.dst_meshes[1] has shape 1x4; allowed: the shape of "
+       "dst_meshes[0], 1x2"},
+      {[](v1::ReshardModelSpec& m) { m.mutable_tensors(1)->set_name("wq"); },
+       "reshard_model.tensors[1].name 'wq' repeats"},
+      {[](v1::ReshardModelSpec& m) {
+         m.mutable_tensors(2)->mutable_dst_spec()->set_text("S2,R");
+       },
+       "reshard_model.tensors[2].dst_spec"},
+      {[](v1::ReshardModelSpec& m) {
+         m.mutable_tensors(3)->mutable_src_spec()->clear_text();
+       },
+       "reshard_model.tensors[3].src_spec is required"},
+      {[](v1::ReshardModelSpec& m) { m.mutable_tensors(0)->clear_shape(); },
+       "reshard_model.tensors[0]"},
+      {[](v1::ReshardModelSpec& m) { m.set_strategy("fastest"); },
+       "reshard_model.strategy"},
+  };
+  for (const Case& c : cases) {
+    v1::JobSpec spec = Spec();
+    c.edit(*spec.mutable_reshard_model());
+    const absl::Status status = ReshardModelKind().Validate(spec);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(c.message));
+  }
+  EXPECT_TRUE(ReshardModelKind().Validate(Spec()).ok());
+}
+
+TEST(ReshardModelKindTest, ReplicasFormOneMeshWithALeadingAxis) {
+  const DeviceMesh mesh =
+      ReplicaMesh({DeviceMesh{{1, 2}, {4, 5}}, DeviceMesh{{1, 2}, {8, 9}}});
+  EXPECT_THAT(mesh.shape, ElementsAre(2, 1, 2));
+  EXPECT_THAT(mesh.devices, ElementsAre(4, 5, 8, 9));
+  EXPECT_EQ(OverReplicas(*ShardingSpec::Parse("S1,R")).ToString(),
+            ShardingSpec::Parse("S2,R")->ToString());
+}
+
+// Every tensor planned together, each delivered to every replica: the plan
+// passes VerifyPlan on every tensor, and the metrics count the replicas.
+TEST(ReshardModelKindTest, PlansEveryTensorToEveryReplica) {
+  const Topology topology = Topology::FromGbps(3, 4, 10, 100);
+  const std::vector<DeviceMesh> meshes = {DeviceMesh{{1, 4}, {0, 1, 2, 3}},
+                                          DeviceMesh{{1, 2}, {4, 5}},
+                                          DeviceMesh{{1, 2}, {8, 9}}};
+  PlanOptions all;
+  all.compare_all = true;
+  absl::StatusOr<PlannedJob> job =
+      ReshardModelKind().Plan(Spec(), meshes, topology, all);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->plan.kind(), "reshard_model");
+  ASSERT_EQ(job->plan.tensors_size(), 4);
+  EXPECT_GT(job->plan.predicted_seconds(), 0);
+  EXPECT_GE(job->plan.predicted_seconds(),
+            job->plan.lower_bound_seconds() * (1 - 1e-9));
+  EXPECT_FALSE(job->alternatives.empty());
+  // Each replica device holds a destination buffer of every tensor whose
+  // layout gives it a part.
+  int destinations = 0;
+  for (const v1::Buffer& b : job->plan.buffers()) {
+    if (b.role() == v1::Buffer::ROLE_DESTINATION) {
+      ++destinations;
+      EXPECT_TRUE(b.device() == 4 || b.device() == 5 || b.device() == 8 ||
+                  b.device() == 9);
+    }
+  }
+  EXPECT_EQ(destinations, 4 * 4);  // 4 tensors x 4 replica devices
+  // The strategies' own check of completeness, tensor by tensor.
+  absl::StatusOr<ReshardModelRequest> request =
+      ReshardModelRequestOf(Spec());
+  ASSERT_TRUE(request.ok());
+  std::vector<ReshardProblem> problems;
+  const DeviceMesh replicas = ReplicaMesh({meshes[1], meshes[2]});
+  for (const ModelTensorRequest& t : request->tensors) {
+    problems.push_back(
+        {t.tensor, meshes[0], t.src_spec, replicas, OverReplicas(t.dst_spec)});
+  }
+  absl::StatusOr<ReshardPlan> plan =
+      PlanReshard(problems, topology, Strategy::kMeshcast);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(VerifyPlan(*plan, topology).ok());
+
+  v1::JobResult result;
+  result.set_seconds(0.5);
+  result.set_lower_bound_seconds(0.25);
+  result.set_bytes_delivered(1000);
+  ReshardModelKind().Summarize(Spec(), job->plan, result);
+  EXPECT_EQ(result.metrics().at("replicas"), 2);
+  EXPECT_EQ(result.metrics().at("model_bytes"),
+            (2 * 256 * 256 + 256 * 1024 + 256) * 2);  // bfloat16
+  EXPECT_EQ(result.metrics().at("lower_bound_ratio"), 2);
+}
+
+TEST(ReshardModelKindTest, MeshesAreSourceThenReplicasOnSeparateDevices) {
+  absl::StatusOr<PlacementRequest> meshes = ReshardModelKind().Meshes(Spec(3));
+  ASSERT_TRUE(meshes.ok());
+  ASSERT_EQ(meshes->meshes.size(), 4u);
+  EXPECT_EQ(meshes->NameOf(0), "reshard_model.src_mesh");
+  EXPECT_EQ(meshes->NameOf(3), "reshard_model.dst_meshes[2]");
+  EXPECT_TRUE(meshes->share_hosts);
+  const Topology topology = Topology::FromGbps(3, 4, 10, 100);
+  absl::StatusOr<PlannedJob> job = ReshardModelKind().Plan(
+      Spec(), {DeviceMesh{{1, 4}, {0, 1, 2, 3}}, DeviceMesh{{1, 2}, {3, 4}},
+               DeviceMesh{{1, 2}, {8, 9}}},
+      topology, {});
+  ASSERT_FALSE(job.ok());
+  EXPECT_THAT(std::string(job.status().message()),
+              HasSubstr("reshard_model.src_mesh and reshard_model.dst_meshes[0] "
+                        "share device 3"));
+}
+
+}  // namespace
+}  // namespace meshcast
