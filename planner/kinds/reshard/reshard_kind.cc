@@ -102,8 +102,10 @@ void ReshardKind::Summarize(const v1::JobSpec& spec, const v1::Plan& plan,
 void SummarizeReshard(v1::JobResult& result) {
   if (result.seconds() <= 0) return;
   auto& metrics = *result.mutable_metrics();
-  metrics["movbw_bytes_per_second"] =
-      static_cast<double>(result.bytes_delivered()) / result.seconds();
+  if (result.bytes_delivered() > 0) {  // a run's (a prediction has none)
+    metrics["movbw_bytes_per_second"] =
+        static_cast<double>(result.bytes_delivered()) / result.seconds();
+  }
   if (result.lower_bound_seconds() > 0) {
     metrics["lower_bound_ratio"] =
         result.seconds() / result.lower_bound_seconds();

@@ -46,7 +46,88 @@ absl::StatusOr<ShardingSpec> SpecOf(const v1::ShardingSpec& proto,
   return spec;
 }
 
+// Split over the last axis of a mesh of `rank` axes (tensor parallelism
+// inside a host), dimension `dim` of a tensor of `dims` dimensions; dim < 0:
+// replicated.
+ShardingSpec TensorParallel(int dims, int dim, int rank) {
+  ShardingSpec spec;
+  spec.dims.resize(dims);
+  if (dim >= 0) spec.dims[dim].mesh_axes.push_back(rank - 1);
+  return spec;
+}
+
+absl::Status CheckPresetRange(absl::string_view name, int64_t value,
+                              int64_t low, int64_t high) {
+  return CheckSpecRange(absl::StrCat("reshard_model.preset.", name), value,
+                        low, high);
+}
+
 }  // namespace
+
+absl::StatusOr<std::vector<ModelTensorRequest>> PresetTensors(
+    const v1::ModelPreset& preset, int src_rank, int dst_rank) {
+  const std::string& family = preset.family();
+  if (family != "llama" && family != "llama_moe") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reshard_model.preset.family '", family,
+                     "' is not one of llama, llama_moe"));
+  }
+  const bool moe = family == "llama_moe";
+  RETURN_IF_ERROR(CheckPresetRange("layers", preset.layers(), 1, 1024));
+  RETURN_IF_ERROR(CheckPresetRange("hidden", preset.hidden(), 1, 1 << 17));
+  RETURN_IF_ERROR(CheckPresetRange("heads", preset.heads(), 1, 1024));
+  RETURN_IF_ERROR(CheckPresetRange("vocab", preset.vocab(), 1, 1 << 22));
+  const int64_t h = preset.hidden();
+  const int64_t heads = preset.heads();
+  const int64_t kv_heads = preset.kv_heads() == 0 ? heads : preset.kv_heads();
+  RETURN_IF_ERROR(CheckPresetRange("kv_heads", kv_heads, 1, heads));
+  if (h % heads != 0 || heads % kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reshard_model.preset: hidden ", h, " must divide by heads ", heads,
+        " and heads by kv_heads ", kv_heads));
+  }
+  const int64_t ffn = preset.ffn() == 0 ? 4 * h : preset.ffn();
+  RETURN_IF_ERROR(CheckPresetRange("ffn", ffn, 1, int64_t{1} << 20));
+  const int64_t experts = preset.experts();
+  if (moe) RETURN_IF_ERROR(CheckPresetRange("experts", experts, 1, 4096));
+  DType dtype = DType::kBFloat16;
+  if (preset.dtype() != v1::DTYPE_UNSPECIFIED) {
+    ASSIGN_OR_RETURN(dtype,
+                     DTypeFromProto(preset.dtype(), "reshard_model.preset.dtype"));
+  }
+  const int64_t kv = kv_heads * (h / heads);
+  std::vector<ModelTensorRequest> out;
+  // `split` is the dimension tensor parallelism splits (-1: replicated).
+  auto add = [&](std::string name, std::vector<int64_t> shape, int split) {
+    const int dims = static_cast<int>(shape.size());
+    out.push_back({std::move(name), TensorSpec{std::move(shape), dtype},
+                   TensorParallel(dims, split, src_rank),
+                   TensorParallel(dims, split, dst_rank)});
+  };
+  add("embed", {preset.vocab(), h}, 0);  // vocabulary-parallel
+  for (int l = 0; l < preset.layers(); ++l) {
+    const std::string at = absl::StrCat("layers.", l, ".");
+    add(at + "attn_norm", {h}, -1);
+    add(at + "wq", {h, h}, 1);  // column-parallel
+    add(at + "wk", {h, kv}, 1);
+    add(at + "wv", {h, kv}, 1);
+    add(at + "wo", {h, h}, 0);  // row-parallel
+    add(at + "mlp_norm", {h}, -1);
+    if (moe) {
+      add(at + "router", {h, experts}, -1);
+      add(at + "experts.w1", {experts, h, ffn}, 0);  // expert-parallel
+      add(at + "experts.w3", {experts, h, ffn}, 0);
+      add(at + "experts.w2", {experts, ffn, h}, 0);
+    } else {
+      add(at + "w1", {h, ffn}, 1);
+      add(at + "w3", {h, ffn}, 1);
+      add(at + "w2", {ffn, h}, 0);
+    }
+  }
+  add("final_norm", {h}, -1);
+  add("lm_head", {h, preset.vocab()}, 1);
+  return out;
+}
 
 int64_t ReshardModelRequest::model_bytes() const {
   int64_t bytes = 0;
@@ -82,9 +163,19 @@ absl::StatusOr<ReshardModelRequest> ReshardModelRequestOf(
     }
     request.dst_meshes.push_back(std::move(mesh));
   }
-  RETURN_IF_ERROR(CheckSpecRange("reshard_model.tensors (count)",
-                                 m.tensors_size(), 1, kMaxTensors));
   std::set<std::string> names;
+  if (m.has_preset()) {
+    ASSIGN_OR_RETURN(request.tensors,
+                     PresetTensors(m.preset(),
+                                   static_cast<int>(request.src_mesh.shape.size()),
+                                   static_cast<int>(
+                                       request.dst_meshes[0].shape.size())));
+    for (const ModelTensorRequest& t : request.tensors) names.insert(t.name);
+  }
+  RETURN_IF_ERROR(CheckSpecRange(
+      "reshard_model.tensors (count, with the preset's)",
+      m.tensors_size() + static_cast<int64_t>(request.tensors.size()), 1,
+      kMaxTensors));
   for (int i = 0; i < m.tensors_size(); ++i) {
     const v1::ModelTensor& t = m.tensors(i);
     const std::string field = absl::StrCat("reshard_model.tensors[", i, "]");

@@ -72,6 +72,18 @@ struct ReshardModelRequest {
 absl::StatusOr<ReshardModelRequest> ReshardModelRequestOf(
     const v1::JobSpec& spec);
 
+// The tensors of a preset model (v1::ModelPreset) with Megatron-style
+// tensor-parallel layouts over the last axis of each mesh (`src_rank`,
+// `dst_rank` axes): embed [vocab, h] split by vocabulary; per layer
+// attn_norm, mlp_norm [h] replicated, wq [h, h], wk and wv [h, kv_heads x
+// head_dim] split by columns, wo [h, h] by rows; llama: w1, w3 [h, ffn] by
+// columns, w2 [ffn, h] by rows; llama_moe: router [h, experts] replicated
+// and experts.w1, w3 [experts, h, ffn], experts.w2 [experts, ffn, h] split
+// by expert; final_norm [h]; lm_head [h, vocab] by columns. Errors name the
+// preset's field.
+absl::StatusOr<std::vector<ModelTensorRequest>> PresetTensors(
+    const v1::ModelPreset& preset, int src_rank, int dst_rank);
+
 // The replicas as one mesh with a leading replica axis, and `spec` (on one
 // replica) replicated over that axis.
 DeviceMesh ReplicaMesh(const std::vector<DeviceMesh>& replicas);

@@ -143,6 +143,78 @@ TEST(ReshardModelKindTest, PlansEveryTensorToEveryReplica) {
   EXPECT_EQ(result.metrics().at("lower_bound_ratio"), 2);
 }
 
+// A preset's tensors: the count, the parameter total by the formula, and
+// tensor-parallel layouts over each mesh's last axis.
+TEST(ReshardModelKindTest, PresetGeneratesLlamaTensors) {
+  v1::ModelPreset preset;
+  preset.set_family("llama");
+  preset.set_layers(2);
+  preset.set_hidden(64);
+  preset.set_heads(8);
+  preset.set_kv_heads(2);
+  preset.set_ffn(128);
+  preset.set_vocab(1000);
+  absl::StatusOr<std::vector<ModelTensorRequest>> tensors =
+      PresetTensors(preset, /*src_rank=*/2, /*dst_rank=*/1);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  ASSERT_EQ(tensors->size(), 2u * 9 + 3);
+  int64_t params = 0;
+  for (const ModelTensorRequest& t : *tensors) {
+    params += t.tensor.num_elements();
+    EXPECT_EQ(t.tensor.dtype, DType::kBFloat16);
+  }
+  const int64_t h = 64, kv = 2 * 8, ffn = 128, vocab = 1000;
+  EXPECT_EQ(params, 2 * vocab * h + h +
+                        2 * (2 * h + h * h + 2 * h * kv + h * h + 3 * h * ffn));
+  const ModelTensorRequest& wq = (*tensors)[2];
+  EXPECT_EQ(wq.name, "layers.0.wq");
+  EXPECT_EQ(wq.src_spec.ToString(), ShardingSpec::Parse("R,S1")->ToString());
+  EXPECT_EQ(wq.dst_spec.ToString(), ShardingSpec::Parse("R,S0")->ToString());
+
+  preset.set_family("llama_moe");
+  preset.set_experts(4);
+  tensors = PresetTensors(preset, 2, 2);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  EXPECT_EQ(tensors->size(), 2u * 10 + 3);
+  EXPECT_EQ((*tensors)[8].name, "layers.0.experts.w1");
+  EXPECT_EQ((*tensors)[8].tensor.shape, (std::vector<int64_t>{4, 64, 128}));
+
+  preset.set_family("gpt");
+  EXPECT_THAT(std::string(PresetTensors(preset, 2, 2).status().message()),
+              HasSubstr("reshard_model.preset.family 'gpt' is not one of "
+                        "llama, llama_moe"));
+  preset.set_family("llama");
+  preset.set_heads(7);
+  EXPECT_THAT(std::string(PresetTensors(preset, 2, 2).status().message()),
+              HasSubstr("reshard_model.preset: hidden 64 must divide"));
+}
+
+// A spec with a preset plans like a listed one.
+TEST(ReshardModelKindTest, PresetJobsPlan) {
+  v1::JobSpec spec = Spec();
+  v1::ModelPreset& preset = *spec.mutable_reshard_model()->mutable_preset();
+  preset.set_family("llama");
+  preset.set_layers(1);
+  preset.set_hidden(64);
+  preset.set_heads(4);
+  preset.set_vocab(512);
+  absl::StatusOr<ReshardModelRequest> request = ReshardModelRequestOf(spec);
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->tensors.size(), 12u + 4);  // the preset's, then listed
+  const Topology topology = Topology::FromGbps(3, 4, 10, 100);
+  absl::StatusOr<PlannedJob> job = ReshardModelKind().Plan(
+      spec,
+      {DeviceMesh{{1, 4}, {0, 1, 2, 3}}, DeviceMesh{{1, 2}, {4, 5}},
+       DeviceMesh{{1, 2}, {8, 9}}},
+      topology, {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->plan.tensors_size(), 16);
+  // A listed tensor may not reuse a preset name.
+  spec.mutable_reshard_model()->mutable_tensors(0)->set_name("embed");
+  EXPECT_THAT(std::string(ReshardModelKind().Validate(spec).message()),
+              HasSubstr("'embed' repeats"));
+}
+
 TEST(ReshardModelKindTest, MeshesAreSourceThenReplicasOnSeparateDevices) {
   absl::StatusOr<PlacementRequest> meshes = ReshardModelKind().Meshes(Spec(3));
   ASSERT_TRUE(meshes.ok());
