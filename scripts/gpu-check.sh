@@ -169,7 +169,8 @@ fi
 # 5. End to end: a local cluster of one worker driving 8 virtual devices on
 # GPU 0, one reshard job through controller, planner and GPU executor, every
 # collective, an MoE layer in every schedule, attention, a pipeline step in
-# every schedule and the link calibration.
+# every schedule, a model's weights to two replicas and the link
+# calibration.
 MESHCTL="$BUILD_DIR/cli/meshctl"
 if [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
       -x $BUILD_DIR/controller/meshcast-controller ]]; then
@@ -232,6 +233,14 @@ if [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
         env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit \
         -f "$E2E_DIR/pipeline-$schedule.yaml" --wait
     done
+    # A Llama-like model's weights (docs/reshard_model.md) from a 1x4
+    # training mesh to two 1x2 inference replicas, every tensor verified.
+    printf 'verify: full\nreshard_model: {src_mesh: 1x4, dst_meshes: [1x2, 1x2], preset: {family: llama, layers: 4, hidden: 1024, heads: 16, kv_heads: 4, vocab: 32000}}\n' \
+      >"$E2E_DIR/reshard-model.yaml"
+    run_step "end to end: meshctl submit -f reshard_model (llama preset)" \
+      timeout --kill-after=30 "$STEP_TIMEOUT" \
+      env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit \
+      -f "$E2E_DIR/reshard-model.yaml" --wait
     # The link calibration (docs/calibration.md) of the 8 virtual devices'
     # collectives over NCCL, and the fit it stores.
     run_step "end to end: meshctl calibrate --mesh 1x8" \
