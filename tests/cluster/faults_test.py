@@ -29,6 +29,10 @@ LEASE_SECONDS = 2
 SLOW = ["reshard", "--shape", "32x1024x256", "--dtype", "float32",
         "--src-spec", "S0RR", "--dst-spec", "RS0R"]
 SLOW_ELEMENTS_1x2 = lib.expected_elements([32, 1024, 256], [1, 2], "RS0R")
+# 128 MiB: the job to cancel must still run when the cancel arrives, also
+# on a machine where SLOW takes under a second.
+LONG = ["reshard", "--shape", "128x1024x256", "--dtype", "float32",
+        "--src-spec", "S0RR", "--dst-spec", "RS0R"]
 SMALL = ["reshard", "--shape", "8x64x64", "--dtype", "int32",
          "--src-spec", "S0RR", "--dst-spec", "RS0R"]
 
@@ -66,14 +70,14 @@ def one_line_failure(result, code, text):
 
 def cancel(cluster):
     lib.log("(d) cancel")
-    running = cluster.submit(SLOW + ["--src-mesh", "2x2@0", "--dst-mesh",
+    running = cluster.submit(LONG + ["--src-mesh", "2x2@0", "--dst-mesh",
                                      "2x2@2", "--name", "to-cancel"])
     holder = cluster.submit(SLOW + ["--src-mesh", "1x2@4", "--dst-mesh",
                                     "1x2@5", "--name", "holder"])
     queued = cluster.submit(SMALL + ["--src-mesh", "1x2@4", "--dst-mesh",
                                      "1x2@5", "--name", "queued"])
-    wait_running(cluster, running)
     wait_running(cluster, holder)
+    wait_running(cluster, running)
     lib.check(cluster.get(queued)["state"] == "QUEUED",
               "a job needing busy devices is not queued")
 
