@@ -169,4 +169,14 @@ absl::StatusOr<DeviceMesh> MeshFromDevices(absl::string_view devices,
   return mesh;
 }
 
+DeviceMesh UnplacedMesh(const std::vector<int>& shape) {
+  DeviceMesh mesh;
+  mesh.shape = shape;
+  int n = 1;
+  for (int extent : shape) n *= extent;
+  mesh.devices.resize(n);
+  for (int d = 0; d < n; ++d) mesh.devices[d] = d;
+  return mesh;
+}
+
 }  // namespace meshcast

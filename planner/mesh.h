@@ -40,6 +40,9 @@ absl::StatusOr<DeviceMesh> MeshFromDevices(absl::string_view devices,
                                            absl::string_view shape,
                                            const Topology& topology,
                                            absl::string_view flag = "devices");
+// A mesh of `shape` over devices 0..n-1: for checking layouts against a
+// mesh's shape before it is placed (a kind's Validate).
+DeviceMesh UnplacedMesh(const std::vector<int>& shape);
 
 }  // namespace meshcast
 

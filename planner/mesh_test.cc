@@ -85,6 +85,13 @@ TEST(ParseMeshTest, MalformedTextExplainsTheForm) {
   }
 }
 
+TEST(UnplacedMeshTest, DevicesCountFromZeroInRowMajorOrder) {
+  const DeviceMesh mesh = UnplacedMesh({2, 3});
+  EXPECT_THAT(mesh.shape, ElementsAre(2, 3));
+  EXPECT_THAT(mesh.devices, ElementsAre(0, 1, 2, 3, 4, 5));
+  EXPECT_THAT(mesh.CoordsOf(4), ElementsAre(1, 1));
+}
+
 TEST(MeshFromDevicesTest, ExplicitList) {
   const Topology topology = Topology::FromGbps(2, 4, 10, 1200);
   auto mesh = MeshFromDevices("0,1,4,5", "2x2", topology, "--src-devices");

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
-#include <numeric>
 #include <set>
 #include <utility>
 
@@ -31,17 +30,6 @@ constexpr double kMaxSteps = 2e6;
 // The activation of one micro-batch.
 TensorSpec ActivationOf(const PipelineShape& shape) {
   return TensorSpec{{shape.microbatch_size, shape.hidden}, shape.dtype};
-}
-
-// A mesh of `shape` over devices 0..n-1, to check layouts before placing.
-DeviceMesh UnplacedMesh(const std::vector<int>& shape) {
-  DeviceMesh mesh;
-  mesh.shape = shape;
-  int n = 1;
-  for (int extent : shape) n *= extent;
-  mesh.devices.resize(n);
-  std::iota(mesh.devices.begin(), mesh.devices.end(), 0);
-  return mesh;
 }
 
 absl::StatusOr<ShardingSpec> LayoutOf(const v1::PipelineStage& stage,

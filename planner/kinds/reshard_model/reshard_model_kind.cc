@@ -1,7 +1,6 @@
 #include "planner/kinds/reshard_model/reshard_model_kind.h"
 
 #include <map>
-#include <numeric>
 #include <set>
 #include <utility>
 
@@ -16,16 +15,6 @@ namespace {
 
 constexpr int kMaxReplicas = 256;
 constexpr int kMaxTensors = 100000;
-
-// A mesh of `shape` over devices 0..n-1, to check layouts before placing.
-DeviceMesh UnplacedMesh(const std::vector<int>& shape) {
-  DeviceMesh mesh;
-  mesh.shape = shape;
-  mesh.devices.resize(std::accumulate(shape.begin(), shape.end(), 1,
-                                      std::multiplies<int>()));
-  std::iota(mesh.devices.begin(), mesh.devices.end(), 0);
-  return mesh;
-}
 
 absl::StatusOr<ShardingSpec> SpecOf(const v1::ShardingSpec& proto,
                                     const std::string& field,
