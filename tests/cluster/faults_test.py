@@ -33,6 +33,7 @@ SLOW_ELEMENTS_1x2 = lib.expected_elements([32, 1024, 256], [1, 2], "RS0R")
 # on a machine where SLOW takes under a second.
 LONG = ["reshard", "--shape", "128x1024x256", "--dtype", "float32",
         "--src-spec", "S0RR", "--dst-spec", "RS0R"]
+LONG_ELEMENTS_1x2 = lib.expected_elements([128, 1024, 256], [1, 2], "RS0R")
 SMALL = ["reshard", "--shape", "8x64x64", "--dtype", "int32",
          "--src-spec", "S0RR", "--dst-spec", "RS0R"]
 
@@ -72,7 +73,9 @@ def cancel(cluster):
     lib.log("(d) cancel")
     running = cluster.submit(LONG + ["--src-mesh", "2x2@0", "--dst-mesh",
                                      "2x2@2", "--name", "to-cancel"])
-    holder = cluster.submit(SLOW + ["--src-mesh", "1x2@4", "--dst-mesh",
+    # The holder must outlive the cancel of `running` too, or the queued
+    # job runs and finishes before the test cancels it.
+    holder = cluster.submit(LONG + ["--src-mesh", "1x2@4", "--dst-mesh",
                                     "1x2@5", "--name", "holder"])
     queued = cluster.submit(SMALL + ["--src-mesh", "1x2@4", "--dst-mesh",
                                      "1x2@5", "--name", "queued"])
@@ -94,7 +97,7 @@ def cancel(cluster):
               "cancel of a queued job: %r" % result)
     # The holder is unaffected.
     job = cluster.wait_for(holder, lib.FINAL_STATES, timeout=60)
-    lib.check_job_succeeded(job, SLOW_ELEMENTS_1x2, "holder job")
+    lib.check_job_succeeded(job, LONG_ELEMENTS_1x2, "holder job")
     # Cancelled jobs never ran to completion and do not come back.
     lib.check(cluster.get(queued)["state"] == "CANCELLED", "queued job state")
 
