@@ -1,7 +1,9 @@
 // reshard_plan_bench: the cross-mesh resharding paper's public microbenchmark
 // suite under the planner's cost model, and the planner's own speed.
 //
-// Suite: cases 1-7 and 9 of docs/conventions.md plus the 1-to-m broadcasts, under two
+// Suite: every case of bench/workloads/public_suite.txt (cases 1-7 and 9 of
+// docs/conventions.md plus the 1-to-m broadcasts; --public-suite or
+// $MESHCAST_PUBLIC_SUITE name another copy of the file), under two
 // host models (the paper's testbed: 4 GPUs and a 10 Gbps NIC per host; and
 // 8 GPUs with a 100 Gbps NIC). The source mesh starts at host 0 and the
 // destination mesh on the next free host. For every case it prints each
@@ -37,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/workloads/public_suite.h"
 #include "cli/flags.h"
 #include "cli/text_table.h"
 #include "planner/cost_model.h"
@@ -61,52 +64,15 @@ struct HostModel {
   Topology topology;
 };
 
-struct SuiteCase {
-  std::string name;
-  std::vector<int64_t> shape;
-  std::vector<int> src_mesh;  // {hosts, devices per host}
-  std::string src_spec;
-  std::vector<int> dst_mesh;
-  std::string dst_spec;
-};
-
-std::vector<SuiteCase> PublicSuite() {
-  const std::vector<int64_t> big = {1024, 1024, 512};  // int32: 2 GiB
-  std::vector<SuiteCase> cases = {
-      {"case1", big, {2, 4}, "S0RR", {2, 4}, "S0RR"},
-      {"case2", big, {2, 4}, "RRR", {2, 4}, "S0RR"},
-      {"case3", big, {2, 4}, "RS0R", {2, 4}, "S0RR"},
-      {"case4", big, {2, 4}, "RS01R", {2, 4}, "S01RR"},
-      {"case5", big, {2, 4}, "S1RR", {2, 4}, "S0RR"},
-      {"case6", {3072, 1024, 170}, {2, 4}, "S0RR", {3, 4}, "S0RR"},
-      {"case7", big, {1, 4}, "S1RR", {2, 4}, "RRR"},
-      {"case9", big, {2, 4}, "RS0R", {2, 4}, "RRS0"},
-  };
-  // 1-to-m: 2^28 int32 (1 GiB), replicated to replicated from one device.
-  for (const auto& dst : std::vector<std::vector<int>>{
-           {1, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 2}, {3, 2}, {4, 2}}) {
-    cases.push_back({absl::StrFormat("1-to-m(%d,%d)", dst[0], dst[1]),
-                     {1024, 1024, 256},
-                     {1, 1},
-                     "RRR",
-                     dst,
-                     "RRR"});
-  }
-  return cases;
-}
-
-absl::StatusOr<ReshardProblem> BuildProblem(const SuiteCase& c,
+absl::StatusOr<ReshardProblem> BuildProblem(const PublicSuiteCase& c,
                                             const Topology& topology) {
   ReshardProblem problem;
   problem.tensor = TensorSpec{c.shape, DType::kInt32};
+  ASSIGN_OR_RETURN(problem.src_mesh,
+                   ParseMesh(c.src_mesh.At(0), topology, "src mesh"));
   ASSIGN_OR_RETURN(
-      problem.src_mesh,
-      ParseMesh(absl::StrFormat("%dx%d@0", c.src_mesh[0], c.src_mesh[1]),
-                topology, "src mesh"));
-  ASSIGN_OR_RETURN(problem.dst_mesh,
-                   ParseMesh(absl::StrFormat("%dx%d@%d", c.dst_mesh[0],
-                                             c.dst_mesh[1], c.src_mesh[0]),
-                             topology, "dst mesh"));
+      problem.dst_mesh,
+      ParseMesh(c.dst_mesh.At(c.dst_first_host()), topology, "dst mesh"));
   ASSIGN_OR_RETURN(problem.src_spec, ShardingSpec::Parse(c.src_spec));
   ASSIGN_OR_RETURN(problem.dst_spec, ShardingSpec::Parse(c.dst_spec));
   RETURN_IF_ERROR(problem.Validate(topology));
@@ -128,7 +94,8 @@ struct SuiteSummary {
   int slower_than_blb = 0;
 };
 
-absl::Status RunSuite(const HostModel& model, SuiteSummary& summary) {
+absl::Status RunSuite(const std::vector<PublicSuiteCase>& suite,
+                      const HostModel& model, SuiteSummary& summary) {
   const std::vector<Strategy> strategies = ConcreteStrategies();
   std::vector<std::string> time_header = {"case", "meshes", "specs", "tensor",
                                           "lower bound"};
@@ -142,7 +109,7 @@ absl::Status RunSuite(const HostModel& model, SuiteSummary& summary) {
                                 TextTable::kLeft, TextTable::kRight});
   TextTable gbps(gbps_header, {TextTable::kLeft});
 
-  for (const SuiteCase& c : PublicSuite()) {
+  for (const PublicSuiteCase& c : suite) {
     ASSIGN_OR_RETURN(ReshardProblem problem, BuildProblem(c, model.topology));
     absl::StatusOr<StrategyComparison> comparison =
         CompareStrategies({problem}, model.topology);
@@ -164,8 +131,9 @@ absl::Status RunSuite(const HostModel& model, SuiteSummary& summary) {
     double t_meshcast = 0, t_blb = 0, t_sr = 0;
     std::vector<std::string> time_row = {
         c.name,
-        absl::StrFormat("(%d,%d)->(%d,%d)", c.src_mesh[0], c.src_mesh[1],
-                        c.dst_mesh[0], c.dst_mesh[1]),
+        absl::StrFormat("(%d,%d)->(%d,%d)", c.src_mesh.hosts,
+                        c.src_mesh.devices_per_host, c.dst_mesh.hosts,
+                        c.dst_mesh.devices_per_host),
         absl::StrCat(c.src_spec, "->", c.dst_spec), FormatBytes(bytes)};
     std::vector<std::string> gbps_row = {c.name};
     std::vector<std::string> time_cells, gbps_cells;
@@ -423,10 +391,14 @@ int Main(const std::vector<std::string>& args) {
       "planner's speed on a 128x8 -> 128x8 transpose and how it scales to\n"
       "N x 8 -> N x 8.");
   int max_n = 1024;
+  std::string suite_path = DefaultPublicSuitePath();
   flags.Choice("only", &only, {"all", "suite", "speed", "scaling"},
                "which part to run");
   flags.Int("max-n", &max_n, "N",
             "the largest N of the scaling section (N x 8 -> N x 8)");
+  flags.String("public-suite", &suite_path, "FILE",
+               "the public suite's cases ($MESHCAST_PUBLIC_SUITE sets the "
+               "default)");
   flags.Bool("verify", &verify,
              "also time VerifyPlan on the planning-speed case (the suite "
              "verifies every plan always)");
@@ -443,13 +415,19 @@ int Main(const std::vector<std::string>& args) {
     return 2;
   }
   if (only == "all" || only == "suite") {
+    absl::StatusOr<std::vector<PublicSuiteCase>> suite =
+        LoadPublicSuite(suite_path);
+    if (!suite.ok()) {
+      std::cerr << "reshard_plan_bench: " << suite.status().message() << "\n";
+      return 1;
+    }
     Topology testbed = Topology::FromGbps(5, 4, 10, 1200);
     Topology eight = Topology::FromGbps(5, 8, 100, 2400);
     SuiteSummary summary;
     for (const HostModel& model :
          {HostModel{"testbed: 4 GPUs + 10 Gbps per host", testbed},
           HostModel{"8 GPUs + 100 Gbps per host", eight}}) {
-      absl::Status status = RunSuite(model, summary);
+      absl::Status status = RunSuite(*suite, model, summary);
       if (!status.ok()) {
         std::cerr << "reshard_plan_bench: " << status << "\n";
         return 1;

@@ -14,6 +14,7 @@
 #include "cli/job_commands.h"
 #include "cli/job_file.h"
 #include "cli/job_format.h"
+#include "cli/output_format.h"
 #include "cli/text_table.h"
 #include "planner/ir/spec_convert.h"
 #include "planner/kinds/job_kind.h"
@@ -159,22 +160,19 @@ CommandResult RunCalibrateCommand(const std::vector<std::string>& args,
                "check of the collectives' outputs");
   flags.Double("timeout", &timeout_seconds, "SECONDS",
                "give up waiting after this long (0 = never)");
-  flags.Choice("output", &output, {"table", "json"},
-               "table: human-readable text; json: one JSON object");
+  AddOutputFlag(flags, &output,
+                "table: human-readable text (wide: the same); json: one "
+                "JSON\nobject; yaml: the same data as YAML");
   client_flags.Register(flags);
-  const absl::Status parsed = flags.Parse(args);
-  if (flags.help_requested()) return CommandResult{kExitOk, flags.Usage(), ""};
-  if (!parsed.ok()) return Fail(kCommand, kExitUsage, parsed.message());
-  if (!flags.positional().empty()) {
-    return Fail(kCommand, kExitUsage,
-                absl::StrCat("unexpected argument '", flags.positional()[0],
-                             "'; see 'meshctl calibrate --help'"));
+  if (auto done = ParseCommandFlags(flags, args, kCommand, 0,
+                                    "see 'meshctl calibrate --help'")) {
+    return *done;
   }
   if (!(timeout_seconds >= 0)) {
     return Fail(kCommand, kExitUsage,
                 "--timeout: must be >= 0 seconds (0 = no limit)");
   }
-  const bool json = output == "json";
+  const bool json = IsStructuredOutput(output);
   absl::StatusOr<std::unique_ptr<ControllerClient>> client =
       client_flags.Connect(context);
   if (!client.ok()) return FailWithStatus(kCommand, client.status());
@@ -182,10 +180,10 @@ CommandResult RunCalibrateCommand(const std::vector<std::string>& args,
   if (!cluster.ok()) return FailWithStatus(kCommand, cluster.status());
   if (show) {
     CommandResult result;
-    result.out = json ? CalibrationToJson(cluster->topology().calibration())
-                                .dump() +
-                            "\n"
-                      : RenderCalibration(cluster->topology().calibration());
+    result.out =
+        json ? RenderStructured(
+                   CalibrationToJson(cluster->topology().calibration()), output)
+             : RenderCalibration(cluster->topology().calibration());
     return result;
   }
   absl::StatusOr<v1::JobSpec> spec =
@@ -207,11 +205,12 @@ CommandResult RunCalibrateCommand(const std::vector<std::string>& args,
       **client, job->id(),
       timeout_seconds > 0 ? absl::Seconds(timeout_seconds)
                           : absl::InfiniteDuration(),
-      /*stream=*/!json, /*json_lines=*/false, context);
+      /*events=*/json ? "" : "table", context);
   if (!final_job.ok()) return FailWithStatus(kCommand, final_job.status());
   CommandResult result;
   if (json) {
-    result.out = JobToJson(*final_job, /*details=*/true).dump() + "\n";
+    result.out = RenderStructured(JobToJson(*final_job, /*details=*/true),
+                                  output);
   } else {
     result.out = absl::StrCat(FinalLine(*final_job), "\n");
     absl::StatusOr<const JobKind*> kind = FindJobKind(*spec);

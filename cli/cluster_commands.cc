@@ -35,6 +35,7 @@
 #include "cli/daemon_process.h"
 #include "cli/flags.h"
 #include "cli/job_format.h"
+#include "cli/output_format.h"
 #include "cli/local_prometheus.h"
 #include "cli/worker_devices.h"
 #include "security/cluster_credentials.h"
@@ -637,20 +638,17 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
                "with --monitoring: the Prometheus server binary");
   flags.Double("scrape-interval", &scrape_interval_seconds, "SECONDS",
                "with --monitoring: scrape and rule evaluation interval");
-  flags.Choice("output", &output, {"table", "json"},
-               "table: how to use the cluster; json: the cluster.json record");
+  AddOutputFlag(flags, &output,
+                "table: how to use the cluster (wide: the same); json: the\n"
+                "cluster.json record; yaml: the same data as YAML");
   flags.Bool("insecure", &insecure,
              "no TLS and no tokens (anyone on this machine can use the\n"
              "cluster); by default DIR/tls holds a CA, certificates for\n"
              "every daemon and an admin token, and everything uses them");
-  const absl::Status parsed = flags.Parse(args);
-  if (flags.help_requested()) return CommandResult{kExitOk, flags.Usage(), ""};
-  if (!parsed.ok()) return Fail(kCommand, kExitUsage, parsed.message());
-  if (!flags.positional().empty()) {
-    return Fail(kCommand, kExitUsage,
-                absl::StrCat("unexpected argument '", flags.positional()[0],
-                             "'; every input is a flag, see 'meshctl up "
-                             "--help'"));
+  if (auto done = ParseCommandFlags(flags, args, kCommand, 0,
+                                    "every input is a flag, see 'meshctl up "
+                                    "--help'")) {
+    return *done;
   }
   if (workers < 1 || workers > 256) {
     return Fail(kCommand, kExitUsage,
@@ -906,8 +904,8 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
   launcher.Commit();
   CommandResult result;
   result.err = warning;
-  result.out = output == "json"
-                   ? ClusterFileToJson(file)
+  result.out = IsStructuredOutput(output)
+                   ? RenderStructuredText(ClusterFileToJson(file), output)
                    : UsageText(file, device_kind, setup ? &*setup : nullptr);
   return result;
 }
@@ -935,13 +933,9 @@ CommandResult RunDownCommand(const std::vector<std::string>& args,
                "cluster directory (default: $MESHCAST_HOME, else ./.meshcast)");
   flags.Double("grace", &grace_seconds, "SECONDS",
                "how long to wait after SIGTERM before SIGKILL");
-  const absl::Status parsed = flags.Parse(args);
-  if (flags.help_requested()) return CommandResult{kExitOk, flags.Usage(), ""};
-  if (!parsed.ok()) return Fail(kCommand, kExitUsage, parsed.message());
-  if (!flags.positional().empty()) {
-    return Fail(kCommand, kExitUsage,
-                absl::StrCat("unexpected argument '", flags.positional()[0],
-                             "'; see 'meshctl down --help'"));
+  if (auto done = ParseCommandFlags(flags, args, kCommand, 0,
+                                    "see 'meshctl down --help'")) {
+    return *done;
   }
   if (!(grace_seconds >= 0) || !std::isfinite(grace_seconds)) {
     return Fail(
@@ -1034,16 +1028,13 @@ CommandResult RunClusterCommand(const std::vector<std::string>& args,
           "name, address, data_address, host_index, device_kind, num_devices,\n"
           "memory_bytes, devices, state, last_heartbeat_unix}]}.\n\n",
           kControllerHelp, "\n\n", kExitCodesHelp));
-  flags.Choice("output", &output, {"table", "json"},
-               "table: human-readable; json: one JSON object");
+  AddOutputFlag(flags, &output,
+                "table: human-readable; wide: with each worker's data\n"
+                "address; json: one JSON object; yaml: the same data as YAML");
   client_flags.Register(flags);
-  const absl::Status parsed = flags.Parse(args);
-  if (flags.help_requested()) return CommandResult{kExitOk, flags.Usage(), ""};
-  if (!parsed.ok()) return Fail(kCommand, kExitUsage, parsed.message());
-  if (!flags.positional().empty()) {
-    return Fail(kCommand, kExitUsage,
-                absl::StrCat("unexpected argument '", flags.positional()[0],
-                             "'; see 'meshctl cluster --help'"));
+  if (auto done = ParseCommandFlags(flags, args, kCommand, 0,
+                                    "see 'meshctl cluster --help'")) {
+    return *done;
   }
   absl::StatusOr<std::unique_ptr<ControllerClient>> client =
       client_flags.Connect(context);
@@ -1051,9 +1042,12 @@ CommandResult RunClusterCommand(const std::vector<std::string>& args,
   absl::StatusOr<v1::GetClusterResponse> cluster = (*client)->GetCluster();
   if (!cluster.ok()) return FailWithStatus(kCommand, cluster.status());
   CommandResult result;
-  result.out = output == "json"
-                   ? ClusterToJson(*cluster, (*client)->address()).dump() + "\n"
-                   : RenderCluster(*cluster, (*client)->address(), NowUnix());
+  result.out =
+      IsStructuredOutput(output)
+          ? RenderStructured(ClusterToJson(*cluster, (*client)->address()),
+                             output)
+          : RenderCluster(*cluster, (*client)->address(), NowUnix(),
+                          /*wide=*/output == "wide");
   return result;
 }
 

@@ -76,6 +76,11 @@ struct Command {
   std::function<CommandResult(const std::vector<std::string>& args,
                               const CommandContext& context)>
       run;
+  // The words the command takes as its argument (submit's kinds), for
+  // `meshctl completion`; its flags come from `run({"--help=flags"})`.
+  std::vector<std::string> words = {};
+  // Whether its argument is a JOB (completed with the listed job ids).
+  bool takes_job = false;
 };
 
 }  // namespace meshcast::cli

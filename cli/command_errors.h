@@ -13,9 +13,14 @@
 #ifndef MESHCAST_CLI_COMMAND_ERRORS_H_
 #define MESHCAST_CLI_COMMAND_ERRORS_H_
 
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "cli/command.h"
+#include "cli/flags.h"
 
 namespace meshcast::cli {
 
@@ -27,9 +32,26 @@ int ExitCodeForStatus(const absl::Status& status);
 CommandResult FailWithStatus(absl::string_view command,
                              const absl::Status& status);
 
-// A result with `exit_code` and "<command>: <message>\n" on err.
+// A result with `exit_code` and "<command>: <message>\n" on err. A message
+// that lists what is "allowed: A, B, C" for a quoted value gets "; did you
+// mean B?" when B is close to it (AppendSuggestion, suggest.h): the one
+// place every bad enum value (flags, strategies, dtypes, device kinds, ...)
+// gets its hint, whichever layer wrote the message.
 CommandResult Fail(absl::string_view command, int exit_code,
                    absl::string_view message);
+
+// Parses a command's flags the way every meshctl command does: --help
+// returns the usage (exit 0); a bad flag fails (exit 2) with the parser's
+// message; an argument past the first `max_positional` fails (exit 2) as
+// "unexpected argument 'X'; HINT". nullopt when the command should go on.
+//
+//   if (auto done = ParseCommandFlags(flags, args, kCommand, 0,
+//                                     "see 'meshctl down --help'")) {
+//     return *done;
+//   }
+std::optional<CommandResult> ParseCommandFlags(
+    FlagSet& flags, const std::vector<std::string>& args,
+    absl::string_view command, size_t max_positional, absl::string_view hint);
 
 // The exit-code table for help texts.
 inline constexpr char kExitCodesHelp[] =

@@ -14,6 +14,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "util/grpc_status.h"
 
 namespace meshcast::cli {
 namespace {
@@ -82,8 +83,9 @@ absl::StatusOr<std::unique_ptr<ControllerClient>> ControllerClient::Connect(
 }
 
 absl::Status ControllerClient::Convert(const grpc::Status& status) const {
-  if (status.ok()) return absl::OkStatus();
-  const auto code = static_cast<absl::StatusCode>(status.error_code());
+  absl::Status converted = FromGrpcStatus(status);
+  if (converted.ok()) return converted;
+  const absl::StatusCode code = converted.code();
   if (code == absl::StatusCode::kUnavailable) {
     return absl::UnavailableError(
         absl::StrCat("controller at ", address_,
@@ -94,7 +96,7 @@ absl::Status ControllerClient::Convert(const grpc::Status& status) const {
     return absl::DeadlineExceededError(
         absl::StrCat("controller at ", address_, " did not answer in time"));
   }
-  return absl::Status(code, status.error_message());
+  return converted;
 }
 
 absl::StatusOr<v1::GetClusterResponse> ControllerClient::GetCluster() {
@@ -105,6 +107,19 @@ absl::StatusOr<v1::GetClusterResponse> ControllerClient::GetCluster() {
       stub_->GetCluster(&context, v1::GetClusterRequest(), &response);
   if (!status.ok()) return Convert(status);
   return response;
+}
+
+absl::StatusOr<std::string> ControllerClient::ControllerVersion() {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(options_.call_timeout));
+  v1::GetClusterResponse response;
+  grpc::Status status =
+      stub_->GetCluster(&context, v1::GetClusterRequest(), &response);
+  if (!status.ok()) return Convert(status);
+  const auto& metadata = context.GetServerInitialMetadata();
+  auto it = metadata.find(kVersionMetadataKey);
+  if (it == metadata.end()) return std::string();
+  return std::string(it->second.data(), it->second.size());
 }
 
 absl::StatusOr<v1::Job> ControllerClient::SubmitJob(const v1::JobSpec& spec) {

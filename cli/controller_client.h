@@ -32,6 +32,10 @@
 
 namespace meshcast::cli {
 
+// gRPC metadata key under which the controller sends its version
+// (kVersionMetadataKey of controller/controller_service.h; the same text).
+inline constexpr char kVersionMetadataKey[] = "meshcast-version";
+
 class ControllerClient {
  public:
   struct Options {
@@ -57,6 +61,10 @@ class ControllerClient {
   const std::string& address() const { return address_; }
 
   absl::StatusOr<v1::GetClusterResponse> GetCluster();
+  // The controller's version, which it sends with every GetCluster answer
+  // as metadata (kVersionMetadataKey); "" from a controller that predates
+  // it. Errors as GetCluster's.
+  absl::StatusOr<std::string> ControllerVersion();
   absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
   // Newest first; limit 0 = all.

@@ -176,10 +176,18 @@ grpc::Status FakeController::Plan(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status FakeController::GetCluster(grpc::ServerContext*,
+void FakeController::SetVersion(const std::string& version) {
+  absl::MutexLock lock(&mu_);
+  version_ = version;
+}
+
+grpc::Status FakeController::GetCluster(grpc::ServerContext* context,
                                         const v1::GetClusterRequest*,
                                         v1::GetClusterResponse* response) {
   absl::MutexLock lock(&mu_);
+  if (!version_.empty()) {
+    context->AddInitialMetadata("meshcast-version", version_);
+  }
   *response = cluster_;
   return grpc::Status::OK;
 }

@@ -46,6 +46,9 @@ class FakeController final : public v1::Controller::Service {
   // Every later GetJob fails with `status` (a controller going away).
   void SetGetJobError(grpc::Status status);
   void SetPlanResponse(const v1::PlanResponse& response);
+  // The version GetCluster sends as metadata, as the real controller does;
+  // empty (the default): none, as from a controller that predates it.
+  void SetVersion(const std::string& version);
   std::vector<v1::JobSpec> submitted() const;
   std::vector<v1::ReshardSpec> planned() const;
   // Every Plan request, whole (PlanRequest.spec included).
@@ -82,6 +85,7 @@ class FakeController final : public v1::Controller::Service {
   grpc::Status submit_error_ ABSL_GUARDED_BY(mu_);
   grpc::Status get_job_error_ ABSL_GUARDED_BY(mu_);
   v1::PlanResponse plan_response_ ABSL_GUARDED_BY(mu_);
+  std::string version_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::JobSpec> submitted_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ReshardSpec> planned_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::PlanRequest> plan_requests_ ABSL_GUARDED_BY(mu_);

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "cli/suggest.h"
 
 namespace meshcast::cli {
 namespace {
@@ -48,8 +49,15 @@ static bool SameFlagName(absl::string_view a, absl::string_view b) {
 FlagSet::Flag* FlagSet::Find(absl::string_view name) {
   for (Flag& flag : flags_) {
     if (SameFlagName(flag.name, name)) return &flag;
+    if (!flag.alias.empty() && SameFlagName(flag.alias, name)) return &flag;
   }
   return nullptr;
+}
+
+void FlagSet::Alias(absl::string_view alias, absl::string_view name) {
+  for (Flag& flag : flags_) {
+    if (flag.name == name) flag.alias = std::string(alias);
+  }
 }
 
 bool FlagSet::IsSet(absl::string_view name) const {
@@ -116,6 +124,7 @@ void FlagSet::Bool(absl::string_view name, bool* target,
 void FlagSet::Choice(absl::string_view name, std::string* target,
                      std::vector<std::string> allowed, absl::string_view help) {
   const std::string value_name = absl::StrJoin(allowed, "|");
+  std::vector<std::string> choices = allowed;
   Add(Flag{std::string(name), value_name, std::string(help), *target, false,
            false,
            [target, allowed = std::move(allowed)](absl::string_view value) {
@@ -128,7 +137,8 @@ void FlagSet::Choice(absl::string_view name, std::string* target,
              return absl::InvalidArgumentError(
                  absl::StrCat("unknown value '", value,
                               "'; allowed: ", absl::StrJoin(allowed, ", ")));
-           }});
+           },
+           "", std::move(choices)});
 }
 
 absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
@@ -144,8 +154,9 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
     }
     absl::string_view body = arg;
     body.remove_prefix(body.substr(0, 2) == "--" ? 2 : 1);
-    if (body == "help" || body == "h") {
+    if (body == "help" || body == "h" || body == "help=flags") {
       help_requested_ = true;
+      flag_table_requested_ = body == "help=flags";
       return absl::OkStatus();
     }
     absl::string_view name = body;
@@ -158,11 +169,7 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
       has_value = true;
     }
     Flag* flag = Find(name);
-    if (flag == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag ", Spelling(name), "; run '", command_,
-                       " --help' for the list of flags"));
-    }
+    if (flag == nullptr) return UnknownFlag(name);
     if (!has_value) {
       if (flag->is_bool) {
         value = "true";
@@ -183,13 +190,47 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
   return absl::OkStatus();
 }
 
+absl::Status FlagSet::UnknownFlag(absl::string_view name) const {
+  // Names compare without their dashes, so that -g is not "close" to -f.
+  std::vector<std::string> names;
+  for (const Flag& flag : flags_) {
+    names.push_back(flag.name);
+    if (!flag.alias.empty()) names.push_back(flag.alias);
+  }
+  std::vector<std::string> close = ClosestWords(name, names);
+  for (std::string& word : close) word = Spelling(word);
+  std::string hint;
+  if (!close.empty()) {
+    hint = absl::StrCat("did you mean ", absl::StrJoin(close, " or "), "? ");
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown flag ", Spelling(name), "; ", hint, "run '",
+                   command_, " --help' for the list of flags"));
+}
+
+std::string FlagSet::FlagTable() const {
+  std::string out;
+  for (const Flag& flag : flags_) {
+    for (const std::string& name : {flag.name, flag.alias}) {
+      if (name.empty()) continue;
+      absl::StrAppend(&out, Spelling(name), "\t", flag.value_name, "\t",
+                      absl::StrJoin(flag.choices, " "), "\n");
+    }
+  }
+  absl::StrAppend(&out, "--help\t\t\n");
+  return out;
+}
+
 std::string FlagSet::Usage() const {
+  if (flag_table_requested_) return FlagTable();
   std::string out = absl::StrCat("usage: ", command_, " [flags]\n\n");
   if (!description_.empty()) absl::StrAppend(&out, description_, "\n\n");
   absl::StrAppend(&out, "flags:\n");
   const std::string indent(kHelpColumn, ' ');
   for (const Flag& flag : flags_) {
-    std::string head = absl::StrCat("  ", Spelling(flag.name));
+    const std::string alias =
+        flag.alias.empty() ? "" : absl::StrCat(Spelling(flag.alias), ", ");
+    std::string head = absl::StrCat("  ", alias, Spelling(flag.name));
     if (!flag.value_name.empty()) absl::StrAppend(&head, " ", flag.value_name);
     if (head.size() + 2 > kHelpColumn) {
       absl::StrAppend(&out, head, "\n", indent);

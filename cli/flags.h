@@ -19,7 +19,14 @@
 // flags take no value (--verify) or an explicit --verify=true|false; "--"
 // ends flags; -h / --help request help. Usage and errors write one-letter
 // flags with one dash (-f FILE), the others with two. Errors name the flag and what it
-// accepts, e.g. "--inter-gbps: 'fast' is not a number".
+// accepts, e.g. "--inter-gbps: 'fast' is not a number"; an unknown flag
+// close to a known one names it ("unknown flag --shap; did you mean
+// --shape? ...", suggest.h).
+//
+// `--help=flags` requests help too, but Usage() then lists the flags for
+// programs (meshctl completion): one line per spelling, "--name<TAB>VALUE
+// <TAB>choice choice ..." (VALUE empty for booleans, the choices only for
+// Choice flags), "-o<TAB>..." again for an alias.
 //
 // Thread safety: not thread-safe; use one FlagSet per thread. Bound
 // variables must outlive Parse().
@@ -56,6 +63,10 @@ class FlagSet {
   // A string restricted to `allowed`; errors list them.
   void Choice(absl::string_view name, std::string* target,
               std::vector<std::string> allowed, absl::string_view help);
+  // A second spelling of the registered flag `name`, usually one letter
+  // (Alias("o", "output"): -o json is --output json). IsSet(name) is true
+  // whichever spelling was given.
+  void Alias(absl::string_view alias, absl::string_view name);
 
   // Parses `args` (without the program and subcommand names). Stops at the
   // first error; the error message starts with the flag, e.g. "--shape: ...".
@@ -68,8 +79,11 @@ class FlagSet {
   const std::vector<std::string>& positional() const { return positional_; }
 
   // Multi-line help: "usage: <command> [flags]", the description, and one
-  // entry per flag with its value placeholder, default and help.
+  // entry per flag with its value placeholder, default and help; after
+  // --help=flags, FlagTable() instead.
   std::string Usage() const;
+  // The flags for programs, as described at the top of this file.
+  std::string FlagTable() const;
 
  private:
   struct Flag {
@@ -80,16 +94,21 @@ class FlagSet {
     bool is_bool = false;
     bool set = false;
     std::function<absl::Status(absl::string_view value)> assign;
+    std::string alias;                 // e.g. "o" for "output"; may be empty
+    std::vector<std::string> choices;  // of a Choice flag
   };
 
   void Add(Flag flag);
   Flag* Find(absl::string_view name);
+  // "unknown flag --x; [did you mean --y? ]run '... --help' ...".
+  absl::Status UnknownFlag(absl::string_view name) const;
 
   std::string command_;
   std::string description_;
   std::vector<Flag> flags_;
   std::vector<std::string> positional_;
   bool help_requested_ = false;
+  bool flag_table_requested_ = false;
 };
 
 }  // namespace meshcast::cli

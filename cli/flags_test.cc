@@ -129,3 +129,53 @@ TEST_F(FlagSetTest, OneLetterFlagsHaveOneDash) {
 
 }  // namespace
 }  // namespace meshcast::cli
+
+namespace meshcast::cli {
+namespace {
+
+TEST_F(FlagSetTest, UnknownFlagSuggestsTheClosest) {
+  EXPECT_EQ(flags_.Parse({"--verbsoe"}).message(),
+            "unknown flag --verbsoe; did you mean --verbose? run 'meshctl "
+            "test --help' for the list of flags");
+  EXPECT_EQ(flags_.Parse({"--nme=x"}).message(),
+            "unknown flag --nme; did you mean --name? run 'meshctl test "
+            "--help' for the list of flags");
+  // Nothing close: the message as before.
+  EXPECT_EQ(flags_.Parse({"--zzzzzz"}).message(),
+            "unknown flag --zzzzzz; run 'meshctl test --help' for the list of "
+            "flags");
+}
+
+TEST_F(FlagSetTest, AliasIsTheSameFlag) {
+  flags_.Alias("m", "mode");
+  ASSERT_TRUE(flags_.Parse({"-m", "json"}).ok());
+  EXPECT_EQ(options_.mode, "json");
+  EXPECT_TRUE(flags_.IsSet("mode"));
+  EXPECT_THAT(flags_.Usage(), HasSubstr("  -m, --mode table|json"));
+  EXPECT_THAT(flags_.Parse({"-m", "xml"}).message(),
+              HasSubstr("--mode: unknown value 'xml'"));
+}
+
+// --help=flags lists the flags for programs (meshctl completion).
+TEST_F(FlagSetTest, FlagTableForPrograms) {
+  flags_.Alias("m", "mode");
+  ASSERT_TRUE(flags_.Parse({"--help=flags"}).ok());
+  EXPECT_TRUE(flags_.help_requested());
+  const std::string table = flags_.Usage();
+  EXPECT_EQ(table, flags_.FlagTable());
+  EXPECT_EQ(table,
+            "--name\tNAME\t\n"
+            "--count\tN\t\n"
+            "--rate\tGBPS\t\n"
+            "--verbose\t\t\n"
+            "--mode\ttable|json\ttable json\n"
+            "-m\ttable|json\ttable json\n"
+            "--help\t\t\n");
+  // Plain --help is still the human text.
+  FlagSet plain("meshctl test", "");
+  ASSERT_TRUE(plain.Parse({"--help"}).ok());
+  EXPECT_THAT(plain.Usage(), HasSubstr("usage: meshctl test"));
+}
+
+}  // namespace
+}  // namespace meshcast::cli

@@ -1,63 +1,41 @@
 #include "cli/http_get.h"
 
 #include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <civetweb.h>
 
 #include <algorithm>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/status/status.h"
-#include "absl/strings/escaping.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "absl/time/clock.h"
 
 namespace meshcast::cli {
 namespace {
 
-// Closes the socket on every return path.
-class Socket {
- public:
-  explicit Socket(int fd) : fd_(fd) {}
-  ~Socket() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
-  int fd() const { return fd_; }
+void InitCivetwebOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] { mg_init_library(0); });
+}
 
- private:
-  const int fd_;
+struct ConnectionCloser {
+  void operator()(mg_connection* connection) const {
+    mg_close_connection(connection);
+  }
 };
-
-// Milliseconds left until `deadline`, at least 0, for poll().
-int MillisLeft(absl::Time deadline) {
-  const absl::Duration left = deadline - absl::Now();
-  if (left <= absl::ZeroDuration()) return 0;
-  return static_cast<int>(
-      std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
-}
-
-// Waits until `fd` is ready for `events` or the deadline passes.
-bool WaitFor(int fd, short events, absl::Time deadline) {
-  while (true) {
-    pollfd entry{fd, events, 0};
-    const int ready = poll(&entry, 1, MillisLeft(deadline));
-    if (ready > 0) return true;
-    if (ready == 0) return false;
-    if (errno != EINTR) return false;
-  }
-}
+using Connection = std::unique_ptr<mg_connection, ConnectionCloser>;
 
 absl::Status Unavailable(const std::string& address, absl::string_view what) {
   return absl::UnavailableError(absl::StrCat("http://", address, ": ", what));
+}
+
+// civetweb's timeout argument: milliseconds, at least 1 (0 would not wait).
+int TimeoutMillis(absl::Duration timeout) {
+  return static_cast<int>(std::clamp<int64_t>(
+      absl::ToInt64Milliseconds(timeout), 1, int64_t{1} << 30));
 }
 
 }  // namespace
@@ -67,13 +45,12 @@ absl::StatusOr<HttpResponse> HttpGet(const std::string& address,
                                      absl::Duration timeout) {
   const size_t colon = address.rfind(':');
   int port = 0;
-  sockaddr_in target{};
-  target.sin_family = AF_INET;
+  in_addr ipv4{};
+  const std::string host =
+      colon == std::string::npos ? address : address.substr(0, colon);
   if (colon == std::string::npos ||
       !absl::SimpleAtoi(address.substr(colon + 1), &port) || port <= 0 ||
-      port > 65535 ||
-      inet_pton(AF_INET, address.substr(0, colon).c_str(), &target.sin_addr) !=
-          1) {
+      port > 65535 || inet_pton(AF_INET, host.c_str(), &ipv4) != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("HTTP address '", address,
                      "': expected IPv4:PORT, e.g. 127.0.0.1:9090"));
@@ -82,75 +59,45 @@ absl::StatusOr<HttpResponse> HttpGet(const std::string& address,
     return absl::InvalidArgumentError(
         absl::StrCat("HTTP path '", path, "': must start with '/'"));
   }
-  target.sin_port = htons(static_cast<uint16_t>(port));
-  const absl::Time deadline = absl::Now() + timeout;
-
-  Socket socket_fd(
-      socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (socket_fd.fd() < 0) {
-    return absl::InternalError(absl::StrCat("socket(): ", strerror(errno)));
+  InitCivetwebOnce();
+  char error[256] = "";
+  Connection connection(
+      mg_connect_client(host.c_str(), port, /*use_ssl=*/0, error,
+                        sizeof(error)));
+  if (connection == nullptr) return Unavailable(address, error);
+  // HTTP/1.0 with "Connection: close": the body ends where the connection
+  // does, whatever the server's framing.
+  if (mg_printf(connection.get(),
+                "GET %s HTTP/1.0\r\nHost: %s\r\nAccept: */*\r\n"
+                "Connection: close\r\n\r\n",
+                path.c_str(), address.c_str()) <= 0) {
+    return Unavailable(address, "cannot send the request");
   }
-  if (connect(socket_fd.fd(), reinterpret_cast<const sockaddr*>(&target),
-              sizeof(target)) != 0) {
-    if (errno != EINPROGRESS) return Unavailable(address, strerror(errno));
-    if (!WaitFor(socket_fd.fd(), POLLOUT, deadline)) {
-      return Unavailable(address, "connect timed out");
+  error[0] = '\0';
+  if (mg_get_response(connection.get(), error, sizeof(error),
+                      TimeoutMillis(timeout)) < 0) {
+    // civetweb says "No data received" when the server stayed silent (or
+    // closed) until the timeout; anything else is a reply it cannot parse.
+    if (absl::string_view(error) == "No data received") {
+      return Unavailable(address, "no reply in time");
     }
-    int error = 0;
-    socklen_t length = sizeof(error);
-    getsockopt(socket_fd.fd(), SOL_SOCKET, SO_ERROR, &error, &length);
-    if (error != 0) return Unavailable(address, strerror(error));
+    return absl::InternalError(absl::StrCat("http://", address, path,
+                                            ": not an HTTP reply (", error,
+                                            ")"));
   }
-
-  const std::string request =
-      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", address,
-                   "\r\nAccept: */*\r\nConnection: close\r\n\r\n");
-  size_t sent = 0;
-  while (sent < request.size()) {
-    const ssize_t n = send(socket_fd.fd(), request.data() + sent,
-                           request.size() - sent, MSG_NOSIGNAL);
-    if (n > 0) {
-      sent += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno != EAGAIN && errno != EINTR) {
-      return Unavailable(address, strerror(errno));
-    }
-    if (!WaitFor(socket_fd.fd(), POLLOUT, deadline)) {
-      return Unavailable(address, "sending the request timed out");
-    }
-  }
-
-  std::string reply;
-  char buffer[16384];
-  while (true) {
-    const ssize_t n = recv(socket_fd.fd(), buffer, sizeof(buffer), 0);
-    if (n > 0) {
-      reply.append(buffer, static_cast<size_t>(n));
-      continue;
-    }
-    if (n == 0) break;  // the server closed: the reply is complete
-    if (errno != EAGAIN && errno != EINTR) {
-      return Unavailable(address, strerror(errno));
-    }
-    if (!WaitFor(socket_fd.fd(), POLLIN, deadline)) {
-      return Unavailable(address, "no complete reply in time");
-    }
-  }
-
-  // "HTTP/1.x NNN reason\r\n" headers "\r\n\r\n" body.
-  const size_t header_end = reply.find("\r\n\r\n");
-  const size_t first_space = reply.find(' ');
-  HttpResponse response;
-  if (header_end == std::string::npos || !absl::StartsWith(reply, "HTTP/") ||
-      first_space == std::string::npos || first_space > header_end ||
-      !absl::SimpleAtoi(absl::string_view(reply).substr(first_space + 1, 3),
-                        &response.status_code)) {
+  const mg_response_info* info = mg_get_response_info(connection.get());
+  if (info == nullptr || info->status_code <= 0) {
     return absl::InternalError(
-        absl::StrCat("http://", address, path, ": not an HTTP reply: '",
-                     absl::CEscape(reply.substr(0, 80)), "'"));
+        absl::StrCat("http://", address, path, ": not an HTTP reply"));
   }
-  response.body = reply.substr(header_end + 4);
+  HttpResponse response;
+  response.status_code = info->status_code;
+  char buffer[16384];
+  int n = 0;
+  while ((n = mg_read(connection.get(), buffer, sizeof(buffer))) > 0) {
+    response.body.append(buffer, static_cast<size_t>(n));
+  }
+  if (n < 0) return Unavailable(address, "the reply broke off");
   return response;
 }
 

@@ -1,5 +1,5 @@
-// HttpGet: a minimal blocking HTTP/1.0 GET client for loopback services,
-// used by `meshctl up --monitoring` to ask the local Prometheus whether it
+// HttpGet: a blocking HTTP/1.0 GET through civetweb's client, for loopback
+// services: `meshctl up --monitoring` asks the local Prometheus whether it
 // is ready (/-/ready) and what its scrape targets are (/api/v1/targets).
 //
 //   ASSIGN_OR_RETURN(HttpResponse response,
@@ -7,11 +7,10 @@
 //                            absl::Seconds(2)));
 //   if (response.status_code == 200) ...
 //
-// HTTP/1.0 with "Connection: close" keeps the reply simple: servers answer
-// without chunked encoding and close the connection after the body. Only
-// numeric IPv4 addresses are accepted (no name resolution): the services it
-// talks to were started by meshctl on 127.0.0.1. Not a general HTTP client:
-// no TLS, redirects or keep-alive.
+// Only numeric IPv4 addresses are accepted (no name resolution): the
+// services it talks to were started by meshctl on 127.0.0.1. No TLS,
+// redirects or keep-alive. `timeout` bounds the wait for the reply's
+// headers; the body then arrives within civetweb's own read timeout.
 //
 // Thread safety: reentrant; each call uses its own socket.
 #ifndef MESHCAST_CLI_HTTP_GET_H_
@@ -30,9 +29,10 @@ struct HttpResponse {
 };
 
 // GET `path` (starting with '/') from `address` ("IPv4:port"). UNAVAILABLE
-// when the connection is refused or the exchange does not finish within
-// `timeout`; INVALID_ARGUMENT for a malformed address; INTERNAL for a reply
-// that is not HTTP. Any HTTP status code is a successful exchange.
+// when the connection is refused, no reply comes within `timeout` or the
+// reply breaks off; INVALID_ARGUMENT for a malformed address or path;
+// INTERNAL for a reply that is not HTTP. Any HTTP status code is a
+// successful exchange.
 absl::StatusOr<HttpResponse> HttpGet(const std::string& address,
                                      const std::string& path,
                                      absl::Duration timeout);

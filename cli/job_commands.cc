@@ -1,5 +1,6 @@
 #include "cli/job_commands.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -26,6 +27,8 @@
 #include "cli/collective_input.h"
 #include "cli/job_file.h"
 #include "cli/job_format.h"
+#include "cli/job_ref.h"
+#include "cli/output_format.h"
 #include "cli/reshard_input.h"
 #include "cli/timeline_chart.h"
 #include "cli/trace_events.h"
@@ -118,10 +121,16 @@ constexpr char kSubmitDescription[] =
     "and the final job with its metrics; the exit code is 0 only if it\n"
     "SUCCEEDED.\n";
 
-// --output for every job command.
+// How get, trace, watch and cancel take their job (job_ref.h).
+constexpr char kJobRefHelp[] =
+    "ID is the job's id (job-000042), its number (42, job-42) or a prefix\n"
+    "of its id that only one job has.";
+
+// --output (-o) for every job command.
 void OutputFlag(FlagSet& flags, std::string* output) {
-  flags.Choice("output", output, {"table", "json"},
-               "table: human-readable text; json: one JSON object");
+  AddOutputFlag(flags, output,
+                "table: human-readable text (wide: the same); json: one "
+                "JSON\nobject; yaml: the same data as YAML");
 }
 
 absl::Status CheckTimeout(double seconds) {
@@ -150,10 +159,11 @@ absl::StatusOr<std::string> JobIdArgument(const FlagSet& flags,
   return positional[0];
 }
 
-// What get, watch and cancel share once their flags are registered:
+// What get, trace, watch and cancel share once their flags are registered:
 // parse, --help, `check` of the parsed values (may be null), the one job ID
-// argument, connect. Returns the CommandResult to end with (help or an
-// error), or nullopt with `id` and `client` set.
+// argument, connect, and the job's full id from a number or prefix
+// (ResolveJobId). Returns the CommandResult to end with (help or an error),
+// or nullopt with `id` and `client` set.
 std::optional<CommandResult> StartJobIdCommand(
     const char* command, const std::vector<std::string>& args,
     const CommandContext& context, FlagSet& flags, ClientFlags& client_flags,
@@ -173,7 +183,10 @@ std::optional<CommandResult> StartJobIdCommand(
   absl::StatusOr<std::unique_ptr<ControllerClient>> connected =
       client_flags.Connect(context);
   if (!connected.ok()) return FailWithStatus(command, connected.status());
-  *id = *std::move(job_id);
+  // A number or a unique prefix names the job too (job_ref.h).
+  absl::StatusOr<std::string> resolved = ResolveJobId(**connected, *job_id);
+  if (!resolved.ok()) return FailWithStatus(command, resolved.status());
+  *id = *std::move(resolved);
   *client = *std::move(connected);
   return std::nullopt;
 }
@@ -299,6 +312,12 @@ ReshardInput ReshardInputFromSpec(const v1::ReshardSpec& reshard,
 
 }  // namespace
 
+const std::vector<std::string>& FlagKinds() {
+  static const auto* const kinds =
+      new std::vector<std::string>{"reshard", "collective"};
+  return *kinds;
+}
+
 // Final line of a job that ended: "job ID SUCCEEDED: message".
 std::string FinalLine(const v1::Job& job) {
   return absl::StrCat("job ", EscapeForTerminal(job.id()), " ",
@@ -307,11 +326,11 @@ std::string FinalLine(const v1::Job& job) {
                       EscapeForTerminal(job.message()));
 }
 
-// Follows a job until it ends, streaming one line per event when `stream`,
+// Follows a job until it ends, streaming each event as `events` says,
 // then fetches and returns the final job.
 absl::StatusOr<v1::Job> FollowJob(ControllerClient& client,
                                   const std::string& id, absl::Duration timeout,
-                                  bool stream, bool json_lines,
+                                  absl::string_view events,
                                   const CommandContext& context) {
   v1::JobEvent last;
   bool have_last = false;
@@ -323,9 +342,9 @@ absl::StatusOr<v1::Job> FollowJob(ControllerClient& client,
                          event.message() != last.message() ||
                          event.progress() != last.progress();
     if (changed) {
-      if (json_lines) {
-        context.Stream(EventToJson(event).dump() + "\n");
-      } else if (stream) {
+      if (IsStructuredOutput(events)) {
+        context.Stream(RenderStructuredDocument(EventToJson(event), events));
+      } else if (!events.empty()) {
         context.Stream(RenderEvent(event));
       }
     }
@@ -394,9 +413,10 @@ CommandResult RunSubmitCommand(const std::vector<std::string>& args,
     return FailWithStatus(kCommand, status);
   }
   const std::vector<std::string>& positional = flags.positional();
+  const std::vector<std::string>& kinds = FlagKinds();
   if (positional.size() > 1 ||
-      (!positional.empty() && positional[0] != "reshard" &&
-       positional[0] != "collective")) {
+      (!positional.empty() &&
+       std::find(kinds.begin(), kinds.end(), positional[0]) == kinds.end())) {
     return Fail(kCommand, kExitUsage,
                 absl::StrCat("unknown job kind '", positional.back(),
                              "'; allowed: reshard, collective (e.g. 'meshctl "
@@ -507,11 +527,11 @@ CommandResult RunSubmitCommand(const std::vector<std::string>& args,
   }
   absl::StatusOr<v1::Job> job = (*client)->SubmitJob(spec);
   if (!job.ok()) return FailWithStatus(kCommand, attribute(job.status()));
-  const bool json = output == "json";
+  const bool json = IsStructuredOutput(output);
   if (!wait) {
     CommandResult result;
     if (json) {
-      result.out = JobToJson(*job, /*details=*/false).dump() + "\n";
+      result.out = RenderStructured(JobToJson(*job, /*details=*/false), output);
     } else {
       result.out = absl::StrCat(
           "job ", job->id(), " submitted (", JobStateName(job->state()),
@@ -526,11 +546,12 @@ CommandResult RunSubmitCommand(const std::vector<std::string>& args,
   }
   absl::StatusOr<v1::Job> final_job =
       FollowJob(**client, job->id(), TimeoutOf(timeout_seconds),
-                /*stream=*/!json, /*json_lines=*/false, context);
+                /*events=*/json ? "" : "table", context);
   if (!final_job.ok()) return FailWithStatus(kCommand, final_job.status());
   CommandResult result;
   if (json) {
-    result.out = JobToJson(*final_job, /*details=*/true).dump() + "\n";
+    result.out = RenderStructured(JobToJson(*final_job, /*details=*/true),
+                                  output);
   } else {
     result.out = absl::StrCat(FinalLine(*final_job), "\n");
     if (const std::string meshes = DescribePlacedMeshes(*final_job);
@@ -565,7 +586,7 @@ CommandResult RunGetCommand(const std::vector<std::string>& args,
           "each step a bar over the job's time (its op's letter), within 100\n"
           "columns. 'meshctl trace ID -o trace.json' writes the same timings\n"
           "for Perfetto or chrome://tracing, with the predicted timeline.\n\n",
-          kControllerHelp, "\n\n", kExitCodesHelp));
+          kJobRefHelp, "\n\n", kControllerHelp, "\n\n", kExitCodesHelp));
   OutputFlag(flags, &output);
   flags.Bool("timeline", &timeline,
              "add a text Gantt chart of the steps per worker and device");
@@ -574,10 +595,11 @@ CommandResult RunGetCommand(const std::vector<std::string>& args,
   if (std::optional<CommandResult> end = StartJobIdCommand(
           kCommand, args, context, flags, client_flags,
           [&]() -> absl::Status {
-            if (timeline && output == "json") {
-              return absl::InvalidArgumentError(
-                  "--timeline: draws text; with --output json the steps' "
-                  "start_seconds and end_seconds are in result.steps");
+            if (timeline && IsStructuredOutput(output)) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "--timeline: draws text; with --output ", output,
+                  " the steps' start_seconds and end_seconds are in "
+                  "result.steps"));
             }
             return absl::OkStatus();
           },
@@ -587,8 +609,8 @@ CommandResult RunGetCommand(const std::vector<std::string>& args,
   absl::StatusOr<v1::Job> job = client->GetJob(id);
   if (!job.ok()) return FailWithStatus(kCommand, job.status());
   CommandResult result;
-  result.out = output == "json"
-                   ? JobToJson(*job, /*details=*/true).dump() + "\n"
+  result.out = IsStructuredOutput(output)
+                   ? RenderStructured(JobToJson(*job, /*details=*/true), output)
                    : RenderJobDetails(*job, NowUnix());
   if (timeline) absl::StrAppend(&result.out, "\n", RenderTimeline(*job));
   return result;
@@ -612,7 +634,7 @@ CommandResult RunTraceCommand(const std::vector<std::string>& args,
           "and threads. Without -o the JSON goes to stdout.\n\n"
           "example:\n"
           "  meshctl trace job-000001 -o trace.json\n\n",
-          kControllerHelp, "\n\n", kExitCodesHelp));
+          kJobRefHelp, "\n\n", kControllerHelp, "\n\n", kExitCodesHelp));
   flags.String("o", &path, "FILE", "write the trace here (default: stdout)");
   flags.String("out", &path, "FILE", "the same as -o");
   std::string id;
@@ -664,22 +686,23 @@ CommandResult RunListCommand(const std::vector<std::string>& args,
   ClientFlags client_flags;
   FlagSet flags(
       kCommand,
-      absl::StrCat("Lists jobs, newest first. --output json prints "
+      absl::StrCat("Lists jobs, newest first. -o wide adds columns (kind, "
+                   "placed\nmeshes, devices, owner, predicted and measured "
+                   "seconds).\n--output json (-o json) prints "
                    "{\"jobs\": [...]}\nwith each job as 'meshctl get' prints "
                    "it, without the plan (the controller\nleaves plans out of "
                    "listings) and per-step timings: 'meshctl get ID'\nhas "
                    "both.\n\n",
                    kControllerHelp, "\n\n", kExitCodesHelp));
   flags.Int("limit", &limit, "N", "show at most N jobs (0 = all)");
-  OutputFlag(flags, &output);
+  AddOutputFlag(flags, &output,
+                "table: one row per job; wide: also its kind, placed meshes,\n"
+                "devices, owner, predicted and measured seconds; json:\n"
+                "{\"jobs\": [...]}; yaml: the same data as YAML");
   client_flags.Register(flags);
-  const absl::Status parsed = flags.Parse(args);
-  if (flags.help_requested()) return CommandResult{kExitOk, flags.Usage(), ""};
-  if (!parsed.ok()) return Fail(kCommand, kExitUsage, parsed.message());
-  if (!flags.positional().empty()) {
-    return Fail(kCommand, kExitUsage,
-                absl::StrCat("unexpected argument '", flags.positional()[0],
-                             "'; 'meshctl get ID' shows one job"));
+  if (auto done = ParseCommandFlags(flags, args, kCommand, 0,
+                                    "'meshctl get ID' shows one job")) {
+    return *done;
   }
   if (limit < 0) {
     return Fail(kCommand, kExitUsage,
@@ -691,14 +714,15 @@ CommandResult RunListCommand(const std::vector<std::string>& args,
   absl::StatusOr<std::vector<v1::Job>> jobs = (*client)->ListJobs(limit);
   if (!jobs.ok()) return FailWithStatus(kCommand, jobs.status());
   CommandResult result;
-  if (output == "json") {
+  if (IsStructuredOutput(output)) {
     OrderedJson list = OrderedJson::array();
     for (const v1::Job& job : *jobs) {
       list.push_back(JobToJson(job, /*details=*/false));
     }
-    result.out = OrderedJson{{"jobs", std::move(list)}}.dump() + "\n";
+    result.out =
+        RenderStructured(OrderedJson{{"jobs", std::move(list)}}, output);
   } else {
-    result.out = RenderJobList(*jobs, NowUnix());
+    result.out = RenderJobList(*jobs, NowUnix(), /*wide=*/output == "wide");
   }
   return result;
 }
@@ -716,7 +740,7 @@ CommandResult RunWatchCommand(const std::vector<std::string>& args,
           "it ends, then the final state. --output json prints one JSON\n"
           "object per event ({job_id, state, message, progress, time_unix})\n"
           "and then the job. Exit code 0 only if the job SUCCEEDED.\n\n",
-          kControllerHelp, "\n\n", kExitCodesHelp));
+          kJobRefHelp, "\n\n", kControllerHelp, "\n\n", kExitCodesHelp));
   flags.Double("timeout", &timeout_seconds, "SECONDS",
                "give up after this long (0 = never)");
   OutputFlag(flags, &output);
@@ -727,14 +751,15 @@ CommandResult RunWatchCommand(const std::vector<std::string>& args,
           [&] { return CheckTimeout(timeout_seconds); }, &id, &client)) {
     return *end;
   }
-  const bool json = output == "json";
+  const bool json = IsStructuredOutput(output);
   absl::StatusOr<v1::Job> job =
-      FollowJob(*client, id, TimeoutOf(timeout_seconds), /*stream=*/!json,
-                /*json_lines=*/json, context);
+      FollowJob(*client, id, TimeoutOf(timeout_seconds),
+                /*events=*/json ? output : "table", context);
   if (!job.ok()) return FailWithStatus(kCommand, job.status());
   CommandResult result;
-  result.out = json ? JobToJson(*job, /*details=*/false).dump() + "\n"
-                    : absl::StrCat(FinalLine(*job), "\n");
+  result.out = json ? RenderStructuredDocument(
+                         JobToJson(*job, /*details=*/false), output)
+                   : absl::StrCat(FinalLine(*job), "\n");
   if (job->state() != v1::JOB_STATE_SUCCEEDED) {
     result.exit_code = kExitFailure;
     result.err = absl::StrCat(kCommand, ": ", FinalLine(*job), "\n");
@@ -751,7 +776,8 @@ CommandResult RunCancelCommand(const std::vector<std::string>& args,
                 absl::StrCat("Cancels a queued or running job (a running one "
                              "is aborted on its workers).\nA job that already "
                              "ended cannot be cancelled (exit code 1).\n\n",
-                             kControllerHelp, "\n\n", kExitCodesHelp));
+                             kJobRefHelp, "\n\n", kControllerHelp, "\n\n",
+                             kExitCodesHelp));
   OutputFlag(flags, &output);
   std::string id;
   std::unique_ptr<ControllerClient> client;
@@ -763,9 +789,10 @@ CommandResult RunCancelCommand(const std::vector<std::string>& args,
   absl::StatusOr<v1::Job> job = client->CancelJob(id);
   if (!job.ok()) return FailWithStatus(kCommand, job.status());
   CommandResult result;
-  result.out = output == "json"
-                   ? JobToJson(*job, /*details=*/false).dump() + "\n"
-                   : absl::StrCat(FinalLine(*job), "\n");
+  result.out =
+      IsStructuredOutput(output)
+          ? RenderStructured(JobToJson(*job, /*details=*/false), output)
+          : absl::StrCat(FinalLine(*job), "\n");
   return result;
 }
 

@@ -3,7 +3,7 @@
 //
 //   meshctl submit reshard --shape ... [--wait]   or   submit -f job.yaml
 //   meshctl submit collective --op all_reduce --mesh 2x4 --bytes 256MiB
-//   meshctl get ID        one job in detail (--timeline: a Gantt chart)
+//   meshctl get JOB       one job in detail (--timeline: a Gantt chart)
 //   meshctl trace ID -o trace.json   Chrome trace-event JSON of its steps
 //   meshctl list          every job, newest first
 //   meshctl watch ID      live state changes and progress until the job ends
@@ -12,7 +12,8 @@
 // They talk to the controller through ControllerClient (address from
 // --controller, $MESHCAST_CONTROLLER or the local cluster, see
 // client_flags.h), print human text by default and one JSON object with
-// --output json. `submit --wait` and `watch` exit 0 only if the job
+// --output json (-o json; yaml and wide too, output_format.h). A JOB is a
+// full id, a number or a unique id prefix (job_ref.h). `submit --wait` and `watch` exit 0 only if the job
 // SUCCEEDED. Exit codes: command_errors.h.
 //
 // Thread safety: every function is reentrant.
@@ -46,13 +47,19 @@ CommandResult RunCancelCommand(const std::vector<std::string>& args,
 // Final line of a job that ended: "job ID SUCCEEDED: message".
 std::string FinalLine(const v1::Job& job);
 
-// Follows a job until it ends, streaming one line per event when `stream`
-// (one JSON object per line with `json_lines`), then fetches and returns
-// the final job. UNAVAILABLE when the controller ends the watch early.
+// Follows a job until it ends, streaming its events through `context` as
+// `events` says: "" nothing, "table" one line each, "json" one JSON object
+// per line, "yaml" one YAML document each (output_format.h); then fetches
+// and returns the final job. UNAVAILABLE when the controller ends the watch
+// early.
 absl::StatusOr<v1::Job> FollowJob(ControllerClient& client,
                                   const std::string& id, absl::Duration timeout,
-                                  bool stream, bool json_lines,
+                                  absl::string_view events,
                                   const CommandContext& context);
+
+// The kinds `submit KIND` and `plan KIND` take with flags of their own
+// (other kinds come from a job file, -f).
+const std::vector<std::string>& FlagKinds();
 
 inline constexpr char kSubmitCommandSummary[] =
     "submit a job: reshard or collective (flags or -f job.yaml); --wait";

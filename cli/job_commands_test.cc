@@ -713,6 +713,29 @@ TEST_F(JobCommandsTest, SubmitJobSpecFileWithFlagOverride) {
   EXPECT_EQ(spec.reshard().strategy(), "meshcast");
 }
 
+// A finished collective job with an owner and timings, for -o yaml/wide.
+v1::Job CollectiveJobForOutput() {
+  v1::Job job;
+  job.set_id("job-9");
+  job.set_state(v1::JOB_STATE_SUCCEEDED);
+  job.set_created_unix(1.7e9);
+  job.set_owner("alice");
+  v1::CollectiveSpec* c = job.mutable_spec()->mutable_collective();
+  c->set_op("all_reduce");
+  c->mutable_mesh()->add_shape(1);
+  c->mutable_mesh()->add_shape(2);
+  c->set_size("1MiB");
+  v1::DeviceMesh* placed = job.add_placed_meshes();
+  placed->add_shape(1);
+  placed->add_shape(2);
+  placed->add_devices(0);
+  placed->add_devices(1);
+  job.mutable_result()->set_seconds(0.25);
+  job.mutable_result()->set_predicted_seconds(0.2);
+  (*job.mutable_result()->mutable_metrics())["busbw_bytes_per_second"] = 5e9;
+  return job;
+}
+
 // A finished collective job as the controller reports it.
 v1::Job CollectiveJob() {
   v1::Job job;
@@ -911,6 +934,112 @@ TEST_F(JobCommandsTest, LivePlanOfAnyKindSendsTheSpec) {
   const v1::PlanRequest reshard = fake_.plan_requests().at(1);
   EXPECT_EQ(reshard.reshard().src_spec().text(), "S0RR");
   EXPECT_EQ(reshard.spec().reshard().src_spec().text(), "S0RR");
+}
+
+// -o is --output; yaml carries the JSON's data; wide adds columns.
+TEST_F(JobCommandsTest, OutputShortFormYamlAndWide) {
+  ASSERT_EQ(RunSubmitCommand(WithController(Case1()), context_).exit_code,
+            kExitOk);
+  v1::Job done = CollectiveJobForOutput();
+  fake_.AddJob(done);
+  const CommandResult long_form =
+      RunGetCommand(WithController({"job-9", "--output", "json"}), context_);
+  const CommandResult short_form =
+      RunGetCommand(WithController({"job-9", "-o", "json"}), context_);
+  ASSERT_EQ(short_form.exit_code, kExitOk) << short_form.err;
+  EXPECT_EQ(short_form.out, long_form.out);
+
+  const CommandResult yaml =
+      RunGetCommand(WithController({"job-9", "-o", "yaml"}), context_);
+  ASSERT_EQ(yaml.exit_code, kExitOk) << yaml.err;
+  EXPECT_THAT(yaml.out, StartsWith("id: job-9\n"));
+  EXPECT_THAT(yaml.out, HasSubstr("\nstate: SUCCEEDED\n"));
+  EXPECT_THAT(yaml.out, HasSubstr("  seconds: 0.25\n"));
+  EXPECT_THAT(yaml.out, HasSubstr("    busbw_bytes_per_second: 5000000000"));
+  // --timeline draws text: refused with yaml as with json.
+  const CommandResult timeline = RunGetCommand(
+      WithController({"job-9", "-o", "yaml", "--timeline"}), context_);
+  EXPECT_EQ(timeline.exit_code, kExitUsage);
+  ExpectOneLine(timeline, "meshctl get: --timeline: draws text; with "
+                          "--output yaml");
+
+  const CommandResult list_yaml =
+      RunListCommand(WithController({"-o", "yaml"}), context_);
+  ASSERT_EQ(list_yaml.exit_code, kExitOk) << list_yaml.err;
+  EXPECT_THAT(list_yaml.out, StartsWith("jobs:\n  - id: job-9\n"));
+  EXPECT_THAT(list_yaml.out, HasSubstr("  - id: job-1\n"));
+
+  const CommandResult table = RunListCommand(WithController({}), context_);
+  const CommandResult wide =
+      RunListCommand(WithController({"-o", "wide"}), context_);
+  ASSERT_EQ(wide.exit_code, kExitOk) << wide.err;
+  EXPECT_THAT(table.out, Not(HasSubstr("KIND")));
+  for (const char* column :
+       {"ID", "KIND", "MESHES", "DEVICES", "OWNER", "PREDICTED", "MEASURED"}) {
+    EXPECT_THAT(wide.out, HasSubstr(column)) << column;
+  }
+  EXPECT_THAT(wide.out, HasSubstr("collective"));
+  EXPECT_THAT(wide.out, HasSubstr("1x2"));
+  EXPECT_THAT(wide.out, HasSubstr("alice"));
+  EXPECT_THAT(wide.out, HasSubstr("250.000 ms"));  // measured
+  EXPECT_THAT(wide.out, HasSubstr("200.000 ms"));  // predicted
+  EXPECT_THAT(wide.out, HasSubstr("reshard"));
+
+  // Other commands take -o too.
+  const CommandResult cancel =
+      RunCancelCommand(WithController({"job-1", "-o", "yaml"}), context_);
+  ASSERT_EQ(cancel.exit_code, kExitOk) << cancel.err;
+  EXPECT_THAT(cancel.out, StartsWith("id: job-1\n"));
+  const CommandResult cluster =
+      RunClusterCommand(WithController({"-o", "yaml"}), context_);
+  ASSERT_EQ(cluster.exit_code, kExitOk) << cluster.err;
+  EXPECT_THAT(cluster.out, HasSubstr("topology:\n  num_hosts: 5\n"));
+}
+
+TEST_F(JobCommandsTest, WatchYamlDocuments) {
+  ASSERT_EQ(RunSubmitCommand(WithController(Case1()), context_).exit_code,
+            kExitOk);
+  fake_.SetWatchEvents("job-1",
+                       {Event(v1::JOB_STATE_RUNNING, 0.1, "running"),
+                        Event(v1::JOB_STATE_SUCCEEDED, 1, "done")});
+  const CommandResult result =
+      RunWatchCommand(WithController({"1", "-o", "yaml"}), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_THAT(streamed_, StartsWith("---\njob_id: job-1\nstate: RUNNING\n"));
+  EXPECT_THAT(streamed_, HasSubstr("---\njob_id: job-1\nstate: SUCCEEDED\n"));
+  EXPECT_THAT(result.out, StartsWith("---\nid: job-1\n"));
+}
+
+// A mistyped value gets the closest allowed one, whichever layer checks it.
+TEST_F(JobCommandsTest, BadValuesSuggestTheClosest) {
+  std::vector<std::string> args = Case1();
+  args.insert(args.end(), {"--strategy", "meshcats"});
+  CommandResult result = RunSubmitCommand(WithController(args), context_);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: ");
+  EXPECT_THAT(result.err, HasSubstr("'meshcats'"));
+  EXPECT_THAT(result.err, HasSubstr("; did you mean meshcast?\n"));
+
+  args = Case1();
+  args[4] = "flaot32";  // --dtype
+  result = RunSubmitCommand(WithController(args), context_);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  EXPECT_THAT(result.err, HasSubstr("did you mean float32?"));
+
+  args = Case1();
+  args.insert(args.end(), {"--verify", "sampel"});
+  result = RunSubmitCommand(WithController(args), context_);
+  EXPECT_EQ(result.exit_code, kExitUsage);
+  ExpectOneLine(result, "meshctl submit: --verify: unknown value 'sampel'; "
+                        "allowed: full, sample, off; did you mean sample?");
+
+  result = RunListCommand(WithController({"-o", "jsno"}), context_);
+  ExpectOneLine(result, "meshctl list: --output: unknown value 'jsno'; "
+                        "allowed: table, wide, json, yaml; did you mean json?");
+  result = RunListCommand(WithController({"--limt", "2"}), context_);
+  ExpectOneLine(result, "meshctl list: unknown flag --limt; did you mean "
+                        "--limit?");
+  EXPECT_TRUE(fake_.submitted().empty());
 }
 
 }  // namespace

@@ -658,10 +658,70 @@ std::string RenderJobDetails(const v1::Job& job, double now_unix) {
   return out;
 }
 
-std::string RenderJobList(const std::vector<v1::Job>& jobs, double now_unix) {
+namespace {
+
+// The meshes the controller placed for `job`, src and dst first for a
+// reshard, else every mesh in the kind's order.
+std::vector<v1::DeviceMesh> PlacedMeshList(const v1::Job& job) {
+  std::vector<v1::DeviceMesh> meshes;
+  if (job.has_placed_src_mesh()) meshes.push_back(job.placed_src_mesh());
+  if (job.has_placed_dst_mesh()) meshes.push_back(job.placed_dst_mesh());
+  if (meshes.empty()) {
+    meshes.assign(job.placed_meshes().begin(), job.placed_meshes().end());
+  }
+  return meshes;
+}
+
+// `meshctl list -o wide`: the columns of the table and, before the message,
+// the kind, placed meshes ("2x4 -> 2x4") and their devices, the owner and
+// the predicted against the measured data-plane time.
+std::string RenderWideJobList(const std::vector<v1::Job>& jobs,
+                              double now_unix) {
+  TextTable table(
+      {"ID", "NAME", "KIND", "STATE", "PROGRESS", "CREATED", "DURATION",
+       "MESHES", "DEVICES", "OWNER", "PREDICTED", "MEASURED", "MESSAGE"},
+      {TextTable::kLeft, TextTable::kLeft, TextTable::kLeft, TextTable::kLeft,
+       TextTable::kRight, TextTable::kRight, TextTable::kRight,
+       TextTable::kLeft, TextTable::kLeft, TextTable::kLeft, TextTable::kRight,
+       TextTable::kRight, TextTable::kLeft});
+  for (const v1::Job& job : jobs) {
+    std::vector<std::string> shapes;
+    std::set<int> devices;
+    for (const v1::DeviceMesh& mesh : PlacedMeshList(job)) {
+      shapes.push_back(absl::StrJoin(mesh.shape(), "x"));
+      devices.insert(mesh.devices().begin(), mesh.devices().end());
+    }
+    const std::string kind = SpecKindName(job.spec());
+    const std::string owner = !job.owner().empty() ? job.owner()
+                                                   : job.spec().owner();
+    const v1::JobResult& result = job.result();
+    table.AddRow(
+        {job.id(), job.spec().name().empty() ? "-" : job.spec().name(),
+         kind.empty() ? "-" : kind, JobStateName(job.state()),
+         Percent(job.progress()), FormatAge(job.created_unix(), now_unix),
+         FormatDuration(job, now_unix),
+         shapes.empty() ? "-" : absl::StrJoin(shapes, " -> "),
+         devices.empty() ? "-"
+                         : FormatDeviceRanges(std::vector<int>(
+                               devices.begin(), devices.end())),
+         owner.empty() ? "-" : owner,
+         result.predicted_seconds() > 0
+             ? FormatSeconds(result.predicted_seconds())
+             : "-",
+         result.seconds() > 0 ? FormatSeconds(result.seconds()) : "-",
+         Truncate(job.message(), kListMessageWidth)});
+  }
+  return table.Render();
+}
+
+}  // namespace
+
+std::string RenderJobList(const std::vector<v1::Job>& jobs, double now_unix,
+                          bool wide) {
   if (jobs.empty()) {
     return "no jobs yet; submit one with 'meshctl submit reshard ...'\n";
   }
+  if (wide) return RenderWideJobList(jobs, now_unix);
   TextTable table(
       {"ID", "NAME", "STATE", "PROGRESS", "CREATED", "DURATION", "MESSAGE"},
       {TextTable::kLeft, TextTable::kLeft, TextTable::kLeft, TextTable::kRight,
@@ -686,7 +746,8 @@ std::string RenderEvent(const v1::JobEvent& event) {
 }
 
 std::string RenderCluster(const v1::GetClusterResponse& cluster,
-                          const std::string& controller, double now_unix) {
+                          const std::string& controller, double now_unix,
+                          bool wide) {
   int ready = 0, busy = 0, lost = 0;
   for (const v1::WorkerInfo& worker : cluster.workers()) {
     switch (worker.state()) {
@@ -722,23 +783,36 @@ std::string RenderCluster(const v1::GetClusterResponse& cluster,
             [](const v1::WorkerInfo& a, const v1::WorkerInfo& b) {
               return a.host_index() < b.host_index();
             });
-  TextTable table(
-      {"HOST", "NAME", "ADDRESS", "DEVICES", "MEMORY", "STATE",
-       "LAST HEARTBEAT"},
-      {TextTable::kRight, TextTable::kLeft, TextTable::kLeft, TextTable::kLeft,
-       TextTable::kRight, TextTable::kLeft, TextTable::kRight});
+  std::vector<std::string> header = {"HOST",   "NAME",  "ADDRESS",
+                                     "DEVICES", "MEMORY", "STATE",
+                                     "LAST HEARTBEAT"};
+  std::vector<TextTable::Align> align = {
+      TextTable::kRight, TextTable::kLeft,  TextTable::kLeft, TextTable::kLeft,
+      TextTable::kRight, TextTable::kLeft, TextTable::kRight};
+  if (wide) {
+    // The address the data plane connects to, beside the control one.
+    header.insert(header.begin() + 3, "DATA ADDRESS");
+    align.insert(align.begin() + 3, TextTable::kLeft);
+  }
+  TextTable table(header, align);
   for (const v1::WorkerInfo& worker : workers) {
-    table.AddRow(
-        {absl::StrCat(worker.host_index()), worker.name(), worker.address(),
-         absl::StrCat(
-             FormatDeviceRanges(WorkerDevices(worker, cluster.topology())),
-             " (", worker.num_devices(), " ",
-             worker.device_kind().empty() ? "?" : worker.device_kind(), ")"),
-         worker.memory_bytes() > 0
-             ? FormatBytes(static_cast<double>(worker.memory_bytes()))
-             : "-",
-         WorkerStateName(worker.state()),
-         FormatAge(worker.last_heartbeat_unix(), now_unix)});
+    std::vector<std::string> row = {
+        absl::StrCat(worker.host_index()), worker.name(), worker.address(),
+        absl::StrCat(
+            FormatDeviceRanges(WorkerDevices(worker, cluster.topology())),
+            " (", worker.num_devices(), " ",
+            worker.device_kind().empty() ? "?" : worker.device_kind(), ")"),
+        worker.memory_bytes() > 0
+            ? FormatBytes(static_cast<double>(worker.memory_bytes()))
+            : "-",
+        WorkerStateName(worker.state()),
+        FormatAge(worker.last_heartbeat_unix(), now_unix)};
+    if (wide) {
+      row.insert(row.begin() + 3, worker.data_address().empty()
+                                      ? "-"
+                                      : worker.data_address());
+    }
+    table.AddRow(std::move(row));
   }
   absl::StrAppend(&out, "\n", table.Render());
   return out;

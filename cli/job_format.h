@@ -99,13 +99,18 @@ std::string RenderJobDetails(const v1::Job& job, double now_unix);
 // The "metrics:" block of `meshctl get` (one line per figure, a figure with
 // a *_bound_* companion shown beside its bound); empty without metrics.
 std::string RenderJobMetrics(const v1::JobResult& result);
-// `meshctl list`: one row per job.
-std::string RenderJobList(const std::vector<v1::Job>& jobs, double now_unix);
+// `meshctl list`: one row per job. `wide` (-o wide) adds the kind, the
+// placed meshes and their devices, the owner and the predicted and
+// measured data-plane seconds.
+std::string RenderJobList(const std::vector<v1::Job>& jobs, double now_unix,
+                          bool wide = false);
 // `meshctl watch`: one line per event.
 std::string RenderEvent(const v1::JobEvent& event);
-// `meshctl cluster`: topology and a table of workers.
+// `meshctl cluster`: topology and a table of workers; `wide` (-o wide) adds
+// each worker's data-plane address.
 std::string RenderCluster(const v1::GetClusterResponse& cluster,
-                          const std::string& controller, double now_unix);
+                          const std::string& controller, double now_unix,
+                          bool wide = false);
 
 // Seconds since the Unix epoch, now.
 double NowUnix();

@@ -7,16 +7,19 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cli/calibrate_command.h"
 #include "cli/cluster_commands.h"
 #include "cli/command_errors.h"
+#include "cli/completion_command.h"
 #include "cli/job_commands.h"
+#include "cli/logs_command.h"
 #include "cli/plan_command.h"
+#include "cli/suggest.h"
+#include "cli/version_command.h"
 
 namespace meshcast::cli {
 namespace {
-
-constexpr char kVersion[] = "0.1.0";
 
 std::string TopLevelUsage() {
   std::string out =
@@ -50,13 +53,20 @@ std::string TopLevelUsage() {
       "without it they use $MESHCAST_CONTROLLER, else the local cluster that\n"
       "'meshctl up' recorded in --dir ($MESHCAST_HOME, else ./.meshcast;\n"
       "a named directory must hold a cluster), else 127.0.0.1:50051. Human\n"
-      "tables by default; --output json for scripts.\n"
+      "tables by default; -o wide adds columns, -o json (--output json) and\n"
+      "-o yaml print the same data for scripts.\n"
+      "\n"
+      "A JOB (get, trace, watch, cancel) is its id (job-000042), its number\n"
+      "(42, job-42) or a prefix of its id that only one job has. A mistyped\n"
+      "command, flag or value gets a 'did you mean ...?' hint.\n"
       "\n",
       kExitCodesHelp,
       "\n\n"
       "Run 'meshctl COMMAND --help' for a command's flags.\n"
       "  -h, --help  show this help\n"
-      "  --version   print the version\n");
+      "  --version   print meshctl's version and the controller's\n"
+      "              (the same as 'meshctl version')\n"
+      "Shell completion: source <(meshctl completion bash)   (or zsh)\n");
   return out;
 }
 
@@ -67,12 +77,23 @@ const Command* FindCommand(const std::string& name) {
   return nullptr;
 }
 
-std::string CommandNames() {
-  std::string names;
+std::vector<std::string> CommandNameList() {
+  std::vector<std::string> names;
   for (const Command& command : MeshctlCommands()) {
-    absl::StrAppend(&names, names.empty() ? "" : ", ", command.name);
+    names.push_back(command.name);
   }
   return names;
+}
+
+std::string CommandNames() { return absl::StrJoin(CommandNameList(), ", "); }
+
+CommandResult UnknownCommand(const std::string& name) {
+  std::string hint = DidYouMean(name, CommandNameList());
+  if (!hint.empty()) hint = absl::StrCat("; ", hint);
+  return CommandResult{kExitUsage, "",
+                       absl::StrCat("meshctl: unknown command '", name,
+                                    "'; allowed: ", CommandNames(), hint,
+                                    " (see 'meshctl --help')\n")};
 }
 
 }  // namespace
@@ -82,19 +103,31 @@ const std::vector<Command>& MeshctlCommands() {
       {"up", kUpCommandSummary, RunUpCommand},
       {"down", kDownCommandSummary, RunDownCommand},
       {"cluster", kClusterCommandSummary, RunClusterCommand},
-      {"submit", kSubmitCommandSummary, RunSubmitCommand},
-      {"get", kGetCommandSummary, RunGetCommand},
-      {"trace", kTraceCommandSummary, RunTraceCommand},
+      {"submit", kSubmitCommandSummary, RunSubmitCommand, FlagKinds()},
+      {"get", kGetCommandSummary, RunGetCommand, {}, /*takes_job=*/true},
+      {"trace", kTraceCommandSummary, RunTraceCommand, {}, /*takes_job=*/true},
       {"list", kListCommandSummary, RunListCommand},
-      {"watch", kWatchCommandSummary, RunWatchCommand},
-      {"cancel", kCancelCommandSummary, RunCancelCommand},
+      {"watch", kWatchCommandSummary, RunWatchCommand, {}, /*takes_job=*/true},
+      {"cancel", kCancelCommandSummary, RunCancelCommand, {},
+       /*takes_job=*/true},
       {"plan", kPlanCommandSummary,
        [](const std::vector<std::string>& args, const CommandContext& context) {
          return RunPlanCommand(args, context);
-       }},
+       },
+       FlagKinds()},
       {"calibrate", kCalibrateCommandSummary, RunCalibrateCommand},
+      {"logs", kLogsCommandSummary, RunLogsCommand, {}, /*takes_job=*/true},
+      {"completion", kCompletionCommandSummary, RunCompletionCommand,
+       {"bash", "zsh"}},
+      {"version", kVersionCommandSummary, RunVersionCommand},
   };
   return *commands;
+}
+
+const std::vector<std::string>& LeadingValueFlags() {
+  static const auto* const flags = new std::vector<std::string>{
+      "--controller", "--dir", "--output", "-o", "--connect-timeout"};
+  return *flags;
 }
 
 CommandResult RunMeshctl(const std::vector<std::string>& args) {
@@ -115,17 +148,17 @@ CommandResult RunMeshctl(const std::vector<std::string>& args,
     // Flags before the command (`meshctl --controller H:P cluster`): they
     // belong to the command, which takes them after its name. The client
     // flags every command shares take a value; skip it, so that
-    // `--dir cluster down` runs `down` with --dir cluster.
-    static constexpr const char* kValueFlags[] = {
-        "--controller", "--dir", "--output", "--connect-timeout"};
+    // `--dir cluster down` runs `down` with --dir cluster. --version among
+    // them is the version command.
+    const std::vector<std::string>& value_flags = LeadingValueFlags();
     for (size_t i = 0; i < args.size(); ++i) {
-      if (std::find(std::begin(kValueFlags), std::end(kValueFlags), args[i]) !=
-          std::end(kValueFlags)) {
+      if (std::find(value_flags.begin(), value_flags.end(), args[i]) !=
+          value_flags.end()) {
         ++i;
         continue;
       }
       // Other flags' values cannot be told apart from a command here.
-      if (FindCommand(args[i]) == nullptr) continue;
+      if (args[i] != "--version" && FindCommand(args[i]) == nullptr) continue;
       std::vector<std::string> reordered = {args[i]};
       reordered.insert(reordered.end(), args.begin(), args.begin() + i);
       reordered.insert(reordered.end(), args.begin() + i + 1, args.end());
@@ -135,8 +168,9 @@ CommandResult RunMeshctl(const std::vector<std::string>& args,
   if (first == "-h" || first == "--help" || first == "-help") {
     return CommandResult{kExitOk, TopLevelUsage(), ""};
   }
-  if (first == "--version" || first == "version") {
-    return CommandResult{kExitOk, absl::StrCat("meshctl ", kVersion, "\n"), ""};
+  if (first == "--version") {
+    return RunVersionCommand(
+        std::vector<std::string>(args.begin() + 1, args.end()), context);
   }
   if (first == "help") {
     if (args.size() == 1) return CommandResult{kExitOk, TopLevelUsage(), ""};
@@ -145,12 +179,7 @@ CommandResult RunMeshctl(const std::vector<std::string>& args,
   }
   const std::string& name = first == "help" ? args[1] : first;
   const Command* command = FindCommand(name);
-  if (command == nullptr) {
-    return CommandResult{kExitUsage, "",
-                         absl::StrCat("meshctl: unknown command '", name,
-                                      "'; allowed: ", CommandNames(),
-                                      " (see 'meshctl --help')\n")};
-  }
+  if (command == nullptr) return UnknownCommand(name);
   return command->run(std::vector<std::string>(args.begin() + 1, args.end()),
                       context);
 }

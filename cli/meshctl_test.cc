@@ -15,6 +15,7 @@ namespace meshcast::cli {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 TEST(MeshctlTest, HelpListsCommands) {
@@ -26,6 +27,18 @@ TEST(MeshctlTest, HelpListsCommands) {
     EXPECT_THAT(result.out, HasSubstr(command.summary));
   }
   EXPECT_THAT(result.out, HasSubstr("plan"));
+}
+
+// The top-level help names the habits every command shares.
+TEST(MeshctlTest, HelpNamesTheSharedHabits) {
+  const CommandResult result = RunMeshctl({"--help"});
+  EXPECT_THAT(result.out, HasSubstr("-o wide"));
+  EXPECT_THAT(result.out, HasSubstr("-o yaml"));
+  EXPECT_THAT(result.out, HasSubstr("its number\n(42, job-42)"));
+  EXPECT_THAT(result.out, HasSubstr("did you mean"));
+  EXPECT_THAT(result.out, HasSubstr("source <(meshctl completion bash)"));
+  EXPECT_THAT(result.out, HasSubstr("  version "));
+  EXPECT_THAT(result.out, HasSubstr("  completion "));
 }
 
 TEST(MeshctlTest, DispatchesAndHelpPerCommand) {
@@ -77,6 +90,12 @@ TEST(MeshctlTest, UnknownOrMissingCommand) {
   EXPECT_THAT(result.err, HasSubstr("unknown command 'plna'; allowed: up, "
                                     "down, cluster, submit, get, trace, list, "
                                     "watch, cancel, plan, calibrate"));
+  EXPECT_THAT(result.err, HasSubstr("; did you mean plan? (see 'meshctl "
+                                    "--help')\n"));
+  result = RunMeshctl({"sbumit"});
+  EXPECT_THAT(result.err, HasSubstr("did you mean submit?"));
+  result = RunMeshctl({"frobnicate"});
+  EXPECT_THAT(result.err, Not(HasSubstr("did you mean")));
   result = RunMeshctl({});
   EXPECT_EQ(result.exit_code, kExitUsage);
   EXPECT_THAT(result.err, HasSubstr("missing COMMAND"));

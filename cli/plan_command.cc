@@ -26,7 +26,9 @@
 #include "cli/controller_client.h"
 #include "cli/flags.h"
 #include "cli/job_file.h"
+#include "cli/job_commands.h"
 #include "cli/job_format.h"
+#include "cli/output_format.h"
 #include "cli/reshard_input.h"
 #include "cli/text_table.h"
 #include "google/protobuf/util/json_util.h"
@@ -207,9 +209,9 @@ void RegisterFlags(FlagSet& flags, PlanOptions& options) {
   flags.String("strategy", &options.strategy, "NAME",
                "auto (lowest predicted time) or one of send_recv,\n"
                "local_allgather, broadcast, broadcast_lb, meshcast");
-  flags.Choice("output", &options.output, {"table", "json"},
-               "table: compare strategies; json: the chosen plan as one "
-               "object");
+  AddOutputFlag(flags, &options.output,
+                "table: compare strategies (wide: the same); json: the\n"
+                "chosen plan as one object; yaml: the same data as YAML");
   flags.Bool("verify", &options.verify,
              "check every plan delivers all data from devices that hold it");
   flags.Bool("live", &options.live,
@@ -617,11 +619,10 @@ std::string RenderTable(const PlanInputs& inputs, const StrategyComparison& cmp,
   return out;
 }
 
+// The one error line of `meshctl plan`, as every command writes it
+// (command_errors.h: one line, with the "did you mean" hint).
 CommandResult PlanFail(int code, absl::string_view message) {
-  CommandResult result;
-  result.exit_code = code;
-  result.err = absl::StrCat(kCommand, ": ", message, "\n");
-  return result;
+  return Fail(kCommand, code, message);
 }
 
 // ---- kinds other than reshard (collective, ...) -----------------------------
@@ -916,8 +917,9 @@ CommandResult RunKindPlan(const FlagSet& flags, const PlanOptions& options,
   }
   PredictFigures(**kind, view);
   CommandResult result;
-  result.out = options.output == "json" ? RenderKindJson(view)
-                                        : RenderKindTable(view);
+  result.out = IsStructuredOutput(options.output)
+                   ? RenderStructuredText(RenderKindJson(view), options.output)
+                   : RenderKindTable(view);
   return result;
 }
 
@@ -1153,8 +1155,10 @@ CommandResult RunLivePlan(const FlagSet& flags, const PlanOptions& options,
   }
   CommandResult result;
   result.out =
-      options.output == "json"
-          ? RenderLiveJson((*client)->address(), spec->reshard(), *response)
+      IsStructuredOutput(options.output)
+          ? RenderStructuredText(RenderLiveJson((*client)->address(),
+                                                spec->reshard(), *response),
+                                 options.output)
           : RenderLiveTable((*client)->address(), spec->reshard(), *response);
   return result;
 }
@@ -1177,7 +1181,8 @@ CommandResult RunPlanCommand(const std::vector<std::string>& args,
     RegisterFlags(probe, probe_options);
     if (probe.Parse(args).ok() && !probe.positional().empty()) {
       const std::string& first = probe.positional().front();
-      if (first == "reshard" || first == "collective") {
+      const std::vector<std::string>& kinds = FlagKinds();
+      if (std::find(kinds.begin(), kinds.end(), first) != kinds.end()) {
         kind = first;
         rest.erase(std::find(rest.begin(), rest.end(), first));
       }
@@ -1249,9 +1254,11 @@ CommandResult RunPlanCommand(const std::vector<std::string>& args,
     }
   }
   CommandResult result;
-  result.out = options.output == "json"
-                   ? RenderJson(*inputs, *comparison, chosen, comparison->unit_tasks,
-                                options.verify)
+  result.out = IsStructuredOutput(options.output)
+                   ? RenderStructuredText(
+                         RenderJson(*inputs, *comparison, chosen,
+                                    comparison->unit_tasks, options.verify),
+                         options.output)
                    : RenderTable(*inputs, *comparison, chosen, comparison->unit_tasks,
                                  options.verify);
   return result;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "bench/workloads/public_suite.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -18,13 +20,28 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-// The example of the issue: case 1 of the public suite.
+// The example of the issue: case 1 of the public suite
+// (bench/workloads/public_suite.txt) on the paper's testbed.
 std::vector<std::string> Case1Args() {
-  return {"--cluster",    "5x4",   "--inter-gbps", "10",
-          "--intra-gbps", "1200",  "--shape",      "1024x1024x512",
-          "--dtype",      "int32", "--src-mesh",   "2x4@0",
-          "--src-spec",   "S0RR",  "--dst-mesh",   "2x4@2",
-          "--dst-spec",   "S0RR"};
+  static const auto* suite = new absl::StatusOr<std::vector<PublicSuiteCase>>(
+      LoadPublicSuite());
+  EXPECT_TRUE(suite->ok()) << suite->status();
+  PublicSuiteCase c;
+  if (suite->ok()) {
+    for (const PublicSuiteCase& each : **suite) {
+      if (each.name == "case1") c = each;
+    }
+  }
+  EXPECT_EQ(c.name, "case1") << "no case1 in the public suite";
+  return {"--cluster",    "5x4",
+          "--inter-gbps", "10",
+          "--intra-gbps", "1200",
+          "--shape",      ShapeText(c.shape),
+          "--dtype",      "int32",
+          "--src-mesh",   c.src_mesh.At(0),
+          "--src-spec",   c.src_spec,
+          "--dst-mesh",   c.dst_mesh.At(c.dst_first_host()),
+          "--dst-spec",   c.dst_spec};
 }
 
 // Replaces (or appends) a flag's value in an argument list.
@@ -131,7 +148,8 @@ TEST(PlanCommandTest, MissingAndMalformedFlags) {
   EXPECT_THAT(UsageError(With(Case1Args(), "--inter-latency-us", "-1")),
               HasSubstr("--inter-latency-us: must be >= 0"));
   EXPECT_THAT(UsageError(With(Case1Args(), "--output", "xml")),
-              HasSubstr("--output: unknown value 'xml'; allowed: table, json"));
+              HasSubstr("--output: unknown value 'xml'; allowed: table, "
+                        "wide, json, yaml"));
   EXPECT_THAT(UsageError(With(Case1Args(), "--bogus", "1")),
               HasSubstr("unknown flag --bogus"));
   std::vector<std::string> extra = Case1Args();

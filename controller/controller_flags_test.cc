@@ -11,7 +11,7 @@
 #include <string>
 
 #include "controller/fake_worker_client.h"
-#include "controller/log.h"
+#include "util/log.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "meshcast/v1/controller.grpc.pb.h"

@@ -26,6 +26,12 @@ constexpr v1::JobState kAllStates[] = {
 constexpr v1::JobState kFinalStates[] = {
     v1::JOB_STATE_SUCCEEDED, v1::JOB_STATE_FAILED, v1::JOB_STATE_CANCELLED};
 
+prometheus::Labels TypeStateLabels(absl::string_view type,
+                                   v1::JobState state) {
+  return {{"type", std::string(type)},
+          {"state", ControllerMetrics::StateLabel(state)}};
+}
+
 bool IsFinal(v1::JobState state) {
   return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
          state == v1::JOB_STATE_CANCELLED;
@@ -33,18 +39,27 @@ bool IsFinal(v1::JobState state) {
 
 // Planning is milliseconds for small meshes and can reach seconds for
 // large ones: 100 us .. ~26 s.
-std::vector<double> PlanningBuckets() {
-  return ExponentialBuckets(1e-4, 4, 10);
+const prometheus::Histogram::BucketBoundaries& PlanningBuckets() {
+  static const auto* const buckets =
+      new prometheus::Histogram::BucketBoundaries(
+          ExponentialBuckets(1e-4, 4, 10));
+  return *buckets;
 }
 // Jobs run from milliseconds (tiny, local) to an hour (a 2 GiB tensor on a
 // slow link with a queue ahead): 10 ms .. ~2.9 h.
-std::vector<double> JobDurationBuckets() {
-  return ExponentialBuckets(0.01, 4, 10);
+const prometheus::Histogram::BucketBoundaries& JobDurationBuckets() {
+  static const auto* const buckets =
+      new prometheus::Histogram::BucketBoundaries(
+          ExponentialBuckets(0.01, 4, 10));
+  return *buckets;
 }
 // 1 is "as predicted"; the alert fires above 2. Fine steps around 1, coarse
 // ones for CPU clusters whose links are far from the modelled ones.
-std::vector<double> RatioBuckets() {
-  return {0.25, 0.5, 0.75, 1, 1.25, 1.5, 2, 3, 5, 10, 30, 100, 1000};
+const prometheus::Histogram::BucketBoundaries& RatioBuckets() {
+  static const auto* const buckets =
+      new prometheus::Histogram::BucketBoundaries(
+          {0.25, 0.5, 0.75, 1, 1.25, 1.5, 2, 3, 5, 10, 30, 100, 1000});
+  return *buckets;
 }
 
 // Every method of the services the controller serves, as gRPC names them.
@@ -105,67 +120,46 @@ class RpcCountingInterceptorFactory
 }  // namespace
 
 ControllerMetrics::ControllerMetrics()
-    : workers_(registry_.AddGauge("meshcast_controller_workers",
-                                  "Registered workers by state (ready, busy, "
-                                  "lost).",
-                                  {"state"})),
-      devices_(registry_.AddGauge(
-          "meshcast_controller_devices",
-          "Devices of live workers: free, or busy (held by a started job).",
-          {"state"})),
-      jobs_(registry_.AddGauge("meshcast_controller_jobs",
-                               "Jobs known to the controller, by type and "
-                               "state.",
-                               {"type", "state"})),
-      jobs_finished_(registry_.AddCounter(
-          "meshcast_controller_jobs_finished_total",
-          "Jobs that reached a final state (succeeded, failed, cancelled).",
-          {"type", "state"})),
-      queue_depth_(registry_.AddGauge("meshcast_controller_queue_depth",
-                                      "Jobs waiting for devices.")),
-      planning_seconds_(registry_.AddHistogram(
-          "meshcast_controller_planning_seconds",
-          "Wall time to plan a job (plan, plan IR, per-worker programs).",
-          {"type"}, PlanningBuckets())),
-      job_duration_seconds_(registry_.AddHistogram(
-          "meshcast_controller_job_duration_seconds",
-          "Time from submission to the final state, by final state.",
-          {"type", "state"}, JobDurationBuckets())),
-      measured_over_predicted_(registry_.AddHistogram(
-          "meshcast_controller_measured_over_predicted_ratio",
-          "Measured data-plane time of a succeeded job over the simulator's "
-          "prediction.",
-          {"type"}, RatioBuckets())),
-      measured_seconds_(registry_.AddCounter(
-          "meshcast_controller_dataplane_measured_seconds_total",
-          "Measured data-plane time of succeeded jobs that had a prediction.",
-          {"type"})),
-      predicted_seconds_(registry_.AddCounter(
-          "meshcast_controller_dataplane_predicted_seconds_total",
-          "The simulator's predicted data-plane time of the same jobs.",
-          {"type"})),
-      rpcs_(registry_.AddCounter(
-          "meshcast_controller_rpcs_total",
-          "RPCs the controller answered, by method and gRPC status code.",
-          {"method", "code"})),
+    : metrics_(std::make_shared<MetricsCollection>()),
+      workers_(metrics_->AddGauge("meshcast_controller_workers", "Registered workers by state (ready, busy, lost).")),
+      devices_(metrics_->AddGauge("meshcast_controller_devices", "Devices of live workers: free, or busy (held by a "
+"started job).")),
+      jobs_(metrics_->AddGauge("meshcast_controller_jobs", "Jobs known to the controller, by type and state.")),
+      jobs_finished_(metrics_->AddCounter("meshcast_controller_jobs_finished_total", "Jobs that reached a final state (succeeded, "
+"failed, cancelled).")),
+      queue_depth_(metrics_->AddGauge("meshcast_controller_queue_depth", "Jobs waiting for devices.")
+                       .Add({})),
+      planning_seconds_(metrics_->AddHistogram("meshcast_controller_planning_seconds", "Wall time to plan a job (plan, plan IR, "
+"per-worker programs).")),
+      job_duration_seconds_(
+          metrics_->AddHistogram("meshcast_controller_job_duration_seconds", "Time from submission to the final state, by final "
+"state.")),
+      measured_over_predicted_(
+          metrics_->AddHistogram("meshcast_controller_measured_over_predicted_ratio", "Measured data-plane time of a succeeded job over the "
+"simulator's prediction.")),
+      measured_seconds_(
+          metrics_->AddCounter("meshcast_controller_dataplane_measured_seconds_total", "Measured data-plane time of succeeded jobs that had a "
+"prediction.")),
+      predicted_seconds_(
+          metrics_->AddCounter("meshcast_controller_dataplane_predicted_seconds_total", "The simulator's predicted data-plane time of the same "
+"jobs.")),
+      rpcs_(metrics_->AddCounter("meshcast_controller_rpcs_total", "RPCs the controller answered, by method and gRPC "
+"status code.")),
       known_methods_(KnownMethods()) {
-  registry_
-      .AddGauge("meshcast_build_info",
-                "Build identity of this process (always 1).",
-                {"component", "version"})
-      .WithLabels({"controller", MESHCAST_VERSION})
+  metrics_->AddGauge("meshcast_build_info", "Build identity of this process (always 1).")
+      .Add({{"component", "controller"}, {"version", MESHCAST_VERSION}})
       .Set(1);
   // Every label set the alerts take increase() of exists from the start, at
   // 0, so that the first increment is seen (docs/monitoring.md).
   for (const JobKind* kind : AllJobKinds()) {
     for (v1::JobState state : kFinalStates) {
-      jobs_finished_.WithLabels({kind->name(), StateLabel(state)});
+      jobs_finished_.Add(TypeStateLabels(kind->name(), state));
     }
-    measured_seconds_.WithLabels({kind->name()});
-    predicted_seconds_.WithLabels({kind->name()});
+    measured_seconds_.Add({{"type", kind->name()}});
+    predicted_seconds_.Add({{"type", kind->name()}});
   }
-  registry_.AddCollectHook([this] { Collect(); });
-  Collect();
+  metrics_->SetRefresh([this] { RefreshState(); });
+  RefreshState();
 }
 
 void ControllerMetrics::SetStateSource(
@@ -174,53 +168,55 @@ void ControllerMetrics::SetStateSource(
   source_ = std::move(source);
 }
 
-void ControllerMetrics::Collect() {
+void ControllerMetrics::RefreshState() {
   std::function<ControllerState()> source;
   {
     absl::MutexLock lock(&mu_);
     source = source_;
   }
   const ControllerState state = source ? source() : ControllerState();
-  workers_.WithLabels({"ready"}).Set(state.workers_ready);
-  workers_.WithLabels({"busy"}).Set(state.workers_busy);
-  workers_.WithLabels({"lost"}).Set(state.workers_lost);
-  devices_.WithLabels({"free"}).Set(state.devices_free);
-  devices_.WithLabels({"busy"}).Set(state.devices_busy);
+  workers_.Add({{"state", "ready"}}).Set(state.workers_ready);
+  workers_.Add({{"state", "busy"}}).Set(state.workers_busy);
+  workers_.Add({{"state", "lost"}}).Set(state.workers_lost);
+  devices_.Add({{"state", "free"}}).Set(state.devices_free);
+  devices_.Add({{"state", "busy"}}).Set(state.devices_busy);
   for (v1::JobState job_state : kAllStates) {
     auto it = state.jobs.find(job_state);
-    jobs_.WithLabels({std::string(kReshard), StateLabel(job_state)})
+    jobs_.Add(TypeStateLabels(kReshard, job_state))
         .Set(it == state.jobs.end() ? 0 : static_cast<double>(it->second));
   }
-  queue_depth_.WithLabels({}).Set(state.queue_depth);
+  queue_depth_.Set(state.queue_depth);
 }
 
 void ControllerMetrics::JobPlanned(absl::string_view type, double seconds) {
-  planning_seconds_.WithLabels({std::string(type)}).Observe(seconds);
+  planning_seconds_.Add({{"type", std::string(type)}}, PlanningBuckets())
+      .Observe(seconds);
 }
 
 void ControllerMetrics::JobFinished(absl::string_view type, v1::JobState state,
                                     double seconds) {
   if (!IsFinal(state)) return;
-  const std::vector<std::string> labels = {std::string(type),
-                                           StateLabel(state)};
-  jobs_finished_.WithLabels(labels).Increment();
-  job_duration_seconds_.WithLabels(labels).Observe(std::max(0.0, seconds));
+  const prometheus::Labels labels = TypeStateLabels(type, state);
+  jobs_finished_.Add(labels).Increment();
+  job_duration_seconds_.Add(labels, JobDurationBuckets())
+      .Observe(std::max(0.0, seconds));
 }
 
 void ControllerMetrics::JobMeasured(absl::string_view type,
                                     double measured_seconds,
                                     double predicted_seconds) {
   if (!(measured_seconds > 0) || !(predicted_seconds > 0)) return;
-  measured_over_predicted_.WithLabels({std::string(type)})
+  const prometheus::Labels labels = {{"type", std::string(type)}};
+  measured_over_predicted_.Add(labels, RatioBuckets())
       .Observe(measured_seconds / predicted_seconds);
-  measured_seconds_.WithLabels({std::string(type)}).Increment(measured_seconds);
-  predicted_seconds_.WithLabels({std::string(type)})
-      .Increment(predicted_seconds);
+  measured_seconds_.Add(labels).Increment(measured_seconds);
+  predicted_seconds_.Add(labels).Increment(predicted_seconds);
 }
 
 void ControllerMetrics::RpcServed(absl::string_view full_method,
                                   grpc::StatusCode code) {
-  rpcs_.WithLabels({MethodLabel(full_method), CodeLabel(code)}).Increment();
+  rpcs_.Add({{"method", MethodLabel(full_method)}, {"code", CodeLabel(code)}})
+      .Increment();
 }
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>

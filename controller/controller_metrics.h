@@ -1,5 +1,5 @@
 // ControllerMetrics: the controller's Prometheus metrics, exactly the
-// controller table of docs/metrics.md, in a MetricsRegistry that
+// controller table of docs/metrics.md, in a MetricsCollection (prometheus-cpp) that
 // MetricsHttpServer serves at /metrics.
 //
 // Two kinds of figures:
@@ -17,7 +17,7 @@
 //   builder.experimental().SetInterceptorCreators(...
 //       metrics.NewRpcInterceptorFactory() ...);
 //   metrics.JobFinished("reshard", v1::JOB_STATE_SUCCEEDED, 1.5);
-//   std::string text = metrics.registry().Render();
+//   std::string text = RenderMetrics(*metrics.collectable());
 //
 // Label values come from fixed sets (job states, job types, the gRPC status
 // names, the methods of the services the controller serves: any other method
@@ -68,7 +68,11 @@ class ControllerMetrics {
   ControllerMetrics(const ControllerMetrics&) = delete;
   ControllerMetrics& operator=(const ControllerMetrics&) = delete;
 
-  MetricsRegistry& registry() { return registry_; }
+  // What /metrics serves (MetricsHttpServer::Start): the registry, with
+  // the state gauges read from the state source at every scrape.
+  std::shared_ptr<prometheus::Collectable> collectable() const {
+    return metrics_;
+  }
 
   // Called at every scrape; without a source the state gauges read 0.
   void SetStateSource(std::function<ControllerState()> source)
@@ -106,20 +110,21 @@ class ControllerMetrics {
   static std::string CodeLabel(grpc::StatusCode code);
 
  private:
-  void Collect() ABSL_LOCKS_EXCLUDED(mu_);
+  // Refreshes the state gauges from the state source.
+  void RefreshState() ABSL_LOCKS_EXCLUDED(mu_);
 
-  MetricsRegistry registry_;
-  GaugeFamily& workers_;
-  GaugeFamily& devices_;
-  GaugeFamily& jobs_;
-  CounterFamily& jobs_finished_;
-  GaugeFamily& queue_depth_;
-  HistogramFamily& planning_seconds_;
-  HistogramFamily& job_duration_seconds_;
-  HistogramFamily& measured_over_predicted_;
-  CounterFamily& measured_seconds_;
-  CounterFamily& predicted_seconds_;
-  CounterFamily& rpcs_;
+  const std::shared_ptr<MetricsCollection> metrics_;
+  prometheus::Family<prometheus::Gauge>& workers_;
+  prometheus::Family<prometheus::Gauge>& devices_;
+  prometheus::Family<prometheus::Gauge>& jobs_;
+  prometheus::Family<prometheus::Counter>& jobs_finished_;
+  prometheus::Gauge& queue_depth_;
+  prometheus::Family<prometheus::Histogram>& planning_seconds_;
+  prometheus::Family<prometheus::Histogram>& job_duration_seconds_;
+  prometheus::Family<prometheus::Histogram>& measured_over_predicted_;
+  prometheus::Family<prometheus::Counter>& measured_seconds_;
+  prometheus::Family<prometheus::Counter>& predicted_seconds_;
+  prometheus::Family<prometheus::Counter>& rpcs_;
   // Full names ("/pkg.Service/Method") of the methods counted by name.
   const absl::flat_hash_set<std::string> known_methods_;
 

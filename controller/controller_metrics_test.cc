@@ -17,7 +17,7 @@
 #include "absl/time/clock.h"
 #include "controller/controller_server.h"
 #include "controller/fake_worker_client.h"
-#include "controller/log.h"
+#include "util/log.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "meshcast/v1/controller.grpc.pb.h"
@@ -32,7 +32,7 @@ using ::testing::Optional;
 
 TEST(ControllerMetricsTest, StartsWithBuildInfoAndZeroedSeries) {
   ControllerMetrics metrics;
-  const std::string text = metrics.registry().Render();
+  const std::string text = RenderMetrics(*metrics.collectable());
   EXPECT_THAT(FindSample(text, R"(meshcast_build_info{component="controller",)"
                            R"(version=")" MESHCAST_TEST_VERSION R"("})"),
               Optional(1.0))
@@ -83,7 +83,7 @@ TEST(ControllerMetricsTest, StateSourceFeedsTheGaugesAtEveryScrape) {
     state.queue_depth = 2;
     return state;
   });
-  std::string text = metrics.registry().Render();
+  std::string text = RenderMetrics(*metrics.collectable());
   EXPECT_THAT(FindSample(text, R"(meshcast_controller_workers{state="ready"})"),
               Optional(3.0));
   EXPECT_THAT(FindSample(text, R"(meshcast_controller_workers{state="busy"})"),
@@ -108,7 +108,7 @@ TEST(ControllerMetricsTest, StateSourceFeedsTheGaugesAtEveryScrape) {
              R"(meshcast_controller_jobs{type="reshard",state="failed"})"),
       Optional(0.0));
   EXPECT_THAT(FindSample(text, "meshcast_controller_queue_depth"), Optional(2.0));
-  text = metrics.registry().Render();
+  text = RenderMetrics(*metrics.collectable());
   EXPECT_THAT(FindSample(text, R"(meshcast_controller_workers{state="lost"})"),
               Optional(2.0));
 }
@@ -126,7 +126,7 @@ TEST(ControllerMetricsTest, RecordsJobEvents) {
   metrics.JobMeasured(ControllerMetrics::kReshard, 3, 2);
   metrics.JobMeasured(ControllerMetrics::kReshard, 3, 0);   // no prediction
   metrics.JobMeasured(ControllerMetrics::kReshard, -1, 2);  // nonsense
-  const std::string text = metrics.registry().Render();
+  const std::string text = RenderMetrics(*metrics.collectable());
   EXPECT_THAT(FindSample(text, R"(meshcast_controller_jobs_finished_total{)"
                            R"(type="reshard",state="succeeded"})"),
               Optional(2.0));
@@ -271,7 +271,7 @@ class ControllerServerMetricsTest : public ::testing::Test {
     }
     return response.job();
   }
-  std::string Scrape() { return server_->metrics().registry().Render(); }
+  std::string Scrape() { return RenderMetrics(*server_->metrics().collectable()); }
 
   std::string db_;
   FakeWorkerClient* client_ = nullptr;

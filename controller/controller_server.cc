@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "controller/grpc_worker_client.h"
-#include "controller/log.h"
+#include "util/log.h"
 #include "security/parse_error_interceptor.h"
 #include "security/token_file.h"
 #include "util/status_macros.h"
@@ -81,7 +81,7 @@ absl::StatusOr<std::unique_ptr<ControllerServer>> ControllerServer::Start(
   if (!config.metrics_listen.empty()) {
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
         MetricsHttpServer::Start(config.metrics_listen,
-                                 &server->metrics_->registry(),
+                                 server->metrics_->collectable(),
                                  config.metrics_web);
     if (!http.ok()) {
       server->Shutdown();

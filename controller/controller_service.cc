@@ -7,11 +7,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "controller/clock.h"
-#include "controller/grpc_worker_client.h"
 #include "planner/ir/spec_convert.h"
 #include "planner/kinds/job_kind.h"
 #include "security/authorizer.h"
 #include "security/call_guard.h"
+#include "util/grpc_status.h"
+
+#ifndef MESHCAST_VERSION
+#define MESHCAST_VERSION "unknown"
+#endif
 
 namespace meshcast {
 namespace {
@@ -283,6 +287,9 @@ grpc::Status ControllerService::GetCluster(grpc::ServerContext* context,
       !s.ok()) {
     return s;
   }
+  // The controller's version travels as initial metadata, so clients of any
+  // age can read it without a field in the API (`meshctl version`).
+  context->AddInitialMetadata(kVersionMetadataKey, MESHCAST_VERSION);
   *response->mutable_topology() = TopologyToProto(registry_->topology());
   const std::vector<int> busy = jobs_->BusyHosts();
   for (const WorkerRecord& w : registry_->Workers()) {

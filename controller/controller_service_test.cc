@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "controller/controller_server.h"
 #include "controller/fake_worker_client.h"
-#include "controller/log.h"
+#include "util/log.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "meshcast/v1/controller.grpc.pb.h"

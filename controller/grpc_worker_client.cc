@@ -3,21 +3,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "meshcast/v1/worker.grpc.pb.h"
+#include "util/grpc_status.h"
 #include "util/status_macros.h"
 
 namespace meshcast {
-
-absl::Status FromGrpcStatus(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
-}
-
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
-}
 
 std::shared_ptr<grpc::Channel> GrpcWorkerClient::ChannelFor(
     const WorkerEndpoint& worker) {

@@ -24,10 +24,6 @@ namespace meshcast {
 // gRPC's 4 MiB default.
 inline constexpr int kMaxGrpcMessageBytes = 256 << 20;
 
-// gRPC status <-> absl::Status (the code numbers agree by design).
-absl::Status FromGrpcStatus(const grpc::Status& status);
-grpc::Status ToGrpcStatus(const absl::Status& status);
-
 class GrpcWorkerClient : public WorkerClient {
  public:
   // Plaintext channels.

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "controller/controller_server.h"
-#include "controller/log.h"
+#include "util/log.h"
 #include "controller/program_builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

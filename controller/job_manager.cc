@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "controller/log.h"
+#include "util/log.h"
 #include "controller/memory_check.h"
 #include "controller/program_builder.h"
 #include "controller/result_check.h"
@@ -199,8 +199,8 @@ absl::Status JobManager::Start() {
   }
   absl::flat_hash_map<std::string, std::string> recorded_address;
   for (const JobStore::Recovery::FailedJob& failed : recovery.failed) {
-    LogWarning("job ", failed.id,
-               " FAILED: controller restarted while it ran (resubmit it)");
+    JobLogWarning(failed.id,
+                  "FAILED: controller restarted while it ran (resubmit it)");
     for (const JobStore::JobWorker& worker : failed.workers) {
       pending_aborts_[worker.name].push_back(failed.id);
       recorded_address[worker.name] = worker.address;
@@ -267,7 +267,7 @@ void JobManager::AbortLeftoversLocked(const WorkerEndpoint& worker,
       absl::Status status = client_->AbortTask(
           worker, id, "controller restarted while the job ran", deadline);
       if (status.ok()) {
-        LogInfo("job ", id, ": told worker ", worker.name,
+        JobLogInfo(id, "told worker ", worker.name,
                 " to abort it (controller restarted)");
         done.push_back(id);
       }
@@ -347,13 +347,13 @@ void JobManager::WriterLoop() {
         status = store_->SaveJobWorkers(w.job.id(), w.workers);
       }
       if (!status.ok()) {
-        LogError("job ", w.job.id(), ": cannot persist: ", status.ToString());
+        JobLogError(w.job.id(), "cannot persist: ", status.ToString());
       }
       if (w.has_event) {
         status = store_->AppendEvent(w.event);
         if (!status.ok()) {
-          LogError("job ", w.job.id(),
-                   ": cannot store event: ", status.ToString());
+          JobLogError(w.job.id(), "cannot store event: ",
+                      status.ToString());
         }
       }
     }
@@ -475,7 +475,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(absl::string_view id) {
       }
       if (!job->cancel_requested) {
         job->cancel_requested = true;
-        LogInfo("job ", id, ": cancel requested");
+        JobLogInfo(id, "cancel requested");
       }
       to_cancel = job;
     }
@@ -598,7 +598,7 @@ void JobManager::OnWorkerEvent(const WorkerEvent& event) {
       }
       if (job->failure.empty()) {
         job->failure = event.reason;
-        LogWarning("job ", id, ": ", event.reason, "; failing the job");
+        JobLogWarning(id, event.reason, "; failing the job");
       }
       to_cancel.push_back(job.get());
     }
@@ -923,10 +923,10 @@ void JobManager::LearnCalibration(const JobKind& kind, const v1::JobSpec& spec,
   const size_t fits = learned.size();
   const absl::Status saved = registry_->SetCalibration(std::move(learned));
   if (!saved.ok()) {
-    LogError("job ", job_id, ": cannot persist its link calibration: ",
+    JobLogError(job_id, "cannot persist its link calibration: ",
              saved.ToString());
   }
-  LogInfo("job ", job_id, ": the planner now uses its calibration (", fits,
+  JobLogInfo(job_id, "the planner now uses its calibration (", fits,
           " collective fits)");
 }
 
@@ -1168,7 +1168,7 @@ void JobManager::AbortWorkers(ActiveJob* job,
     threads.emplace_back([this, worker, id, reason, deadline] {
       absl::Status status = client_->AbortTask(worker, id, reason, deadline);
       if (!status.ok()) {
-        LogWarning("job ", id, ": AbortTask on worker ", worker.name,
+        JobLogWarning(id, "AbortTask on worker ", worker.name,
                    " failed: ", status.ToString());
       }
     });
@@ -1210,10 +1210,10 @@ void JobManager::TransitionLocked(ActiveJob* job, v1::JobState state,
   if (!record) return;
   PersistLocked(job, &event);
   if (IsFinal(state) && state != v1::JOB_STATE_SUCCEEDED) {
-    LogWarning("job ", job->job.id(), " ", StateName(state), ": ", message);
+    JobLogWarning(job->job.id(), StateName(state), ": ", message);
   } else {
-    LogInfo("job ", job->job.id(), " ", changed ? StateName(state) : "",
-            changed ? ": " : "", message);
+    JobLogInfo(job->job.id(), changed ? StateName(state) : "",
+               changed ? ": " : "", message);
   }
 }
 

@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "controller/fake_worker_client.h"
-#include "controller/log.h"
+#include "util/log.h"
 #include "controller/program_builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -8,7 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "controller/grpc_worker_client.h"
+#include "grpcpp/server_context.h"
+#include "util/grpc_status.h"
 #include "util/status_macros.h"
 #include "util/text_safety.h"
 

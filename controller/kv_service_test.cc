@@ -14,7 +14,7 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "controller/controller_service.h"
 #include "controller/fake_worker_client.h"
-#include "controller/log.h"
+#include "util/log.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "meshcast/v1/controller.grpc.pb.h"

@@ -26,7 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "controller/controller_flags.h"
 #include "controller/controller_server.h"
-#include "controller/log.h"
+#include "util/log.h"
 #include "util/flags_usage.h"
 
 namespace {
@@ -129,6 +129,7 @@ bool WritePortFile(const std::string& path, int port) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  meshcast::SetLogComponent("controller");
   meshcast::InstallMeshcastFlagsUsage();  // --help lists our flags
   absl::SetProgramUsageMessage(
       "meshcast control-plane daemon: worker registry, job queue, planning, "

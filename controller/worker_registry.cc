@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "controller/log.h"
+#include "util/log.h"
 #include "planner/ir/spec_convert.h"
 #include "util/status_macros.h"
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
-#include "controller/log.h"
+#include "util/log.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

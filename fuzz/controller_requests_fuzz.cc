@@ -21,7 +21,7 @@
 
 #include "controller/controller_server.h"
 #include "controller/fake_worker_client.h"
-#include "controller/log.h"
+#include "util/log.h"
 
 namespace {
 

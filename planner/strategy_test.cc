@@ -1,14 +1,17 @@
 #include "planner/strategy.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "bench/workloads/public_suite.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/cost_model.h"
@@ -125,8 +128,8 @@ TEST(StrategyNamesTest, ConcreteStrategiesInTableOrder) {
 }
 
 // ---------------------------------------------------------------------------
-// The public suite (docs/conventions.md): source mesh at host 0, destination on the
-// next disjoint hosts.
+// The public suite (bench/workloads/public_suite.txt, docs/conventions.md):
+// source mesh at host 0, destination on the next disjoint hosts.
 
 struct PublicCase {
   std::string name;
@@ -134,43 +137,66 @@ struct PublicCase {
   double lower_bound;  // seconds, derived by hand
 };
 
-std::vector<PublicCase> PublicCases(const Topology& topology, int gpus) {
-  const std::vector<int64_t> shape = {1024, 1024, 512};  // 2 GiB of int32
-  const std::string g = std::to_string(gpus);
-  const std::string two = "2x" + g;
-  const double nic = topology.inter_host_bandwidth;
-  std::vector<PublicCase> cases = {
-      {"case1",
-       {Problem(topology, shape, two + "@0", "S0RR", two + "@2", "S0RR")},
-       kGiB / nic},
-      {"case2",
-       {Problem(topology, shape, two + "@0", "RRR", two + "@2", "S0RR")},
-       kGiB / nic},
-      {"case3",
-       {Problem(topology, shape, two + "@0", "RS0R", two + "@2", "S0RR")},
-       kGiB / nic},
-      {"case4",
-       {Problem(topology, shape, two + "@0", "RS01R", two + "@2", "S01RR")},
-       kGiB / nic},
-      {"case5",
-       {Problem(topology, shape, two + "@0", "S1RR", two + "@2", "S0RR")},
-       kGiB / nic},
-      {"case6",
-       {Problem(topology, {3072, 1024, 170}, two + "@0", "S0RR",
-                "3x" + g + "@2", "S0RR")},
-       1536.0 * 1024 * 170 * 4 / nic},
-      {"case7",
-       {Problem(topology, shape, "1x" + g + "@0", "S1RR", two + "@1", "RRR")},
-       2 * kGiB / nic},
-      {"case9",
-       {Problem(topology, shape, two + "@0", "RS0R", two + "@2", "RRS0")},
-       kGiB / nic},
+// The bytes that cross the busiest NIC in each case, derived by hand: every
+// case here must be in the suite file and the other way round.
+const std::map<std::string, double>& NicBytesByCase() {
+  static const auto* bytes = new std::map<std::string, double>{
+      {"case1", kGiB},
+      {"case2", kGiB},
+      {"case3", kGiB},
+      {"case4", kGiB},
+      {"case5", kGiB},
+      {"case6", 1536.0 * 1024 * 170 * 4},
+      {"case7", 2 * kGiB},
+      {"case9", kGiB},
+      {"1-to-m(1,1)", kGiB},
+      {"1-to-m(1,2)", kGiB},
+      {"1-to-m(1,3)", kGiB},
+      {"1-to-m(1,4)", kGiB},
+      {"1-to-m(2,2)", kGiB},
+      {"1-to-m(3,2)", kGiB},
+      {"1-to-m(4,2)", kGiB},
   };
-  for (const char* dst : {"1x1", "1x2", "1x3", "1x4", "2x2", "3x2", "4x2"}) {
-    cases.push_back({std::string("1_to_m_") + dst,
-                     {Problem(topology, {int64_t{1} << 28}, "1x1@0", "R",
-                              std::string(dst) + "@1", "R")},
-                     kGiB / nic});
+  return *bytes;
+}
+
+// The suite file's cases; empty (and the test below fails) when unreadable.
+const std::vector<PublicSuiteCase>& SuiteCases() {
+  static const auto* cases = new std::vector<PublicSuiteCase>(
+      LoadPublicSuite().value_or(std::vector<PublicSuiteCase>{}));
+  return *cases;
+}
+
+TEST(PublicSuiteFileTest, EveryCaseHasItsLowerBound) {
+  absl::StatusOr<std::vector<PublicSuiteCase>> suite = LoadPublicSuite();
+  ASSERT_TRUE(suite.ok()) << suite.status();
+  std::set<std::string> names;
+  for (const PublicSuiteCase& c : *suite) names.insert(c.name);
+  std::set<std::string> expected;
+  for (const auto& [name, bytes] : NicBytesByCase()) expected.insert(name);
+  EXPECT_EQ(names, expected);
+}
+
+// The paper's meshes fill hosts of 4 GPUs; on hosts of `gpus` GPUs they fill
+// those (2x4 becomes 2x8). The 1-to-m meshes stay as they are.
+std::string MeshOn(const PublicSuiteCase& c, const SuiteMesh& mesh, int gpus,
+                   int first_host) {
+  SuiteMesh placed = mesh;
+  if (c.HasTag("paper")) placed.devices_per_host = gpus;
+  return placed.At(first_host);
+}
+
+std::vector<PublicCase> PublicCases(const Topology& topology, int gpus) {
+  const double nic = topology.inter_host_bandwidth;
+  std::vector<PublicCase> cases;
+  for (const PublicSuiteCase& c : SuiteCases()) {
+    auto bytes = NicBytesByCase().find(c.name);
+    cases.push_back(
+        {c.name,
+         {Problem(topology, c.shape, MeshOn(c, c.src_mesh, gpus, 0),
+                  c.src_spec, MeshOn(c, c.dst_mesh, gpus, c.dst_first_host()),
+                  c.dst_spec)},
+         bytes == NicBytesByCase().end() ? -1 : bytes->second / nic});
   }
   // Every case moves data, so the last byte also pays one hop's latency
   // (the cheaper kind; these topologies have no transfer set-up).
@@ -179,6 +205,16 @@ std::vector<PublicCase> PublicCases(const Topology& topology, int gpus) {
         std::min(topology.intra_host_latency, topology.inter_host_latency);
   }
   return cases;
+}
+
+// A test name from a case name: "1-to-m(2,2)" -> "1_to_m_2_2".
+std::string TestName(const std::string& name) {
+  std::string out;
+  for (char c : name) {
+    out.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  }
+  while (!out.empty() && out.back() == '_') out.pop_back();
+  return out;
 }
 
 struct SuiteParam {
@@ -196,8 +232,7 @@ std::vector<SuiteParam> SuiteParams() {
       {Topology::FromGbps(5, 8, 100, 2400), 8},
   };
   for (const auto& [topology, gpus] : models) {
-    const size_t count = PublicCases(topology, gpus).size();
-    for (size_t i = 0; i < count; ++i) {
+    for (size_t i = 0; i < SuiteCases().size(); ++i) {
       params.push_back({gpus == 4 ? "testbed" : "8gpu100g", topology, gpus,
                         static_cast<int>(i)});
     }
@@ -249,9 +284,7 @@ INSTANTIATE_TEST_SUITE_P(Suite, PublicSuiteTest,
                          ::testing::ValuesIn(SuiteParams()),
                          [](const ::testing::TestParamInfo<SuiteParam>& info) {
                            return info.param.model + "_" +
-                                  PublicCases(info.param.topology,
-                                              info.param.gpus)[info.param.index]
-                                      .name;
+                                  TestName(SuiteCases()[info.param.index].name);
                          });
 
 // ---------------------------------------------------------------------------

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
+#include "bench/workloads/public_suite.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -47,13 +50,8 @@ std::vector<int> HostsOf(const std::vector<int>& devices,
   return hosts;
 }
 
-struct PublicCase {
-  const char* name;
-  std::vector<int64_t> shape;
-  const char* src_mesh;
-  const char* src_spec;
-  const char* dst_mesh;
-  const char* dst_spec;
+// What the unit tasks of one case of the public suite must be.
+struct KnownAnswer {
   int tasks;
   std::vector<int64_t> bytes;  // one entry per task, in task order
   int senders;
@@ -62,67 +60,62 @@ struct PublicCase {
   int receiver_hosts;
 };
 
+std::vector<PublicSuiteCase> MustLoadSuite(absl::string_view tag) {
+  absl::StatusOr<std::vector<PublicSuiteCase>> suite = LoadPublicSuite();
+  EXPECT_TRUE(suite.ok()) << suite.status();
+  return suite.ok() ? CasesTagged(*suite, tag)
+                    : std::vector<PublicSuiteCase>();
+}
+
 // The unit tasks of the cross-mesh resharding paper's suite (reference sheet,
-// section 4), with the source mesh at host 0 and the destination mesh on the
-// following hosts of a 5 x 4 cluster.
+// section 4; the cases of bench/workloads/public_suite.txt), with the source
+// mesh at host 0 and the destination mesh on the following hosts of a 5 x 4
+// cluster.
 TEST(ComputeUnitTasksTest, PublicSuiteKnownAnswers) {
   const Topology topology = Topology::FromGbps(5, 4, 10, 1200);
-  const std::vector<int64_t> big = {1024, 1024, 512};
-  const std::vector<PublicCase> cases = {
-      {"case1", big, "2x4@0", "S0RR", "2x4@2", "S0RR", 2,
-       std::vector<int64_t>(2, 1024 * kMiB), 4, 1, 4, 1},
-      {"case2", big, "2x4@0", "RRR", "2x4@2", "S0RR", 2,
-       std::vector<int64_t>(2, 1024 * kMiB), 8, 2, 4, 1},
-      {"case3", big, "2x4@0", "RS0R", "2x4@2", "S0RR", 4,
-       std::vector<int64_t>(4, 512 * kMiB), 4, 1, 4, 1},
-      {"case4", big, "2x4@0", "RS01R", "2x4@2", "S01RR", 64,
-       std::vector<int64_t>(64, 32 * kMiB), 1, 1, 1, 1},
-      {"case5", big, "2x4@0", "S1RR", "2x4@2", "S0RR", 4,
-       std::vector<int64_t>(4, 512 * kMiB), 2, 2, 4, 1},
+  const std::map<std::string, KnownAnswer> answers = {
+      {"case1", {2, std::vector<int64_t>(2, 1024 * kMiB), 4, 1, 4, 1}},
+      {"case2", {2, std::vector<int64_t>(2, 1024 * kMiB), 8, 2, 4, 1}},
+      {"case3", {4, std::vector<int64_t>(4, 512 * kMiB), 4, 1, 4, 1}},
+      {"case4", {64, std::vector<int64_t>(64, 32 * kMiB), 1, 1, 1, 1}},
+      {"case5", {4, std::vector<int64_t>(4, 512 * kMiB), 2, 2, 4, 1}},
       {"case6",
-       {3072, 1024, 170},
-       "2x4@0",
-       "S0RR",
-       "3x4@2",
-       "S0RR",
-       4,
-       {680 * kMiB, 340 * kMiB, 340 * kMiB, 680 * kMiB},
-       4,
-       1,
-       4,
-       1},
-      {"case7", big, "1x4@0", "S1RR", "2x4@1", "RRR", 4,
-       std::vector<int64_t>(4, 512 * kMiB), 1, 1, 8, 2},
-      {"case9", big, "2x4@0", "RS0R", "2x4@2", "RRS0", 4,
-       std::vector<int64_t>(4, 512 * kMiB), 4, 1, 4, 1},
+       {4, {680 * kMiB, 340 * kMiB, 340 * kMiB, 680 * kMiB}, 4, 1, 4, 1}},
+      {"case7", {4, std::vector<int64_t>(4, 512 * kMiB), 1, 1, 8, 2}},
+      {"case9", {4, std::vector<int64_t>(4, 512 * kMiB), 4, 1, 4, 1}},
   };
-  for (const PublicCase& c : cases) {
+  const std::vector<PublicSuiteCase> cases = MustLoadSuite("paper");
+  ASSERT_EQ(cases.size(), answers.size());
+  for (const PublicSuiteCase& c : cases) {
     SCOPED_TRACE(c.name);
-    const ReshardProblem problem =
-        MakeProblem(topology, c.shape, DType::kInt32, c.src_mesh, c.src_spec,
-                    c.dst_mesh, c.dst_spec);
+    auto answer = answers.find(c.name);
+    ASSERT_NE(answer, answers.end()) << "no known answer";
+    const KnownAnswer& a = answer->second;
+    const ReshardProblem problem = MakeProblem(
+        topology, c.shape, DType::kInt32, c.src_mesh.At(0), c.src_spec,
+        c.dst_mesh.At(c.dst_first_host()), c.dst_spec);
     const std::vector<UnitTask> tasks = MustCompute(problem);
-    ASSERT_EQ(static_cast<int>(tasks.size()), c.tasks);
+    ASSERT_EQ(static_cast<int>(tasks.size()), a.tasks);
     int64_t total = 0;
     for (size_t i = 0; i < tasks.size(); ++i) {
       const UnitTask& task = tasks[i];
       // case6's sizes are 680/340 MiB only up to rounding of 170 columns.
-      if (std::string(c.name) == "case6") {
-        EXPECT_NEAR(task.bytes, c.bytes[i], kMiB) << i;
+      if (c.name == "case6") {
+        EXPECT_NEAR(task.bytes, a.bytes[i], kMiB) << i;
       } else {
-        EXPECT_EQ(task.bytes, c.bytes[i]) << i;
+        EXPECT_EQ(task.bytes, a.bytes[i]) << i;
       }
       EXPECT_EQ(task.bytes, NumElements(task.slice) * 4);
-      EXPECT_EQ(static_cast<int>(task.senders.size()), c.senders);
+      EXPECT_EQ(static_cast<int>(task.senders.size()), a.senders);
       EXPECT_EQ(static_cast<int>(HostsOf(task.senders, topology).size()),
-                c.sender_hosts);
-      EXPECT_EQ(static_cast<int>(task.receivers.size()), c.receivers);
+                a.sender_hosts);
+      EXPECT_EQ(static_cast<int>(task.receivers.size()), a.receivers);
       EXPECT_EQ(static_cast<int>(HostsOf(task.receivers, topology).size()),
-                c.receiver_hosts);
+                a.receiver_hosts);
       total += task.bytes;
     }
     // Disjoint meshes: each destination tile is delivered exactly once.
-    if (std::string(c.name) != "case7") {
+    if (c.name != "case7") {
       EXPECT_EQ(total, problem.tensor.num_bytes());
     }
   }
@@ -130,17 +123,19 @@ TEST(ComputeUnitTasksTest, PublicSuiteKnownAnswers) {
 
 TEST(ComputeUnitTasksTest, OneToManySuite) {
   const Topology topology = Topology::FromGbps(5, 4, 10, 1200);
-  const std::vector<std::pair<std::string, int>> meshes = {
-      {"1x1@1", 1}, {"1x2@1", 2}, {"1x3@1", 3}, {"1x4@1", 4},
-      {"2x2@1", 4}, {"3x2@1", 6}, {"4x2@1", 8}};
-  for (const auto& [dst, receivers] : meshes) {
-    const ReshardProblem problem = MakeProblem(
-        topology, {1024, 1024, 256}, DType::kInt32, "1x1@0", "RRR", dst, "RRR");
+  const std::vector<PublicSuiteCase> cases = MustLoadSuite("1-to-m");
+  ASSERT_EQ(cases.size(), 7u);  // (1,1), (1,2), (1,3), (1,4), (2,2), (3,2), (4,2)
+  for (const PublicSuiteCase& c : cases) {
+    const std::string dst = c.dst_mesh.At(c.dst_first_host());
+    const ReshardProblem problem =
+        MakeProblem(topology, c.shape, DType::kInt32, c.src_mesh.At(0),
+                    c.src_spec, dst, c.dst_spec);
     const std::vector<UnitTask> tasks = MustCompute(problem);
     ASSERT_EQ(tasks.size(), 1u) << dst;
     EXPECT_EQ(tasks[0].bytes, 1024 * kMiB);
     EXPECT_THAT(tasks[0].senders, ElementsAre(0));
-    EXPECT_EQ(static_cast<int>(tasks[0].receivers.size()), receivers);
+    EXPECT_EQ(static_cast<int>(tasks[0].receivers.size()),
+              c.dst_mesh.num_devices());
   }
 }
 

@@ -17,10 +17,23 @@ trap '"$MESHCTL" down --dir "$DIR" || true' EXIT
 echo "+ meshctl cluster"
 "$MESHCTL" cluster --dir "$DIR"
 echo
+# Case 3 of the public suite (bench/workloads/public_suite.txt), its 2 GiB
+# tensor scaled to 64 MiB as the benchmarks scale it (the last dimension).
+SUITE=${MESHCAST_PUBLIC_SUITE:-bench/workloads/public_suite.txt}
+while read -r name _ shape src_mesh src_spec dst_mesh dst_spec _; do
+  [[ $name == case3 ]] && break
+done <"$SUITE"
+if [[ ${name:-} != case3 ]]; then
+  echo "demo: no case3 in $SUITE" >&2
+  exit 1
+fi
+last=$(((${shape##*x} * 64 + 1024) / 2048))
+shape="${shape%x*}x$((last > 0 ? last : 1))"
 echo "+ meshctl submit reshard (case 3 of the public suite, scaled to 64 MiB)"
 "$MESHCTL" submit reshard --dir "$DIR" --wait \
-  --shape 256x256x256 --dtype int32 \
-  --src-mesh 2x4 --src-spec RS0R --dst-mesh 2x4 --dst-spec S0RR
+  --shape "$shape" --dtype int32 \
+  --src-mesh "$src_mesh" --src-spec "$src_spec" \
+  --dst-mesh "$dst_mesh" --dst-spec "$dst_spec"
 echo
 echo "+ meshctl list"
 "$MESHCTL" list --dir "$DIR"

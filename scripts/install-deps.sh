@@ -10,6 +10,7 @@ PACKAGES=(
   libabsl-dev libblis-serial-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libsqlite3-dev sqlite3 nlohmann-json3-dev libyaml-cpp-dev libcivetweb-dev
+  prometheus-cpp-dev
   prometheus iproute2 python3 python3-yaml curl procps
   # the Python client (python/): its runtime, and pip to install it in tests
   python3-grpcio python3-protobuf python3-pip python3-venv python3-setuptools

@@ -4,17 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "security/authorizer.h"
+#include "util/grpc_status.h"
 
 namespace meshcast::security {
-namespace {
-
-grpc::Status ToGrpc(const absl::Status& status) {
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
-}
-
-}  // namespace
-
 grpc::Status Admit(const Authenticator* authenticator,
                    const grpc::ServerContextBase& context,
                    absl::string_view method, Principal* caller) {
@@ -23,9 +15,9 @@ grpc::Status Admit(const Authenticator* authenticator,
     return grpc::Status::OK;
   }
   absl::StatusOr<Principal> who = authenticator->Authenticate(context);
-  if (!who.ok()) return ToGrpc(who.status());
+  if (!who.ok()) return ToGrpcStatus(who.status());
   const absl::Status allowed = Authorize(method, *who);
-  if (!allowed.ok()) return ToGrpc(allowed);
+  if (!allowed.ok()) return ToGrpcStatus(allowed);
   *caller = *std::move(who);
   return grpc::Status::OK;
 }
@@ -43,7 +35,7 @@ grpc::Status AdmitController(bool insecure,
                              "certificate with CN ",
                      controller_identity, ")"));
   }
-  return ToGrpc(Authorize(
+  return ToGrpcStatus(Authorize(
       method, Principal{Principal::Kind::kController, peer->common_name}));
 }
 

@@ -5,9 +5,7 @@
 #include <cstring>
 #include <memory>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/escaping.h"
-#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 
 namespace meshcast {
 
@@ -25,35 +23,26 @@ bool PasswordMatchesHash(const std::string& password, const std::string& hash) {
   return diff == 0;
 }
 
-bool BasicAuth::Check(absl::string_view header) const {
-  absl::string_view value = absl::StripAsciiWhitespace(header);
-  constexpr absl::string_view kScheme = "basic ";
-  if (value.size() <= kScheme.size() ||
-      !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {
-    return false;
-  }
-  std::string decoded;
-  if (!absl::Base64Unescape(
-          absl::StripAsciiWhitespace(value.substr(kScheme.size())), &decoded)) {
-    return false;
-  }
-  const size_t colon = decoded.find(':');
-  if (colon == std::string::npos) return false;
-  const auto user = users_.find(decoded.substr(0, colon));
-  if (user == users_.end()) return false;
-  return PasswordMatchesHash(decoded.substr(colon + 1), user->second);
+bool BasicAuth::Check(const std::string& user,
+                      const std::string& password) const {
+  const auto entry = users_.find(user);
+  if (entry == users_.end()) return false;
+  return PasswordMatchesHash(password, entry->second);
 }
 
-bool BasicAuth::Allows(absl::string_view header) const {
+bool BasicAuth::Allows(const std::string& user,
+                       const std::string& password) const {
   if (users_.empty()) return true;
+  // NUL appears in neither a user name nor a password of a header.
+  const std::string key = absl::StrCat(user, std::string(1, '\0'), password);
   {
     absl::MutexLock lock(&mu_);
-    if (remembered_.contains(header)) return true;
+    if (remembered_.contains(key)) return true;
   }
-  if (!Check(header)) return false;
+  if (!Check(user, password)) return false;
   absl::MutexLock lock(&mu_);
   if (remembered_.size() >= kMaxRemembered) remembered_.clear();
-  remembered_.insert(std::string(header));
+  remembered_.insert(key);
   return true;
 }
 

@@ -1,14 +1,15 @@
-// BasicAuth: checks an HTTP `Authorization: Basic ...` header against the
+// BasicAuth: checks the user and password of an HTTP basic-auth request
+// (decoded from the Authorization header by the HTTP server) against the
 // bcrypt hashes of a web config's basic_auth_users (web_config.h).
 //
 //   BasicAuth auth(config.basic_auth_users);
-//   if (!auth.Allows(header_value)) reply 401 with WWW-Authenticate;
+//   if (!auth.Allows(user, password)) reply 401 with WWW-Authenticate;
 //
 // bcrypt is slow on purpose (tens of milliseconds at cost 10), and
-// Prometheus sends the same header on every scrape, so a header that
-// matched once is remembered (at most kMaxRemembered of them); a header
-// that did not match is checked again every time, so a wrong password
-// cannot be cached into success.
+// Prometheus sends the same credentials on every scrape, so credentials
+// that matched once are remembered (at most kMaxRemembered of them);
+// credentials that did not match are checked again every time, so a wrong
+// password cannot be cached into success.
 //
 // Thread safety: Allows() is thread-safe.
 #ifndef MESHCAST_UTIL_BASIC_AUTH_H_
@@ -34,11 +35,11 @@ class BasicAuth {
 
   bool enabled() const { return !users_.empty(); }
 
-  // `header` is the value of the Authorization header ("" when absent).
-  bool Allows(absl::string_view header) const ABSL_LOCKS_EXCLUDED(mu_);
+  bool Allows(const std::string& user, const std::string& password) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  bool Check(absl::string_view header) const;
+  bool Check(const std::string& user, const std::string& password) const;
 
   const std::map<std::string, std::string> users_;
   mutable absl::Mutex mu_;

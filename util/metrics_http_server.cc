@@ -1,32 +1,13 @@
 #include "util/metrics_http_server.h"
 
-#include <civetweb.h>
+#include <prometheus/exposer.h>
 
-#include <mutex>
+#include <exception>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 
 namespace meshcast {
-namespace {
-
-void InitCivetwebOnce() {
-  static std::once_flag once;
-  std::call_once(once, [] { mg_init_library(0); });
-}
-
-int Reply(mg_connection* conn, int code, const char* reason,
-          const char* content_type, const std::string& body) {
-  std::string head = absl::StrCat(
-      "HTTP/1.1 ", code, " ", reason, "\r\nContent-Type: ", content_type,
-      "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n");
-  mg_write(conn, head.data(), head.size());
-  mg_write(conn, body.data(), body.size());
-  return code;
-}
-
-}  // namespace
 
 std::string MetricsListenAddress(const std::string& metrics_address,
                                  const std::string& grpc_listen, int port) {
@@ -39,64 +20,46 @@ std::string MetricsListenAddress(const std::string& metrics_address,
   return absl::StrCat(host, ":", port);
 }
 
-int MetricsHttpServer::HandleMetrics(mg_connection* conn, void* self) {
-  auto* server = static_cast<MetricsHttpServer*>(self);
-  const mg_request_info* info = mg_get_request_info(conn);
-  if (server->auth_.enabled()) {
-    const char* header = mg_get_header(conn, "Authorization");
-    if (!server->auth_.Allows(header == nullptr ? "" : header)) {
-      const std::string body = "authentication required\n";
-      const std::string head = absl::StrCat(
-          "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic "
-          "realm=\"meshcast\"\r\nContent-Type: text/plain\r\n"
-          "Content-Length: ",
-          body.size(), "\r\nConnection: close\r\n\r\n");
-      mg_write(conn, head.data(), head.size());
-      mg_write(conn, body.data(), body.size());
-      return 401;
-    }
-  }
-  if (info == nullptr || std::string(info->request_method) != "GET") {
-    return Reply(conn, 405, "Method Not Allowed", "text/plain",
-                 "only GET is allowed\n");
-  }
-  return Reply(conn, 200, "OK", "text/plain; version=0.0.4; charset=utf-8",
-               server->registry_->Render());
-}
-
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const std::string& listen, MetricsRegistry* registry,
+    const std::string& listen,
+    std::shared_ptr<prometheus::Collectable> collectable,
     const WebConfig& web) {
-  InitCivetwebOnce();
-  // civetweb takes "host:port" or "port"; keep whatever the caller gave.
-  // Behind TLS, HTTP stays on loopback and the front takes `listen`.
-  std::string ports = web.tls ? "127.0.0.1:0" : listen;
-  if (ports.empty()) {
+  if (listen.empty()) {
     return absl::InvalidArgumentError(
         "metrics listen address is empty; use host:port or port");
   }
-  const char* options[] = {"listening_ports", ports.c_str(), "num_threads",
-                           "2", nullptr};
-  // The handler needs the server object, which needs the context: create the
-  // object first with a null context, then fill it in.
-  auto server = std::unique_ptr<MetricsHttpServer>(
-      new MetricsHttpServer(registry, web));
-  mg_callbacks callbacks{};
-  mg_context* context = mg_start(&callbacks, nullptr, options);
-  if (context == nullptr) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot serve metrics on '", listen, "' (address in use or invalid)"));
+  if (collectable == nullptr) {
+    return absl::InvalidArgumentError("no metrics to serve");
   }
-  mg_set_request_handler(context, "/metrics$", &MetricsHttpServer::HandleMetrics,
-                         server.get());
-  mg_server_port bound[4];
-  int n = mg_get_server_ports(context, 4, bound);
-  if (n <= 0) {
-    mg_stop(context);
+  auto server = std::unique_ptr<MetricsHttpServer>(
+      new MetricsHttpServer(std::move(collectable), web));
+  // The Exposer takes civetweb's "host:port" or "port"; behind TLS, HTTP
+  // stays on loopback and the front takes `listen`.
+  const std::string ports = web.tls ? "127.0.0.1:0" : listen;
+  try {
+    server->exposer_ = std::make_unique<prometheus::Exposer>(
+        std::vector<std::string>{"listening_ports", ports, "num_threads", "2"});
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on '", listen,
+                     "' (address in use or invalid): ", e.what()));
+  }
+  const std::vector<int> bound = server->exposer_->GetListeningPorts();
+  if (bound.empty() || bound.front() <= 0) {
     return absl::InternalError("metrics server started but reports no port");
   }
-  server->context_ = context;
-  server->port_ = bound[0].port;
+  server->port_ = bound.front();
+  if (server->auth_.enabled()) {
+    // prometheus-cpp decodes the header and answers 401 with a challenge
+    // for this realm; `server` outlives the exposer that calls back.
+    const BasicAuth* auth = &server->auth_;
+    server->exposer_->RegisterAuth(
+        [auth](const std::string& user, const std::string& password) {
+          return auth->Allows(user, password);
+        },
+        "meshcast");
+  }
+  server->exposer_->RegisterCollectable(server->collectable_);
   if (web.tls) {
     absl::StatusOr<std::unique_ptr<TlsTerminator>> front =
         TlsTerminator::Start(listen, *web.tls, server->port_);
@@ -107,9 +70,13 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   return server;
 }
 
+MetricsHttpServer::MetricsHttpServer(
+    std::shared_ptr<prometheus::Collectable> collectable, const WebConfig& web)
+    : collectable_(std::move(collectable)), auth_(web.basic_auth_users) {}
+
 MetricsHttpServer::~MetricsHttpServer() {
   tls_front_.reset();
-  if (context_ != nullptr) mg_stop(context_);
+  exposer_.reset();
 }
 
 }  // namespace meshcast

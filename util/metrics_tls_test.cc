@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -105,8 +106,11 @@ class MetricsTlsTest : public ::testing::Test {
     WritePem(dir_ + "/ca.crt", ca_.get(), nullptr);
     WritePem(dir_ + "/tls.crt", server_.get(), nullptr);
     WritePem(dir_ + "/tls.key", nullptr, server_key_.get());
-    registry_.AddCounter("meshcast_test_scrapes_total", "Test.", {})
-        .WithLabels({})
+    prometheus::BuildCounter()
+        .Name("meshcast_test_scrapes_total")
+        .Help("Test.")
+        .Register(*registry_)
+        .Add({})
         .Increment(7);
   }
   void TearDown() override {
@@ -202,13 +206,14 @@ class MetricsTlsTest : public ::testing::Test {
   std::string dir_;
   Key ca_key_, server_key_, client_key_;
   Cert ca_, server_, client_;
-  MetricsRegistry registry_;
+  std::shared_ptr<prometheus::Registry> registry_ =
+      std::make_shared<prometheus::Registry>();
 };
 
 TEST_F(MetricsTlsTest, ServesMetricsOverTls) {
   WebConfig web;
   web.tls = Tls();
-  auto server = MetricsHttpServer::Start("127.0.0.1:0", &registry_, web);
+  auto server = MetricsHttpServer::Start("127.0.0.1:0", registry_, web);
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string response = HttpsGet((*server)->port());
   EXPECT_THAT(response, StartsWith("HTTP/1.1 200"));
@@ -226,7 +231,7 @@ TEST_F(MetricsTlsTest, BasicAuthOverTls) {
   WebConfig web;
   web.tls = Tls();
   web.basic_auth_users["prometheus"] = Bcrypt("pw");
-  auto server = MetricsHttpServer::Start("127.0.0.1:0", &registry_, web);
+  auto server = MetricsHttpServer::Start("127.0.0.1:0", registry_, web);
   ASSERT_TRUE(server.ok()) << server.status();
   const int port = (*server)->port();
   const std::string denied = HttpsGet(port);
@@ -242,10 +247,21 @@ TEST_F(MetricsTlsTest, BasicAuthOverTls) {
 TEST_F(MetricsTlsTest, BasicAuthOverPlainHttp) {
   WebConfig web;
   web.basic_auth_users["prometheus"] = Bcrypt("pw");
-  auto server = MetricsHttpServer::Start("127.0.0.1:0", &registry_, web);
+  auto server = MetricsHttpServer::Start("127.0.0.1:0", registry_, web);
   ASSERT_TRUE(server.ok()) << server.status();
   const int port = (*server)->port();
   EXPECT_THAT(HttpGet(port, ""), StartsWith("HTTP/1.1 401"));
+  // Malformed or foreign credentials are refused like missing ones.
+  for (const std::string& header : std::vector<std::string>{
+           "Bearer abc", "Basic !!!notbase64",
+        "Basic " + absl::Base64Escape("nocolon"),
+        "Basic " + absl::Base64Escape("grafana:pw"),
+        "Basic " + absl::Base64Escape("prometheus:pw2")}) {
+    const std::string response = HttpGet(port, header);
+    EXPECT_THAT(response, StartsWith("HTTP/1.1 401")) << header;
+    EXPECT_THAT(response,
+                ::testing::Not(HasSubstr("meshcast_test_scrapes_total")));
+  }
   EXPECT_THAT(HttpGet(port, "Basic " + absl::Base64Escape("prometheus:pw")),
               HasSubstr("meshcast_test_scrapes_total 7\n"));
 }
@@ -253,7 +269,7 @@ TEST_F(MetricsTlsTest, BasicAuthOverPlainHttp) {
 TEST_F(MetricsTlsTest, RequiredClientCertificateIsVerified) {
   WebConfig web;
   web.tls = Tls(ClientAuth::kRequireAndVerify);
-  auto server = MetricsHttpServer::Start("127.0.0.1:0", &registry_, web);
+  auto server = MetricsHttpServer::Start("127.0.0.1:0", registry_, web);
   ASSERT_TRUE(server.ok()) << server.status();
   const int port = (*server)->port();
   EXPECT_THAT(HttpsGet(port, "", /*with_client_cert=*/false),
@@ -266,7 +282,7 @@ TEST_F(MetricsTlsTest, BadKeyFilesAreNamed) {
   WebConfig web;
   web.tls = Tls();
   web.tls->key_file = dir_ + "/ca.crt";  // a certificate, not a key
-  auto server = MetricsHttpServer::Start("127.0.0.1:0", &registry_, web);
+  auto server = MetricsHttpServer::Start("127.0.0.1:0", registry_, web);
   ASSERT_FALSE(server.ok());
   EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(server.status().message(), HasSubstr("key_file"));
@@ -276,7 +292,7 @@ TEST_F(MetricsTlsTest, BadKeyFilesAreNamed) {
 TEST_F(MetricsTlsTest, StopsWithAConnectionOpen) {
   WebConfig web;
   web.tls = Tls();
-  auto server = MetricsHttpServer::Start("127.0.0.1:0", &registry_, web);
+  auto server = MetricsHttpServer::Start("127.0.0.1:0", registry_, web);
   ASSERT_TRUE(server.ok()) << server.status();
   const int idle = Connect((*server)->port());  // never says hello
   ASSERT_GE(idle, 0);

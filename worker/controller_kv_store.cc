@@ -4,15 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/client_context.h"
+#include "util/grpc_status.h"
 
 namespace meshcast::worker {
-
-absl::Status FromGrpcStatus(const grpc::Status& status,
-                            absl::string_view what) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(what, ": ", status.error_message()));
-}
 
 ControllerKvStore::ControllerKvStore(std::shared_ptr<grpc::Channel> channel,
                                      std::string worker,

@@ -48,10 +48,6 @@ class ControllerKvStore : public KvStore {
   const absl::Duration rpc_slack_;
 };
 
-// Converts a gRPC status into an absl::Status with the same code, prefixing
-// the message with `what`.
-absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view what);
-
 }  // namespace meshcast::worker
 
 #endif  // MESHCAST_WORKER_CONTROLLER_KV_STORE_H_

@@ -48,7 +48,7 @@
 #include "worker/controller_kv_store.h"
 #include "worker/device_spec.h"
 #include "worker/host_memory.h"
-#include "worker/log.h"
+#include "util/log.h"
 #include "worker/progress_pusher.h"
 #include "worker/worker_agent.h"
 #include "worker/worker_metrics.h"
@@ -201,6 +201,7 @@ int Main(int argc, char** argv) {
   const std::string name = absl::GetFlag(FLAGS_name).empty()
                                ? HostName()
                                : absl::GetFlag(FLAGS_name);
+  SetLogComponent(absl::StrCat("worker/", name));
   const std::string data_address = absl::GetFlag(FLAGS_data_address);
   if (data_address.empty()) return Fail("--data-address must not be empty");
   if (absl::GetFlag(FLAGS_chunk_bytes) < 1) {
@@ -265,8 +266,8 @@ int Main(int argc, char** argv) {
     return Fail(std::string(server_credentials.status().message()));
   }
   if (insecure) {
-    Log("WARNING: --insecure: TLS is OFF; anyone who reaches the worker's "
-        "port may run and abort tasks on it");
+    LogWarning("--insecure: TLS is OFF; anyone who reaches the worker's "
+               "port may run and abort tasks on it");
   }
 
   // Signals are taken synchronously by sigwait below; block them before any
@@ -341,10 +342,9 @@ int Main(int argc, char** argv) {
   std::string host = HostOf(listen);
   if (host.empty() || host == "0.0.0.0" || host == "[::]") host = data_address;
   const std::string address = absl::StrCat(host, ":", port);
-  Log(absl::StrCat("serving the Worker service on ", address, " (", name, ", ",
-                   devices->count, " ", devices->kind,
-                   " devices, data address ", data_address, ", controller ",
-                   controller, ")"));
+  LogInfo("serving the Worker service on ", address, " (", name, ", ",
+          devices->count, " ", devices->kind, " devices, data address ",
+          data_address, ", controller ", controller, ")");
   std::printf("meshcast-worker listening on %s\n", address.c_str());
   std::fflush(stdout);
 
@@ -353,7 +353,7 @@ int Main(int argc, char** argv) {
     const std::string metrics_listen = MetricsListenAddress(
         metrics_address, absl::GetFlag(FLAGS_listen), metrics_port);
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
-        MetricsHttpServer::Start(metrics_listen, &metrics.registry(),
+        MetricsHttpServer::Start(metrics_listen, metrics.collectable(),
                                  metrics_web);
     if (!http.ok()) {
       service.Shutdown("worker failed to start");
@@ -361,11 +361,10 @@ int Main(int argc, char** argv) {
       return Fail(absl::StrCat("--metrics-port: ", http.status().message()));
     }
     metrics_http = *std::move(http);
-    Log(absl::StrCat("serving Prometheus metrics on ", metrics_listen,
-                     " (port ", metrics_http->port(), ") /metrics",
-                     metrics_web.tls ? " over TLS" : "",
-                     metrics_web.basic_auth_users.empty() ? ""
-                                                          : " with basic auth"));
+    LogInfo("serving Prometheus metrics on ", metrics_listen, " (port ",
+            metrics_http->port(), ") /metrics",
+            metrics_web.tls ? " over TLS" : "",
+            metrics_web.basic_auth_users.empty() ? "" : " with basic auth");
     std::printf("meshcast-worker metrics on port %d\n", metrics_http->port());
     std::fflush(stdout);
     const std::string port_file = absl::GetFlag(FLAGS_metrics_port_file);
@@ -405,15 +404,15 @@ int Main(int argc, char** argv) {
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
-  Log(absl::StrCat("received ", signal_number == SIGTERM ? "SIGTERM" : "SIGINT",
-                   "; shutting down"));
+  LogInfo("received ", signal_number == SIGTERM ? "SIGTERM" : "SIGINT",
+          "; shutting down");
   // A stop is bounded whatever the worker is doing (a Gloo connect, a
   // controller that does not answer): past kStopBudget the process ends
   // without the remaining clean-up; its sockets close with it.
   constexpr absl::Duration kStopBudget = absl::Milliseconds(1500);
   std::thread([kStopBudget] {
     absl::SleepFor(kStopBudget);
-    Log("shutdown did not finish in time; exiting now");
+    LogWarning("shutdown did not finish in time; exiting now");
     std::_Exit(0);
   }).detach();
   // Tasks first: nothing below may wait on them.
@@ -426,7 +425,7 @@ int Main(int argc, char** argv) {
   server->Shutdown(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(500));
   server->Wait();
-  Log("stopped");
+  LogInfo("stopped");
   return 0;
 }
 

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpcpp/client_context.h"
-#include "worker/log.h"
+#include "util/log.h"
 #include "worker/worker_service.h"
 
 namespace meshcast::worker {
@@ -149,20 +149,20 @@ void ProgressPusher::OnDone(const grpc::Status& status) {
   absl::MutexLock lock(&mu_);
   in_flight_.reset();
   if (status.ok()) {
-    if (failing_) Log("progress reports reach the controller again");
+    if (failing_) LogInfo("progress reports reach the controller again");
     failing_ = false;
     return;
   }
   ++failed_;
   if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
     disabled_ = true;
-    Log("the controller does not take progress reports (ReportProgress "
-        "unimplemented); it polls this worker instead");
+    LogInfo("the controller does not take progress reports (ReportProgress "
+            "unimplemented); it polls this worker instead");
     return;
   }
   if (!failing_ && !stopping_) {
-    Log(absl::StrCat("progress report failed (", status.error_message(),
-                     "); dropping reports until the controller answers"));
+    LogWarning("progress report failed (", status.error_message(),
+               "); dropping reports until the controller answers");
   }
   failing_ = true;
 }

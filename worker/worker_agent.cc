@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "grpcpp/client_context.h"
 #include "util/bytes_text.h"
-#include "worker/log.h"
+#include "util/log.h"
 
 namespace meshcast::worker {
 namespace {
@@ -102,8 +102,8 @@ bool WorkerAgent::Register() {
   grpc::Status status = stub_->RegisterWorker(&context, request, &response);
   if (!status.ok()) {
     if (!unreachable_logged_) {
-      Log(absl::StrCat("cannot register with the controller (",
-                       status.error_message(), "); retrying"));
+      LogWarning("cannot register with the controller (",
+                 status.error_message(), "); retrying");
       unreachable_logged_ = true;
     }
     return false;
@@ -117,7 +117,7 @@ bool WorkerAgent::Register() {
   }
   registered_ = true;
   ++registrations_;
-  Log(absl::StrFormat(
+  LogInfo(absl::StrFormat(
       "registered as %s (host index %d, %d %s devices, %s of memory, "
       "service %s, data %s, heartbeat every %s)",
       options_.name, response.host_index(), options_.num_devices,
@@ -138,14 +138,15 @@ bool WorkerAgent::Heartbeat() {
   grpc::Status status = stub_->Heartbeat(&context, request, &response);
   if (!status.ok()) {
     if (!unreachable_logged_) {
-      Log(absl::StrCat("controller unreachable (", status.error_message(),
-                       "); will register again when it answers"));
+      LogWarning("controller unreachable (", status.error_message(),
+                 "); will register again when it answers");
       unreachable_logged_ = true;
     }
     return false;
   }
   if (!response.known()) {
-    Log("controller does not know this worker (restarted or lease expired); "
+    LogWarning(
+        "controller does not know this worker (restarted or lease expired); "
         "registering again");
     return false;
   }

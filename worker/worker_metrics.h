@@ -1,6 +1,6 @@
 // WorkerMetrics: the worker's Prometheus metrics, exactly the worker table
-// of docs/metrics.md, in a MetricsRegistry that MetricsHttpServer serves at
-// /metrics.
+// of docs/metrics.md, in a MetricsCollection (prometheus-cpp) that MetricsHttpServer
+// serves at /metrics.
 //
 // The data plane reports as it goes (the CPU executor, and the GPU executor
 // given CudaBackendOptions::metrics, live): StepStarted / StepEnded around
@@ -24,7 +24,7 @@
 //
 //   WorkerMetrics metrics(/*num_devices=*/4, "gloo");
 //   metrics.StepFinished(program, step, 0.25);
-//   std::string text = metrics.registry().Render();
+//   std::string text = RenderMetrics(*metrics.collectable());
 //
 // Labels come from fixed sets (op names of the plan IR, intra/inter,
 // local/gloo/nccl, device index < num_devices, ok/failed/aborted), never job
@@ -35,6 +35,7 @@
 #define MESHCAST_WORKER_WORKER_METRICS_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -55,7 +56,10 @@ class WorkerMetrics {
   WorkerMetrics(const WorkerMetrics&) = delete;
   WorkerMetrics& operator=(const WorkerMetrics&) = delete;
 
-  MetricsRegistry& registry() { return registry_; }
+  // What /metrics serves (MetricsHttpServer::Start).
+  std::shared_ptr<prometheus::Collectable> collectable() const {
+    return metrics_;
+  }
   const std::string& remote_backend() const { return remote_backend_; }
 
   void StepStarted();
@@ -84,17 +88,17 @@ class WorkerMetrics {
 
   const int num_devices_;
   const std::string remote_backend_;
-  MetricsRegistry registry_;
-  CounterFamily& bytes_sent_;
-  CounterFamily& bytes_received_;
-  HistogramFamily& transfer_seconds_;
-  HistogramFamily& step_seconds_;
-  GaugeFamily& bandwidth_;
-  Counter& verified_elements_;
-  Counter& verification_failures_;
-  GaugeFamily& device_memory_;
-  Gauge& running_steps_;
-  CounterFamily& tasks_;
+  const std::shared_ptr<MetricsCollection> metrics_;
+  prometheus::Family<prometheus::Counter>& bytes_sent_;
+  prometheus::Family<prometheus::Counter>& bytes_received_;
+  prometheus::Family<prometheus::Histogram>& transfer_seconds_;
+  prometheus::Family<prometheus::Histogram>& step_seconds_;
+  prometheus::Family<prometheus::Gauge>& bandwidth_;
+  prometheus::Counter& verified_elements_;
+  prometheus::Counter& verification_failures_;
+  prometheus::Family<prometheus::Gauge>& device_memory_;
+  prometheus::Gauge& running_steps_;
+  prometheus::Family<prometheus::Counter>& tasks_;
 };
 
 // Holds a program's tile bytes in the device-memory gauge for its lifetime.

@@ -58,7 +58,7 @@ StepDesc Step(std::vector<int> chain, v1::Step::Op op, int64_t bytes) {
 
 TEST(WorkerMetricsTest, StartsWithBuildInfoAndZeroedSeries) {
   WorkerMetrics metrics(3, "gloo");
-  const std::string text = metrics.registry().Render();
+  const std::string text = RenderMetrics(*metrics.collectable());
   EXPECT_THAT(FindSample(text, R"(meshcast_build_info{component="worker",)"
                            R"(version=")" MESHCAST_TEST_VERSION R"("})"),
               Optional(1.0))
@@ -100,7 +100,7 @@ TEST(WorkerMetricsTest, BytesFollowTheChainsHops) {
                        0.5);
   // 5 -> 0 (away, here).
   metrics.StepFinished(program, Step({5, 0}, v1::Step::OP_SEND_RECV, 40), 2);
-  const std::string text = metrics.registry().Render();
+  const std::string text = RenderMetrics(*metrics.collectable());
   EXPECT_THAT(FindSample(text, Bytes("sent", "intra", "local")), Optional(100.0));
   EXPECT_THAT(FindSample(text, Bytes("received", "intra", "local")),
               Optional(100.0));
@@ -131,7 +131,7 @@ TEST(WorkerMetricsTest, OperandSendRecvCountsItsBytes) {
   metrics.StepFinished(program, step, 1);
   step.chain = {1, 0};
   metrics.StepFinished(program, step, 1);
-  const std::string text = metrics.registry().Render();
+  const std::string text = RenderMetrics(*metrics.collectable());
   EXPECT_THAT(FindSample(text, Bytes("sent", "inter", "gloo")), Optional(64.0));
   EXPECT_THAT(FindSample(text, Bytes("sent", "intra", "local")),
               Optional(64.0));
@@ -147,7 +147,7 @@ TEST(WorkerMetricsTest, HopsAreIntraOrInterByTheirSender) {
   metrics.HopFinished(program, step, 2, 0.5);   // 0 -> 1: from here
   metrics.HopFinished(program, step, 0, 9);     // not a hop: ignored
   metrics.HopFinished(program, step, 3, 9);     // past the chain: ignored
-  const std::string text = metrics.registry().Render();
+  const std::string text = RenderMetrics(*metrics.collectable());
   EXPECT_THAT(FindSample(text, R"(meshcast_worker_transfer_duration_seconds_sum{)"
                            R"(op="broadcast",link="inter"})"),
               Optional(0.25));
@@ -160,7 +160,7 @@ TEST(WorkerMetricsTest, HopsAreIntraOrInterByTheirSender) {
   // The remote backend names the inter-worker bytes.
   metrics.StepFinished(program, step, 1);
   EXPECT_THAT(
-      FindSample(metrics.registry().Render(), Bytes("received", "inter", "nccl")),
+      FindSample(RenderMetrics(*metrics.collectable()), Bytes("received", "inter", "nccl")),
       Optional(8.0));
 }
 
@@ -175,7 +175,7 @@ TEST(WorkerMetricsTest, BufferMemoryPerLocalDeviceIndex) {
       {2, 0, 4, {{0, 2}, {0, 10}}, BufferRole::kDestination});
   {
     ScopedBufferMemory held(&metrics, program);
-    const std::string text = metrics.registry().Render();
+    const std::string text = RenderMetrics(*metrics.collectable());
     EXPECT_THAT(FindSample(text, R"(meshcast_worker_device_memory_bytes{)"
                              R"(device="0"})"),
                 Optional(4.0 * (100 + 20)));
@@ -186,7 +186,7 @@ TEST(WorkerMetricsTest, BufferMemoryPerLocalDeviceIndex) {
                            R"(device="4"})"),
               std::nullopt);
   }
-  const std::string text = metrics.registry().Render();
+  const std::string text = RenderMetrics(*metrics.collectable());
   EXPECT_THAT(
       FindSample(text, R"(meshcast_worker_device_memory_bytes{device="0"})"),
       Optional(0.0));
@@ -220,7 +220,7 @@ TEST(WorkerMetricsTest, ExecutorReportsStepsHopsAndMemory) {
   TestJobOutcome outcome = RunTestJob(job, options);
   ASSERT_TRUE(outcome.all_ok);
   const double bytes = 64 * 33 * 4;
-  const std::string text = metrics.registry().Render();
+  const std::string text = RenderMetrics(*metrics.collectable());
   // Hops 0->1, 1->2 on worker 0 and 3->4, 4->5 on worker 1 are local
   // copies; 2->3 leaves worker 0 for worker 1.
   EXPECT_THAT(FindSample(text, Bytes("sent", "intra", "local")),
@@ -284,7 +284,7 @@ TEST(WorkerMetricsTest, ServiceCountsTasksAndVerification) {
   ASSERT_TRUE(service.RunTask(nullptr, &empty, &refused).ok());
   EXPECT_FALSE(refused.ok());
 
-  const std::string text = metrics.registry().Render();
+  const std::string text = RenderMetrics(*metrics.collectable());
   EXPECT_THAT(FindSample(text, R"(meshcast_worker_tasks_total{result="ok"})"),
               Optional(1.0));
   EXPECT_THAT(FindSample(text, R"(meshcast_worker_tasks_total{result="failed"})"),
@@ -396,7 +396,7 @@ TEST(WorkerMetricsTest, ServiceRecordsDeviceBackendStepsFromTheResult) {
     EXPECT_EQ(response.ok(), !cancelled) << response.error();
   }
   const double bytes = 16 * 8 * 4;
-  const std::string text = metrics.registry().Render();
+  const std::string text = RenderMetrics(*metrics.collectable());
   EXPECT_THAT(FindSample(text, Bytes("sent", "inter", "nccl")), Optional(bytes));
   EXPECT_THAT(FindSample(text, Bytes("received", "inter", "nccl")),
               Optional(bytes));
@@ -427,7 +427,7 @@ TEST(WorkerMetricsTest, ServiceDoesNotRecountStepsOfALiveReportingBackend) {
                          &metrics, CrossWorkerProgram("live"));
   EXPECT_TRUE(response.ok()) << response.error();
   const double bytes = 16 * 8 * 4;
-  const std::string text = metrics.registry().Render();
+  const std::string text = RenderMetrics(*metrics.collectable());
   EXPECT_THAT(FindSample(text, R"(meshcast_worker_step_duration_seconds_count{)"
                            R"(op="send_recv"})"),
               Optional(2.0));

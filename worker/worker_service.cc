@@ -11,7 +11,7 @@
 #include "security/call_guard.h"
 #include "grpcpp/server_context.h"
 #include "worker/host_memory.h"
-#include "worker/log.h"
+#include "util/log.h"
 
 namespace meshcast::worker {
 namespace {
@@ -21,7 +21,7 @@ void Reject(WorkerMetrics* metrics, v1::RunTaskResponse* response,
   if (metrics != nullptr) {
     metrics->TaskFinished(WorkerMetrics::TaskResult::kFailed, 0, 0);
   }
-  Log(absl::StrCat("job ", job_id, ": rejected: ", error));
+  JobLogWarning(job_id, "rejected: ", error);
   response->set_ok(false);
   response->set_error(error);
 }
@@ -92,9 +92,9 @@ grpc::Status WorkerService::RunTask(grpc::ServerContext* context,
       return grpc::Status::OK;
     }
   }
-  Log(absl::StrFormat(
-      "job %s: started (rank %d of %d, %d devices, %d buffers, %d steps)",
-      job_id, program.rank(), std::max(1, program.world_size()),
+  JobLogInfo(job_id, absl::StrFormat(
+      "started (rank %d of %d, %d devices, %d buffers, %d steps)",
+      program.rank(), std::max(1, program.world_size()),
       program.local_devices_size(), program.plan().buffers_size(),
       program.plan().steps_size()));
 
@@ -106,7 +106,7 @@ grpc::Status WorkerService::RunTask(grpc::ServerContext* context,
   CountTask(program, result);
 
   if (!result.ok()) {
-    Log(absl::StrCat("job ", job_id, ": failed: ", result.status().ToString()));
+    JobLogWarning(job_id, "failed: ", result.status().ToString());
     response->set_ok(false);
     response->set_error(result.status().ToString());
     return grpc::Status::OK;
@@ -114,11 +114,11 @@ grpc::Status WorkerService::RunTask(grpc::ServerContext* context,
   const ExecutorTimings timings = task->timings();
   const Task::ConnectInfo connect = task->connect_info();
   *response->mutable_result() = *result;
-  Log(absl::StrFormat(
-      "job %s: data plane %.3f s, %d bytes received, %d elements verified, "
+  JobLogInfo(job_id, absl::StrFormat(
+      "data plane %.3f s, %d bytes received, %d elements verified, "
       "%d mismatches (communicator %s %.3f s, set-up %.3f s, waiting for "
       "peers %.3f s, verify %.3f s, %d tile bytes)",
-      job_id, result->seconds(), result->bytes_moved(),
+      result->seconds(), result->bytes_moved(),
       result->elements_verified(), result->mismatches(), connect.how,
       connect.seconds, timings.setup_seconds, timings.barrier_seconds,
       timings.verify_seconds, timings.tile_bytes));
@@ -127,11 +127,11 @@ grpc::Status WorkerService::RunTask(grpc::ServerContext* context,
     response->set_error(
         absl::StrCat("verification failed: ", result->mismatches(),
                      " mismatching elements; first: ", timings.first_mismatch));
-    Log(absl::StrCat("job ", job_id, ": ", response->error()));
+    JobLogWarning(job_id, response->error());
     return grpc::Status::OK;
   }
   response->set_ok(true);
-  Log(absl::StrCat("job ", job_id, ": succeeded"));
+  JobLogInfo(job_id, "succeeded");
   return grpc::Status::OK;
 }
 
@@ -198,8 +198,8 @@ absl::StatusOr<v1::JobResult> WorkerService::RunWatched(
   while (!done.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
     if (!aborted && context != nullptr && context->IsCancelled()) {
       aborted = true;
-      Log(absl::StrCat("job ", task.job_id(),
-                       ": RunTask call cancelled by the caller; aborting"));
+      JobLogWarning(task.job_id(),
+                    "RunTask call cancelled by the caller; aborting");
       task.Abort("RunTask call cancelled by the controller");
     }
   }
@@ -231,11 +231,11 @@ grpc::Status WorkerService::AbortTask(grpc::ServerContext* context,
   }
   response->set_found(task != nullptr);
   if (task == nullptr) {
-    Log(absl::StrCat("job ", request->job_id(),
-                     ": abort requested but it is not running here"));
+    JobLogInfo(request->job_id(),
+               "abort requested but it is not running here");
     return grpc::Status::OK;
   }
-  Log(absl::StrCat("job ", request->job_id(), ": aborting: ", reason));
+  JobLogWarning(request->job_id(), "aborting: ", reason);
   task->Abort(reason);
   return grpc::Status::OK;
 }
@@ -262,7 +262,7 @@ void WorkerService::Shutdown(absl::string_view reason) {
     for (const auto& [job, task] : running_) tasks.push_back(task);
   }
   for (const auto& task : tasks) {
-    Log(absl::StrCat("job ", task->job_id(), ": aborting: ", reason));
+    JobLogWarning(task->job_id(), "aborting: ", reason);
     task->Abort(reason);
   }
 }

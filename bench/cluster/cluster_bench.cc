@@ -69,6 +69,7 @@
 #include "absl/time/time.h"
 #include "bench/cluster/baseline_report.h"
 #include "bench/cluster/cluster_cases.h"
+#include "bench/workloads/public_suite.h"
 #include "bench/cluster/collective_cases.h"
 #include "bench/cluster/job_client.h"
 #include "bench/cluster/link_probe.h"
@@ -98,7 +99,10 @@ ABSL_FLAG(int, link_repeats, 3, "runs per link figure (median shown)");
 ABSL_FLAG(double, size_mib, 64,
           "the suite's 2 GiB tensor scaled to this many MiB (1-to-m: half)");
 ABSL_FLAG(std::string, cases, "case1,case2,case3,case4,case7,1-to-m(2,2)",
-          "comma-separated case names of docs/conventions.md, or all");
+          "comma-separated case names of the public suite, or all");
+ABSL_FLAG(std::string, public_suite, "",
+          "the public suite's file (default: $MESHCAST_PUBLIC_SUITE, else "
+          "bench/workloads/public_suite.txt of the source tree)");
 ABSL_FLAG(std::string, strategies, "all",
           "comma-separated strategies, or all (send_recv, local_allgather, "
           "broadcast, broadcast_lb, meshcast)");
@@ -425,9 +429,14 @@ const ReshardRow* Fastest(const std::vector<ReshardRow>& rows,
 
 absl::Status RunReshard(JobClient& client, const v1::Topology& topology,
                         const LinkFigures& links, bool& all_ok) {
-  ASSIGN_OR_RETURN(std::vector<ClusterCase> cases,
-                   SelectCases(ScaledPublicCases(absl::GetFlag(FLAGS_size_mib)),
-                               absl::GetFlag(FLAGS_cases)));
+  const std::string suite_path = absl::GetFlag(FLAGS_public_suite);
+  ASSIGN_OR_RETURN(std::vector<PublicSuiteCase> suite,
+                   LoadPublicSuite(suite_path.empty() ? DefaultPublicSuitePath()
+                                                      : suite_path));
+  ASSIGN_OR_RETURN(
+      std::vector<ClusterCase> cases,
+      SelectCases(ScaledPublicCases(suite, absl::GetFlag(FLAGS_size_mib)),
+                  absl::GetFlag(FLAGS_cases)));
   ASSIGN_OR_RETURN(std::vector<std::string> strategies,
                    ParseStrategies(absl::GetFlag(FLAGS_strategies)));
   for (const ClusterCase& c : cases) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -71,32 +72,15 @@ std::string ClusterCase::MeshesText() const {
                          dst_devices);
 }
 
-std::vector<ClusterCase> ScaledPublicCases(double size_mib) {
-  const std::vector<int64_t> big = {1024, 1024, ScaledExtent(512, size_mib)};
-  std::vector<ClusterCase> cases = {
-      {"case1", big, 2, 4, "S0RR", 2, 4, "S0RR"},
-      {"case2", big, 2, 4, "RRR", 2, 4, "S0RR"},
-      {"case3", big, 2, 4, "RS0R", 2, 4, "S0RR"},
-      {"case4", big, 2, 4, "RS01R", 2, 4, "S01RR"},
-      {"case5", big, 2, 4, "S1RR", 2, 4, "S0RR"},
-      {"case6",
-       {3072, 1024, ScaledExtent(170, size_mib)},
-       2,
-       4,
-       "S0RR",
-       3,
-       4,
-       "S0RR"},
-      {"case7", big, 1, 4, "S1RR", 2, 4, "RRR"},
-      {"case9", big, 2, 4, "RS0R", 2, 4, "RRS0"},
-  };
-  const std::vector<int64_t> one_to_m = {1024, 1024,
-                                         ScaledExtent(256, size_mib)};
-  const std::vector<std::pair<int, int>> targets = {
-      {1, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 2}, {3, 2}, {4, 2}};
-  for (const auto& [hosts, devices] : targets) {
-    cases.push_back({absl::StrFormat("1-to-m(%d,%d)", hosts, devices), one_to_m,
-                     1, 1, "RRR", hosts, devices, "RRR"});
+std::vector<ClusterCase> ScaledPublicCases(
+    const std::vector<PublicSuiteCase>& suite, double size_mib) {
+  std::vector<ClusterCase> cases;
+  for (const PublicSuiteCase& c : suite) {
+    std::vector<int64_t> shape = c.shape;
+    shape.back() = ScaledExtent(shape.back(), size_mib);
+    cases.push_back({c.name, std::move(shape), c.src_mesh.hosts,
+                     c.src_mesh.devices_per_host, c.src_spec, c.dst_mesh.hosts,
+                     c.dst_mesh.devices_per_host, c.dst_spec});
   }
   return cases;
 }

@@ -1,18 +1,20 @@
 // The cross-mesh resharding suite of docs/conventions.md (the paper's public
-// microbenchmark), scaled down for a local cluster, and the reshard job
-// specs cluster_bench submits for it.
+// microbenchmark; its cases come from bench/workloads/public_suite.txt),
+// scaled down for a local cluster, and the reshard job specs cluster_bench
+// submits for it.
 //
-//   std::vector<ClusterCase> all = ScaledPublicCases(/*size_mib=*/64);
+//   ASSIGN_OR_RETURN(std::vector<PublicSuiteCase> suite, LoadPublicSuite());
+//   std::vector<ClusterCase> all = ScaledPublicCases(suite, /*size_mib=*/64);
 //   ASSIGN_OR_RETURN(std::vector<ClusterCase> cases,
 //                    SelectCases(all, "case1,case7,1-to-m(2,2)"));
 //   ASSIGN_OR_RETURN(v1::ReshardSpec spec,
 //                    PinnedReshardSpec(cases[0], "meshcast", 4, 4));
 //
-// Scaling follows bench/netcluster: the 2 GiB int32 tensor 1024x1024x512
-// keeps its first two dimensions and its last becomes
-// round(512 * size_mib / 2048) (at least 1), so every spec splits the same
-// dimensions as in the paper; case6 scales 3072x1024x170 and 1-to-m
-// 1024x1024x256 (half the size, as the paper does) the same way. Meshes
+// Scaling follows bench/netcluster: each case's full-size tensor (the 2 GiB
+// int32 1024x1024x512 for most) keeps its leading dimensions and its last
+// becomes round(last * size_mib / 2048) (at least 1), so every spec splits
+// the same dimensions as in the paper; case6's 3072x1024x170 and 1-to-m's
+// 1024x1024x256 (half the size, as the paper does) scale the same way. Meshes
 // are pinned as in reshard_plan_bench: the source mesh on the first hosts,
 // the destination on the next ones, each row on the first devices of its
 // host.
@@ -27,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "bench/workloads/public_suite.h"
 #include "meshcast/v1/job.pb.h"
 
 namespace meshcast::bench {
@@ -48,9 +51,11 @@ struct ClusterCase {
   std::string MeshesText() const;
 };
 
-// Every case of docs/conventions.md (case1-7, case9, the seven 1-to-m targets), with
-// the 2 GiB tensor scaled to about size_mib MiB. size_mib must be > 0.
-std::vector<ClusterCase> ScaledPublicCases(double size_mib);
+// Every case of `suite` (the public suite file: case1-7, case9, the seven
+// 1-to-m targets), with the 2 GiB tensor scaled to about size_mib MiB.
+// size_mib must be > 0.
+std::vector<ClusterCase> ScaledPublicCases(
+    const std::vector<PublicSuiteCase>& suite, double size_mib);
 
 // The cases named in `names` (comma-separated, in the order given; "all"
 // for every case; names such as 1-to-m(2,2) keep their commas).

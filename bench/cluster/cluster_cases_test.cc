@@ -22,8 +22,16 @@ const ClusterCase& Find(const std::vector<ClusterCase>& cases,
   return cases.front();
 }
 
+// The public suite file's cases scaled to size_mib.
+std::vector<ClusterCase> Scaled(double size_mib) {
+  absl::StatusOr<std::vector<PublicSuiteCase>> suite = LoadPublicSuite();
+  EXPECT_TRUE(suite.ok()) << suite.status();
+  return ScaledPublicCases(suite.value_or(std::vector<PublicSuiteCase>{}),
+                           size_mib);
+}
+
 TEST(ScaledPublicCasesTest, ScalesTheLastDimensionOnly) {
-  const std::vector<ClusterCase> cases = ScaledPublicCases(64);
+  const std::vector<ClusterCase> cases = Scaled(64);
   ASSERT_EQ(cases.size(), 15u);  // 8 cases + 7 1-to-m targets
   const ClusterCase& case1 = Find(cases, "case1");
   EXPECT_THAT(case1.shape, ElementsAre(1024, 1024, 16));
@@ -32,15 +40,15 @@ TEST(ScaledPublicCasesTest, ScalesTheLastDimensionOnly) {
   EXPECT_EQ(Find(cases, "1-to-m(2,2)").num_bytes(), 32 << 20);
   EXPECT_THAT(Find(cases, "case6").shape, ElementsAre(3072, 1024, 5));
   // The full size reproduces the paper's tensors.
-  const std::vector<ClusterCase> full = ScaledPublicCases(2048);
+  const std::vector<ClusterCase> full = Scaled(2048);
   EXPECT_EQ(Find(full, "case4").num_bytes(), int64_t{2} << 30);
   // A tiny size keeps at least one element in the last dimension.
-  const std::vector<ClusterCase> tiny = ScaledPublicCases(0.01);
+  const std::vector<ClusterCase> tiny = Scaled(0.01);
   EXPECT_THAT(Find(tiny, "case2").shape, ElementsAre(1024, 1024, 1));
 }
 
 TEST(ScaledPublicCasesTest, MeshesAndHostsMatchThePaper) {
-  const std::vector<ClusterCase> cases = ScaledPublicCases(32);
+  const std::vector<ClusterCase> cases = Scaled(32);
   EXPECT_EQ(Find(cases, "case7").MeshesText(), "(1,4)->(2,4)");
   EXPECT_EQ(Find(cases, "case7").hosts_needed(), 3);
   EXPECT_EQ(Find(cases, "case6").hosts_needed(), 5);
@@ -51,7 +59,7 @@ TEST(ScaledPublicCasesTest, MeshesAndHostsMatchThePaper) {
 }
 
 TEST(SelectCasesTest, KeepsTheOrderGivenAndNamesWithCommas) {
-  const std::vector<ClusterCase> all = ScaledPublicCases(32);
+  const std::vector<ClusterCase> all = Scaled(32);
   absl::StatusOr<std::vector<ClusterCase>> selected =
       SelectCases(all, "case7, 1-to-m(2,2),case1");
   ASSERT_TRUE(selected.ok()) << selected.status();
@@ -64,16 +72,16 @@ TEST(SelectCasesTest, KeepsTheOrderGivenAndNamesWithCommas) {
 
 TEST(SelectCasesTest, UnknownNamesAreErrorsListingTheAllowedOnes) {
   absl::StatusOr<std::vector<ClusterCase>> selected =
-      SelectCases(ScaledPublicCases(32), "case1,case8");
+      SelectCases(Scaled(32), "case1,case8");
   EXPECT_EQ(selected.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(selected.status().message(), HasSubstr("--cases"));
   EXPECT_THAT(selected.status().message(), HasSubstr("case8"));
   EXPECT_THAT(selected.status().message(), HasSubstr("1-to-m(4,2)"));
-  EXPECT_FALSE(SelectCases(ScaledPublicCases(32), ",").ok());
+  EXPECT_FALSE(SelectCases(Scaled(32), ",").ok());
 }
 
 TEST(PinnedReshardSpecTest, PinsSourceFirstAndDestinationOnTheNextHosts) {
-  const std::vector<ClusterCase> cases = ScaledPublicCases(32);
+  const std::vector<ClusterCase> cases = Scaled(32);
   const ClusterCase& c = Find(cases, "case7");
   absl::StatusOr<v1::ReshardSpec> spec =
       PinnedReshardSpec(c, "broadcast", 4, 4);
@@ -91,7 +99,7 @@ TEST(PinnedReshardSpecTest, PinsSourceFirstAndDestinationOnTheNextHosts) {
 }
 
 TEST(PinnedReshardSpecTest, UsesTheFirstDevicesOfWiderHosts) {
-  const std::vector<ClusterCase> cases = ScaledPublicCases(32);
+  const std::vector<ClusterCase> cases = Scaled(32);
   const ClusterCase& c = Find(cases, "1-to-m(2,2)");
   absl::StatusOr<v1::ReshardSpec> spec = PinnedReshardSpec(c, "meshcast", 3, 8);
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -100,7 +108,7 @@ TEST(PinnedReshardSpecTest, UsesTheFirstDevicesOfWiderHosts) {
 }
 
 TEST(PinnedReshardSpecTest, RefusesAClusterTooSmall) {
-  const std::vector<ClusterCase> cases = ScaledPublicCases(32);
+  const std::vector<ClusterCase> cases = Scaled(32);
   absl::StatusOr<v1::ReshardSpec> spec =
       PinnedReshardSpec(Find(cases, "case6"), "meshcast", 4, 4);
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);

@@ -21,6 +21,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "util/grpc_status.h"
 #include "util/status_macros.h"
 
 namespace meshcast::bench {
@@ -73,10 +74,7 @@ absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(
 
 absl::Status JobClient::Convert(const grpc::Status& status,
                                 const std::string& call) const {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(
-      static_cast<absl::StatusCode>(status.error_code()),
-      absl::StrCat(call, " on ", address_, ": ", status.error_message()));
+  return FromGrpcStatus(status, absl::StrCat(call, " on ", address_));
 }
 
 absl::StatusOr<v1::GetClusterResponse> JobClient::GetCluster() {

@@ -13,7 +13,8 @@
 //          attributes (memory clock x bus width x 2) where CUDA reports
 //          them, and is printed beside a table of published peaks by device
 //          name (H100 SXM 3.35 TB/s, H200 4.8 TB/s).
-// reshard  the cross-mesh resharding suite's specs on (2,2) -> (2,2) meshes,
+// reshard  the cross-mesh resharding suite's specs (the cases tagged gpu in
+//          bench/workloads/public_suite.txt, --public_suite) on (2,2) -> (2,2) meshes,
 //          planned by the planner (meshcast strategy), projected like the
 //          controller does, and run by the GPU executor on 8 virtual
 //          devices of GPU 0 (cuda:0x8): best of 3 runs, every element
@@ -60,6 +61,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/workloads/public_suite.h"
 #include "controller/program_builder.h"
 #include "planner/kinds/collective/collective_kind.h"
 #include "planner/kinds/reshard/reshard_lowering.h"
@@ -92,6 +94,10 @@ ABSL_FLAG(int64_t, max_bytes, int64_t{1} << 30,
 ABSL_FLAG(int64_t, reshard_bytes, int64_t{256} << 20,
           "tensor size of the reshard cases, bytes (int32 elements)");
 ABSL_FLAG(int, iters, 20, "timed iterations per size (after 3 warm-ups)");
+ABSL_FLAG(std::string, public_suite, "",
+          "the public suite's file, for the reshard section's cases "
+          "(default: $MESHCAST_PUBLIC_SUITE, else "
+          "bench/workloads/public_suite.txt of the source tree)");
 
 namespace meshcast::bench {
 namespace {
@@ -270,15 +276,24 @@ struct ReshardCase {
   std::string dst_spec;
 };
 
-// The public suite's spec pairs on (2,2) -> (2,2) meshes of 8 virtual
-// devices: 4 "hosts" of 2, source mesh on hosts 0-1, destination on 2-3.
-const std::vector<ReshardCase>& SuiteCases() {
-  static const auto* cases = new std::vector<ReshardCase>{
-      {"case1", "S0RR", "S0RR"}, {"case2", "RRR", "S0RR"},
-      {"case3", "RS0R", "S0RR"}, {"case4", "RS01R", "S01RR"},
-      {"case5", "S1RR", "S0RR"}, {"case9", "RS0R", "RRS0"},
-  };
-  return *cases;
+// The spec pairs of the public suite's cases tagged "gpu"
+// (bench/workloads/public_suite.txt: cases 1-5, 9) on (2,2) -> (2,2) meshes
+// of 8 virtual devices: 4 "hosts" of 2, source mesh on hosts 0-1,
+// destination on 2-3.
+absl::StatusOr<std::vector<ReshardCase>> SuiteCases() {
+  const std::string path = absl::GetFlag(FLAGS_public_suite);
+  ASSIGN_OR_RETURN(std::vector<PublicSuiteCase> suite,
+                   LoadPublicSuite(path.empty() ? DefaultPublicSuitePath()
+                                                : path));
+  std::vector<ReshardCase> cases;
+  for (const PublicSuiteCase& c : CasesTagged(suite, "gpu")) {
+    cases.push_back({c.name, c.src_spec, c.dst_spec});
+  }
+  if (cases.empty()) {
+    return absl::InvalidArgumentError(
+        "the public suite has no case tagged gpu");
+  }
+  return cases;
 }
 
 struct PlannedCase {
@@ -322,7 +337,8 @@ absl::StatusOr<PlannedCase> PlanCase(const ReshardCase& c,
 
 absl::Status ReshardSection(const GpuInfo* info) {
   std::vector<PlannedCase> cases;
-  for (const ReshardCase& c : SuiteCases()) {
+  ASSIGN_OR_RETURN(const std::vector<ReshardCase> suite, SuiteCases());
+  for (const ReshardCase& c : suite) {
     ASSIGN_OR_RETURN(PlannedCase planned,
                      PlanCase(c, absl::GetFlag(FLAGS_reshard_bytes)));
     cases.push_back(std::move(planned));

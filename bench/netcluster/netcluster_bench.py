@@ -37,6 +37,8 @@ import tempfile
 import time
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "bench", "workloads"))
+import public_suite  # noqa: E402
 NETCLUSTER = os.path.join(REPO, "scripts", "netcluster.sh")
 STRATEGIES = ["send_recv", "local_allgather", "broadcast", "broadcast_lb",
               "meshcast"]
@@ -49,33 +51,24 @@ ROW_FORMAT = "%-13s %7s %-15s %9s %9s %9s %9s %8s %8s %7s %6s %s"
 
 
 def public_cases(size_mib):
-    """The suite of docs/conventions.md with tensors scaled from 2 GiB to size_mib.
+    """The suite of bench/workloads/public_suite.txt (docs/conventions.md)
+    with tensors scaled from 2 GiB to size_mib, by their last dimension.
 
     Meshes are (hosts, devices per host); the source mesh starts at host 0,
     the destination at the next free host, as in bench/reshard_plan_bench.
     """
     scale = size_mib / 2048.0
-    last = max(1, round(512 * scale))
-    big = [1024, 1024, last]
-    case6 = [3072, 1024, max(1, round(170 * scale))]
-    one_to_m = [1024, 1024, max(1, round(256 * scale))]
-    cases = [
-        ("case1", big, (2, 4), "S0RR", (2, 4), "S0RR"),
-        ("case2", big, (2, 4), "RRR", (2, 4), "S0RR"),
-        ("case3", big, (2, 4), "RS0R", (2, 4), "S0RR"),
-        ("case4", big, (2, 4), "RS01R", (2, 4), "S01RR"),
-        ("case5", big, (2, 4), "S1RR", (2, 4), "S0RR"),
-        ("case6", case6, (2, 4), "S0RR", (3, 4), "S0RR"),
-        ("case7", big, (1, 4), "S1RR", (2, 4), "RRR"),
-        ("case9", big, (2, 4), "RS0R", (2, 4), "RRS0"),
-    ]
-    for dst in [(1, 1), (1, 2), (1, 3), (1, 4), (2, 2), (3, 2), (4, 2)]:
-        cases.append(("1-to-m(%d,%d)" % dst, one_to_m, (1, 1), "RRR", dst,
-                      "RRR"))
-    suite = [{
-        "name": name, "shape": shape, "src_mesh": src, "src_spec": src_spec,
-        "dst_mesh": dst, "dst_spec": dst_spec, "same_hosts": False
-    } for name, shape, src, src_spec, dst, dst_spec in cases]
+    suite = []
+    for case in public_suite.load():
+        shape = list(case["shape"])
+        shape[-1] = max(1, round(shape[-1] * scale))
+        suite.append({
+            "name": case["name"], "shape": shape,
+            "src_mesh": case["src_mesh"], "src_spec": case["src_spec"],
+            "dst_mesh": case["dst_mesh"], "dst_spec": case["dst_spec"],
+            "same_hosts": False
+        })
+    big = next(c["shape"] for c in suite if c["name"] == "case1")
     # Not in the paper's suite: reshardings inside one host (source and
     # destination on the same devices), which only the host's memory copies
     # limit: an all-gather and an all-to-all over 4 devices (mesh axis 1 is

@@ -97,7 +97,7 @@ def bad_submissions(cluster):
          ["job-999999"]),
         ("missing job id", ["get"], 2, ["missing job ID"]),
         ("bad output", ["list", "--output", "xml"], 2,
-         ["--output", "table, json"]),
+         ["--output", "table, wide, json, yaml"]),
         ("plan: offline flag with --live",
          ["plan", "--live", "--cluster", "5x4"] + submit_args()[2:], 2,
          ["--cluster: not used with --live"]),

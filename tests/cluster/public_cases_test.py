@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""(a) Every public case of docs/conventions.md (cases 1-7, 9 and 1-to-m),
-scaled down to a few MiB, with every strategy, through `meshctl submit --wait` on a local
+"""(a) Every public case of docs/conventions.md (cases 1-7, 9 and 1-to-m,
+as bench/workloads/public_suite.txt holds them), scaled down to a few MiB, with every strategy, through `meshctl submit --wait` on a local
 cluster of 5 workers x 4 CPU devices. Each job must SUCCEED with 0
 mismatches and verify exactly the destination elements computed here.
 
@@ -9,27 +9,43 @@ HxG@h and case 5 with an explicit destination device list, so every mesh
 syntax goes through the controller too.
 """
 
+import os
+import re
+import sys
+
 import cluster_lib as lib
 
-# (name, shape, src mesh, src spec, dst mesh, dst spec, extra flags). The
-# paper's tensor is int32 1024x1024x512 (2 GiB); here 64x64x256 (4 MiB).
-SHAPE = [64, 64, 256]
-CASES = [
-    ("case1", SHAPE, "2x4@0", "S0RR", "2x4@2", "S0RR", []),
-    ("case2", SHAPE, "2x4", "RRR", "2x4", "S0RR", []),
-    ("case3", SHAPE, "2x4", "RS0R", "2x4", "S0RR", []),
-    ("case4", SHAPE, "2x4", "RS01R", "2x4", "S01RR", []),
-    ("case5", SHAPE, "2x4", "S1RR", None, "S0RR",
-     ["--dst-devices", "8,9,10,11,16,17,18,19", "--dst-shape", "2x4"]),
-    # The paper's 3072x1024x170, divided by 32 in the first two dimensions.
-    ("case6", [96, 32, 170], "2x4", "S0RR", "3x4", "S0RR", []),
-    ("case7", SHAPE, "1x4", "S1RR", "2x4", "RRR", []),
-    ("case9", SHAPE, "2x4", "RS0R", "2x4", "RRS0", []),
-]
-# 1-to-m: one device to m devices, RRR -> RRR, 1 GiB scaled to 1 MiB.
-for hosts, per_host in [(1, 1), (1, 2), (1, 3), (1, 4), (2, 2), (3, 2), (4, 2)]:
-    CASES.append(("1-to-%dx%d" % (hosts, per_host), [64, 64, 64], "1x1", "RRR",
-                  "%dx%d" % (hosts, per_host), "RRR", []))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "bench", "workloads"))
+import public_suite  # noqa: E402
+
+# How each case is placed, beyond the controller's default: mesh flags
+# (source, destination) and extra flags. Meshes are placed by the controller
+# unless named here.
+PINNED = {
+    "case1": ("2x4@0", "2x4@2", []),
+    "case5": ("2x4", None,
+              ["--dst-devices", "8,9,10,11,16,17,18,19", "--dst-shape", "2x4"]),
+}
+
+
+def public_cases():
+    """(name, shape, src mesh, src spec, dst mesh, dst spec, extra flags) of
+    every case of bench/workloads/public_suite.txt at its small_shape: the
+    paper's int32 1024x1024x512 (2 GiB) becomes 64x64x256 (4 MiB), case6's
+    3072x1024x170 96x32x170, 1-to-m's 1 GiB 1 MiB."""
+    cases = []
+    for case in public_suite.load():
+        src, dst, extra = PINNED.get(case["name"], (
+            "%dx%d" % case["src_mesh"], "%dx%d" % case["dst_mesh"], []))
+        # Job names: "1-to-m(2,2)" -> "1-to-m-2-2".
+        name = re.sub(r"[^A-Za-z0-9-]+", "-", case["name"]).strip("-")
+        cases.append((name, case["small_shape"], src, case["src_spec"], dst,
+                      case["dst_spec"], extra))
+    return cases
+
+
+CASES = public_cases()
 
 
 def run():

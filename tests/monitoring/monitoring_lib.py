@@ -324,12 +324,15 @@ def parse_exposition(text):
 
 
 def family_of(sample_name, types):
-    """The metric family a sample belongs to (histogram suffixes removed)."""
+    """The metric family a sample belongs to (histogram and summary
+    suffixes removed)."""
     if sample_name in types:
         return sample_name
     for suffix in ("_bucket", "_sum", "_count"):
         base = sample_name[:-len(suffix)]
-        if sample_name.endswith(suffix) and types.get(base) == "histogram":
+        if sample_name.endswith(suffix) and (
+                types.get(base) == "histogram" or
+                (types.get(base) == "summary" and suffix != "_bucket")):
             return base
     return sample_name
 
@@ -358,8 +361,10 @@ def documented_metrics():
                 section = heading.group(1).lower()
                 continue
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            # meshcast's families, and the exposer_ ones prometheus-cpp's
+            # Exposer serves about its own scrapes.
             if (section is None or len(cells) < 4 or
-                    not cells[0].startswith("`meshcast_")):
+                    not cells[0].startswith(("`meshcast_", "`exposer_"))):
                 continue
             name = cells[0].strip("`")
             kind = cells[1].split()[0]
@@ -424,6 +429,7 @@ def label_rules(devices_per_worker):
         "device": lambda v: v.isdigit() and int(v) < devices_per_worker,
         "result": lambda v: v in ("ok", "failed", "aborted"),
         "component": lambda v: v in ("controller", "worker"),
+        "quantile": lambda v: v in ("0.5", "0.9", "0.99"),
         "version": lambda v: re.fullmatch(r"\d+\.\d+\.\d+([-+][\w.]+)?", v)
                              is not None,
         "le": number,

@@ -19,7 +19,7 @@
 #include "worker/cuda/device_pattern.h"
 #include "worker/cuda/device_relay.h"
 #include "worker/cuda/device_step.h"
-#include "worker/log.h"
+#include "util/log.h"
 
 namespace meshcast::worker::cuda {
 namespace {
@@ -568,8 +568,8 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
     if (!finalized.ok()) {
       // The data is verified; a peer that left early only costs the
       // graceful teardown (Finalize aborted the communicators instead).
-      Log(absl::StrCat("job ", program.job_id,
-                       ": NCCL finalize failed: ", finalized.ToString()));
+      JobLogWarning(program.job_id, "NCCL finalize failed: ",
+                    finalized.ToString());
     }
   }
   {

@@ -151,7 +151,7 @@ TEST(DeviceStepMetricsTest, ReportsTheStepAndEveryTimedLocalHop) {
   // as is a negative (untimed) one.
   ReportDeviceStep(metrics, program, step, 0.5, {-1, 9, 0.25, 0.375});
   ReportDeviceStep(metrics, program, step, 0.75, {-1, -1, -1, 0.125});
-  const std::string text = metrics.registry().Render();
+  const std::string text = RenderMetrics(*metrics.collectable());
   const std::string op = WorkerMetrics::OpLabel(step.op);
   auto series = [&](const char* what, const char* link) {
     return absl::StrCat("meshcast_worker_transfer_duration_seconds_", what,
@@ -388,7 +388,7 @@ TEST_F(DeviceExecutorTest, ReportsStepsHopsAndTileMemory) {
   int64_t step_bytes = 0;
   for (const StepDesc& s : program->steps) step_bytes += s.bytes;
   EXPECT_EQ(progress.bytes_done, step_bytes);
-  const std::string text = metrics.registry().Render();
+  const std::string text = RenderMetrics(*metrics.collectable());
   auto series = [](const std::string& name, const std::string& labels) {
     return absl::StrCat("meshcast_worker_", name, "{", labels, "}");
   };
@@ -468,7 +468,7 @@ TEST_F(DeviceExecutorTest, TwoWorkersOverNccl) {
   // Hops are counted by the worker they land on: over NCCL (inter) or by
   // a copy between its virtual devices (intra).
   auto hops = [&](int w, const char* op, const char* link) {
-    return FindSample(metrics[w]->registry().Render(),
+    return FindSample(RenderMetrics(*metrics[w]->collectable()),
                   absl::StrCat("meshcast_worker_transfer_duration_seconds_"
                                "count{op=\"",
                                op, "\",link=\"", link, "\"}"));
