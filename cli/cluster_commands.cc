@@ -87,6 +87,19 @@ std::string PortFile(const std::string& dir) {
 }
 
 // Where a daemon started with --monitoring writes its bound metrics port.
+// DIR/sockets/NAME.sock, where a worker takes user buffers from the
+// processes of its host (docs/user_buffers.md); empty when the path is too
+// long for a Unix socket (108 bytes with its terminator) or the directory
+// cannot be made: that worker then takes none.
+std::string LocalSocketPath(const std::string& dir, const std::string& name) {
+  const std::string sockets = absl::StrCat(dir, "/sockets");
+  const std::string path = absl::StrCat(sockets, "/", name, ".sock");
+  std::error_code error;
+  std::filesystem::create_directories(sockets, error);
+  if (error || path.size() >= 108) return "";
+  return path;
+}
+
 std::string MetricsPortFile(const std::string& dir, const std::string& name) {
   return absl::StrCat(dir, "/metrics/", name, ".port");
 }
@@ -856,6 +869,8 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
         worker_args.push_back(std::move(flag));
       }
     }
+    const std::string socket = LocalSocketPath(*dir, name);
+    if (!socket.empty()) worker_args.push_back("--local_socket=" + socket);
     for (absl::string_view extra :
          absl::StrSplit(worker_flags, ' ', absl::SkipEmpty())) {
       worker_args.emplace_back(extra);
@@ -865,6 +880,7 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
         !status.ok()) {
       return FailWithStatus(kCommand, status);
     }
+    file.processes.back().local_socket = socket;
   }
   // Recorded before the wait, so that `meshctl down` can clean up if this
   // process is interrupted.

@@ -26,6 +26,7 @@ std::string ClusterFileToJson(const ClusterFile& file) {
     Json process{{"role", p.role}, {"name", p.name},     {"pid", p.pid},
                  {"log", p.log},   {"binary", p.binary}, {"args", p.args}};
     if (!p.metrics.empty()) process["metrics"] = p.metrics;
+    if (!p.local_socket.empty()) process["local_socket"] = p.local_socket;
     processes.push_back(std::move(process));
   }
   Json out{{"controller", file.controller},
@@ -100,6 +101,7 @@ absl::StatusOr<ClusterFile> ClusterFileFromJson(const std::string& text) {
       text_field(p, "log", &process.log);
       text_field(p, "binary", &process.binary);
       text_field(p, "metrics", &process.metrics);
+      text_field(p, "local_socket", &process.local_socket);
       if (p.contains("args") && p["args"].is_array()) {
         for (const Json& arg : p["args"]) {
           if (arg.is_string()) process.args.push_back(arg.get<std::string>());

@@ -62,6 +62,9 @@ struct ClusterProcess {
   // host:port of the daemon's Prometheus /metrics; empty when metrics are
   // off (`up` without --monitoring) and for Prometheus itself.
   std::string metrics;
+  // A worker's Unix socket for user buffers (its --local_socket); empty
+  // for the other daemons, or when the path would be too long.
+  std::string local_socket;
 };
 
 struct ClusterFile {

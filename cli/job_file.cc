@@ -1,7 +1,9 @@
 #include "cli/job_file.h"
 
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -13,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "cli/job_file_safetensors.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
 #include "planner/kinds/job_kind.h"
@@ -120,8 +123,37 @@ absl::Status Normalize(const std::string& key, const std::string& path,
   return absl::OkStatus();
 }
 
+// Takes reshard_model.safetensors out of `root`, for ExpandSafetensors
+// once the rest is a spec.
+std::optional<Json> TakeSafetensors(Json& root) {
+  const auto model = root.find("reshard_model");
+  if (model == root.end() || !model->is_object()) return std::nullopt;
+  const auto section = model->find("safetensors");
+  if (section == model->end()) return std::nullopt;
+  Json taken = std::move(*section);
+  model->erase("safetensors");
+  return taken;
+}
+
+// Puts the safetensors section's tensors into the spec.
+absl::Status ExpandSafetensorsSection(
+    const Json& section, const std::string& label,
+    const std::optional<std::string>& folder, JobFile* file) {
+  if (!folder.has_value()) {
+    return Invalid(absl::StrCat(label, ": reshard_model.safetensors"),
+                   "is read only from a job file (meshctl -f FILE), "
+                   "relative to its folder");
+  }
+  const absl::Status expanded = ExpandSafetensors(
+      section, *folder, file->spec.mutable_reshard_model());
+  if (expanded.ok()) return expanded;
+  return absl::Status(expanded.code(),
+                      absl::StrCat(label, ": ", expanded.message()));
+}
+
 // The form-1 reading of `root`.
 absl::Status ReadSpecForm(Json root, const std::string& label,
+                          const std::optional<std::string>& folder,
                           JobFile* file) {
   std::string kind;
   if (root.contains("kind")) {
@@ -140,6 +172,7 @@ absl::Status ReadSpecForm(Json root, const std::string& label,
                         absl::StrCat(label, ": verify")));
     root["verify"] = v1::VerifyMode_Name(mode);
   }
+  const std::optional<Json> safetensors = TakeSafetensors(root);
   {
     absl::Status normalized = Normalize("", "", root);
     if (!normalized.ok()) {
@@ -168,6 +201,10 @@ absl::Status ReadSpecForm(Json root, const std::string& label,
     return Invalid(absl::StrCat(label, ": kind"),
                    absl::StrCat("'", kind, "' but the file describes a ",
                                 file->kind, " job"));
+  }
+  if (safetensors.has_value()) {
+    RETURN_IF_ERROR(
+        ExpandSafetensorsSection(*safetensors, label, folder, file));
   }
   if (root.contains("name")) file->name = file->spec.name();
   if (root.contains("verify")) file->verify = file->spec.verify();
@@ -235,9 +272,9 @@ absl::StatusOr<v1::DeviceMesh> ParseMeshText(const std::string& text,
 
 namespace {
 
-absl::StatusOr<JobFile> ParseJobSpecTextOrThrow(const std::string& text,
-                                                bool json,
-                                                const std::string& label) {
+absl::StatusOr<JobFile> ParseJobSpecTextOrThrow(
+    const std::string& text, bool json, const std::string& label,
+    const std::optional<std::string>& folder) {
   JobFile file;
   file.label = label;
   // The compact form reads YAML scalars as text (its documented behaviour);
@@ -251,7 +288,7 @@ absl::StatusOr<JobFile> ParseJobSpecTextOrThrow(const std::string& text,
                    "reshard})");
   }
   if (!IsCompactForm(typed)) {
-    RETURN_IF_ERROR(ReadSpecForm(std::move(typed), label, &file));
+    RETURN_IF_ERROR(ReadSpecForm(std::move(typed), label, folder, &file));
     return file;
   }
   file.compact = true;
@@ -278,13 +315,14 @@ absl::StatusOr<JobFile> ParseJobSpecTextOrThrow(const std::string& text,
 
 }  // namespace
 
-absl::StatusOr<JobFile> ParseJobSpecText(const std::string& text, bool json,
-                                         const std::string& label) {
+absl::StatusOr<JobFile> ParseJobSpecText(
+    const std::string& text, bool json, const std::string& label,
+    const std::optional<std::string>& folder) {
   // The JSON and YAML libraries report some problems by exception (e.g. a
   // YAML escape that decodes to bytes that are not UTF-8, found by
   // fuzz/job_file_fuzz); none may leave this module.
   try {
-    return ParseJobSpecTextOrThrow(text, json, label);
+    return ParseJobSpecTextOrThrow(text, json, label, folder);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(label, ": cannot be read: ", e.what()));
@@ -300,7 +338,8 @@ absl::StatusOr<JobFile> LoadJobSpecFile(const std::string& path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   const std::string text = buffer.str();
-  return ParseJobSpecText(text, IsJsonJobFile(path, text), path);
+  const std::string folder = std::filesystem::path(path).parent_path();
+  return ParseJobSpecText(text, IsJsonJobFile(path, text), path, folder);
 }
 
 }  // namespace meshcast::cli

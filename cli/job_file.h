@@ -28,6 +28,11 @@
 //   if (file.compact) { ... file.reshard (ReshardInput) ... }
 //   else { ... file.spec ... }
 //
+// A reshard_model job may take its tensors from a safetensors file
+// (reshard_model.safetensors, job_file_safetensors.h): they are read when
+// the file is parsed, relative to the job file's folder, and the spec holds
+// them as listed tensors.
+//
 // Thread safety: plain value types and pure functions.
 #ifndef MESHCAST_CLI_JOB_FILE_H_
 #define MESHCAST_CLI_JOB_FILE_H_
@@ -55,9 +60,13 @@ struct JobFile {
 
 absl::StatusOr<JobFile> LoadJobSpecFile(const std::string& path);
 // The same from text; `json` as IsJsonJobFile decides; `label` names the
-// file in errors.
-absl::StatusOr<JobFile> ParseJobSpecText(const std::string& text, bool json,
-                                         const std::string& label);
+// file in errors. `folder` is where relative paths in the text (a
+// reshard_model's safetensors.path) are read from ("": the working
+// directory); without one, a safetensors section is an error (text that is
+// not a file reads no files).
+absl::StatusOr<JobFile> ParseJobSpecText(
+    const std::string& text, bool json, const std::string& label,
+    const std::optional<std::string>& folder = std::nullopt);
 
 // "full" | "sample" | "off" -> the enum; INVALID_ARGUMENT naming `origin`
 // and the allowed values otherwise.

@@ -26,8 +26,10 @@ int64_t OwnDestinationElements(const v1::WorkerProgram& program) {
                                            program.local_devices().end());
   int64_t total = 0;
   for (const v1::Buffer& buffer : program.plan().buffers()) {
+    // A user buffer holds the user's values, which the worker cannot
+    // check (worker/buffer_set.h).
     if (buffer.role() == v1::Buffer::ROLE_DESTINATION &&
-        local.contains(buffer.device())) {
+        buffer.user_buffer().empty() && local.contains(buffer.device())) {
       total += ElementsOfBox(buffer);
     }
   }

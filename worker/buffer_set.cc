@@ -117,6 +117,25 @@ absl::StatusOr<VerifyResult> VerifyMoved(absl::Span<const uint8_t> bytes,
   return result;
 }
 
+// The tile of `buffer` over the user buffer it names.
+absl::StatusOr<TileBuffer> UserTile(const BufferDesc& buffer, DType dtype,
+                                    const BufferSetOptions& options) {
+  if (options.user_buffers == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the plan names user buffer '", buffer.user_buffer, "' for device ",
+        buffer.device, ", but this worker takes no user buffers"));
+  }
+  const int local = options.devices_per_worker > 0
+                        ? buffer.device % options.devices_per_worker
+                        : buffer.device;
+  const int64_t bytes = NumElements(buffer.box) * DTypeSize(dtype);
+  ASSIGN_OR_RETURN(std::shared_ptr<UserBuffers::Mapping> mapping,
+                   options.user_buffers->Acquire(buffer.user_buffer, local,
+                                                 bytes));
+  uint8_t* const data = mapping->data();
+  return TileBuffer::Wrap(dtype, buffer.box, data, bytes, std::move(mapping));
+}
+
 }  // namespace
 
 absl::StatusOr<BufferSet> BufferSet::Create(const ParsedProgram& program,
@@ -141,7 +160,10 @@ absl::StatusOr<BufferSet> BufferSet::Create(const ParsedProgram& program,
     const DType dtype = program.tensors[buffer.tensor].dtype;
     std::unique_ptr<TileBuffer> owned;
     try {
-      ASSIGN_OR_RETURN(TileBuffer tile, TileBuffer::Create(dtype, buffer.box));
+      ASSIGN_OR_RETURN(TileBuffer tile,
+                       buffer.user_buffer.empty()
+                           ? TileBuffer::Create(dtype, buffer.box)
+                           : UserTile(buffer, dtype, options));
       owned = std::make_unique<TileBuffer>(std::move(tile));
     } catch (const std::bad_alloc&) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -169,6 +191,8 @@ absl::StatusOr<BufferSet> BufferSet::Create(const ParsedProgram& program,
   };
   std::vector<FillSlice> fills;
   for (const auto& [buffer, tile] : order) {
+    // A user's source holds its data; its destination is written whole.
+    if (!buffer->user_buffer.empty()) continue;
     for (BoxPiece& piece :
          SplitBox(buffer->box, slicing.elements(tile->element_size()))) {
       fills.push_back({buffer, tile, std::move(piece)});
@@ -280,7 +304,8 @@ absl::StatusOr<VerificationSummary> BufferSet::Verify(
   std::vector<const BufferDesc*> destinations;
   bool any_computed = false;
   for (const BufferDesc& buffer : program_->buffers) {
-    if (buffer.role == BufferRole::kDestination) {
+    // A user buffer holds the user's values, which nothing here knows.
+    if (buffer.role == BufferRole::kDestination && buffer.user_buffer.empty()) {
       destinations.push_back(&buffer);
       any_computed |= program_->IsComputed(buffer.tensor);
     }

@@ -5,7 +5,10 @@
 // poisons the DESTINATION tiles of tensors that are only moved, zeroes the
 // DESTINATION tiles of computed tensors and every SCRATCH tile, and
 // pre-copies into each destination the part that the same device's source
-// tile of the same tensor already holds (docs/dataplane.md). Relays look
+// tile of the same tensor already holds (docs/dataplane.md). A buffer that
+// names a user buffer (user_buffers.h) is that memory instead of a new
+// tile: a source is not filled (it holds the user's data) and a
+// destination is not verified (nothing knows its expected values). Relays look
 // tiles up by (device, tensor, role): a sender reads from its source tile
 // when that holds the slice, else from its destination tile (received in an
 // earlier step); receivers write into their destination tile. Other ops
@@ -40,6 +43,7 @@
 #include "worker/cancellation.h"
 #include "worker/program.h"
 #include "worker/tile_buffer.h"
+#include "worker/user_buffers.h"
 
 namespace meshcast::worker {
 
@@ -54,6 +58,11 @@ struct BufferSetOptions {
   // Threads that fill, pre-copy and verify.
   int threads = 4;
   WorkSlicing slicing;
+  // Where tiles named by BufferDesc::user_buffer live (looked up by name and
+  // local device index = global device % devices_per_worker); null: a
+  // program that names one fails with FAILED_PRECONDITION.
+  std::shared_ptr<const UserBuffers> user_buffers;
+  int devices_per_worker = 0;
 };
 
 struct VerificationSummary {

@@ -100,6 +100,8 @@ absl::StatusOr<v1::JobResult> Executor::Run(const ParsedProgram& program,
   BufferSetOptions buffer_options;
   buffer_options.threads = options_.fill_threads;
   buffer_options.slicing = options_.slicing;
+  buffer_options.user_buffers = options_.user_buffers;
+  buffer_options.devices_per_worker = options_.devices_per_worker;
   absl::StatusOr<BufferSet> created =
       BufferSet::Create(program, cancellation_, buffer_options);
   if (absl::IsResourceExhausted(created.status())) {

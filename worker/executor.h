@@ -63,6 +63,7 @@
 #include "worker/host_memory.h"
 #include "worker/program.h"
 #include "worker/relay_step.h"
+#include "worker/user_buffers.h"
 #include "worker/worker_metrics.h"
 
 namespace meshcast::worker {
@@ -81,6 +82,11 @@ struct ExecutorOptions {
   AvailableMemoryFn available_memory;
   // Optional: steps, hops and tile memory are reported here as they happen.
   WorkerMetrics* metrics = nullptr;
+  // Buffers local processes registered (user_buffers.h), for programs that
+  // name them; and this worker's device count, which maps a global device
+  // id to the local index they are registered under.
+  std::shared_ptr<const UserBuffers> user_buffers;
+  int devices_per_worker = 0;
 };
 
 // What Run measured besides the JobResult (for logs).

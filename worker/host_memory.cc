@@ -170,6 +170,8 @@ HostMemoryNeed HostMemoryNeedOf(const ParsedProgram& program,
                                 int max_concurrent_steps) {
   HostMemoryNeed need;
   for (const BufferDesc& buffer : program.buffers) {
+    // A user buffer is memory its owner already holds.
+    if (!buffer.user_buffer.empty()) continue;
     ++need.tiles;
     need.tile_bytes += NumElements(buffer.box) *
                        DTypeSize(program.tensors[buffer.tensor].dtype);

@@ -13,11 +13,14 @@
 // (the process ends within 2 s whatever it is doing),
 // exit 0.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -110,6 +113,10 @@ ABSL_FLAG(std::string, tls_ca, "",
 ABSL_FLAG(std::string, controller_identity, "meshcast-controller",
           "the CN the controller's certificate must carry; RunTask, "
           "AbortTask and GetStatus are accepted from that certificate only");
+ABSL_FLAG(std::string, local_socket, "",
+          "a Unix socket path where processes on this host lend the worker "
+          "their buffers (Worker.RegisterBuffer, docs/user_buffers.md); "
+          "only the worker's user may connect; empty: none");
 ABSL_FLAG(bool, insecure, false,
           "no TLS: anyone who reaches --listen may run and abort tasks "
           "(local tests only); without it the --tls_* flags are required");
@@ -326,6 +333,14 @@ int Main(int argc, char** argv) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, *server_credentials, &port);
+  // The local socket is for processes of this host only: its file mode
+  // (set below) is the access control, so it needs no TLS.
+  const std::string local_socket = absl::GetFlag(FLAGS_local_socket);
+  if (!local_socket.empty()) {
+    std::remove(local_socket.c_str());  // a stale socket of a previous run
+    builder.AddListeningPort("unix:" + local_socket,
+                             grpc::InsecureServerCredentials());
+  }
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(256 << 20);  // large programs
   // A request that does not parse (e.g. invalid UTF-8 in a string field)
@@ -338,6 +353,15 @@ int Main(int argc, char** argv) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     return Fail(absl::StrCat("cannot listen on --listen=", listen));
+  }
+  if (!local_socket.empty()) {
+    if (chmod(local_socket.c_str(), 0600) != 0) {
+      server->Shutdown();
+      return Fail(absl::StrCat("--local_socket=", local_socket,
+                               ": cannot restrict it to this user: ",
+                               std::strerror(errno)));
+    }
+    LogInfo("user buffers are registered on unix:", local_socket);
   }
   std::string host = HostOf(listen);
   if (host.empty() || host == "0.0.0.0" || host == "[::]") host = data_address;

@@ -469,6 +469,13 @@ absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& proto) {
                 : buffer.role() == v1::Buffer::ROLE_DESTINATION
                     ? BufferRole::kDestination
                     : BufferRole::kScratch;
+    desc.user_buffer = buffer.user_buffer();
+    if (!desc.user_buffer.empty() && desc.role == BufferRole::kScratch) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": user_buffer '", desc.user_buffer,
+          "' on a ROLE_SCRATCH buffer; allowed on ROLE_SOURCE and "
+          "ROLE_DESTINATION"));
+    }
     RETURN_IF_ERROR(CheckBoxInTensor(desc.box, program.tensors[desc.tensor],
                                      what + " box"));
     if (!local.contains(buffer.device())) {

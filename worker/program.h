@@ -55,6 +55,9 @@ struct BufferDesc {
   int device = 0;
   Box box;
   BufferRole role = BufferRole::kSource;
+  // A registered user buffer holding the tile (v1::Buffer.user_buffer);
+  // empty: the worker's own memory.
+  std::string user_buffer;
 };
 
 // A step's operand: a region of one buffer. `box` is the operand's slice in

@@ -21,9 +21,7 @@ absl::Status CheckPackedSize(size_t size, int64_t first, int64_t last,
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<TileBuffer> TileBuffer::Create(DType dtype, Box box) {
+absl::Status CheckBox(const Box& box) {
   for (size_t d = 0; d < box.size(); ++d) {
     if (box[d].begin > box[d].end || box[d].begin < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -31,23 +29,49 @@ absl::StatusOr<TileBuffer> TileBuffer::Create(DType dtype, Box box) {
           " has a negative begin or begin > end in dimension ", d));
     }
   }
-  return TileBuffer(dtype, std::move(box));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TileBuffer> TileBuffer::Create(DType dtype, Box box) {
+  RETURN_IF_ERROR(CheckBox(box));
+  TileBuffer tile(dtype, std::move(box));
+  // Uninitialized on purpose: tiles are filled right away (pattern or
+  // poison), and zeroing gigabytes first would double the set-up cost.
+  if (tile.size_bytes() > 0) {
+    std::shared_ptr<uint8_t[]> storage(
+        std::make_unique_for_overwrite<uint8_t[]>(tile.size_bytes()));
+    tile.data_ = storage.get();
+    tile.storage_ = std::move(storage);
+  }
+  return tile;
+}
+
+absl::StatusOr<TileBuffer> TileBuffer::Wrap(DType dtype, Box box,
+                                            uint8_t* data, int64_t size_bytes,
+                                            std::shared_ptr<const void> owner) {
+  RETURN_IF_ERROR(CheckBox(box));
+  TileBuffer tile(dtype, std::move(box));
+  if (size_bytes != tile.size_bytes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a buffer of ", size_bytes, " bytes cannot hold tile ",
+                     BoxToString(tile.box()), " (", tile.size_bytes(),
+                     " bytes)"));
+  }
+  tile.data_ = data;
+  tile.storage_ = std::move(owner);
+  return tile;
 }
 
 TileBuffer::TileBuffer(DType dtype, Box box)
     : dtype_(dtype),
       box_(std::move(box)),
       element_size_(DTypeSize(dtype)),
-      num_elements_(NumElements(box_)) {
-  // Uninitialized on purpose: tiles are filled right away (pattern or
-  // poison), and zeroing gigabytes first would double the set-up cost.
-  if (size_bytes() > 0) {
-    data_ = std::make_unique_for_overwrite<uint8_t[]>(size_bytes());
-  }
-}
+      num_elements_(NumElements(box_)) {}
 
 void TileBuffer::Fill(uint8_t value) {
-  if (size_bytes() > 0) std::memset(data_.get(), value, size_bytes());
+  if (size_bytes() > 0) std::memset(data_, value, size_bytes());
 }
 
 absl::Status TileBuffer::PackSlice(const Box& slice, int64_t first,
@@ -60,7 +84,7 @@ absl::Status TileBuffer::PackSlice(const Box& slice, int64_t first,
   ForEachRun(slice, box_, slice, first, last,
              [&](int64_t in_tile, int64_t in_slice, int64_t length) {
                std::memcpy(out.data() + (in_slice - first) * size,
-                           data_.get() + in_tile * size, length * size);
+                           data_ + in_tile * size, length * size);
              });
   return absl::OkStatus();
 }
@@ -74,7 +98,7 @@ absl::Status TileBuffer::UnpackSlice(const Box& slice, int64_t first,
   const int64_t size = element_size_;
   ForEachRun(slice, box_, slice, first, last,
              [&](int64_t in_tile, int64_t in_slice, int64_t length) {
-               std::memcpy(data_.get() + in_tile * size,
+               std::memcpy(data_ + in_tile * size,
                            in.data() + (in_slice - first) * size,
                            length * size);
              });
@@ -96,8 +120,8 @@ absl::Status TileBuffer::CopyRegionFrom(const TileBuffer& source,
   const int64_t size = element_size_;
   ForEachRun(region, box_, source.box_, 0, NumElements(region),
              [&](int64_t in_this, int64_t in_source, int64_t length) {
-               std::memcpy(data_.get() + in_this * size,
-                           source.data_.get() + in_source * size,
+               std::memcpy(data_ + in_this * size,
+                           source.data_ + in_source * size,
                            length * size);
              });
   return absl::OkStatus();

@@ -31,18 +31,28 @@ class TileBuffer {
   // The contents are uninitialized until Fill, FillBox or a copy writes them.
   // InvalidArgument for a box with begin > end.
   static absl::StatusOr<TileBuffer> Create(DType dtype, Box box);
+  // A tile over memory someone else owns (a user buffer, user_buffers.h):
+  // `data` holds exactly the tile's bytes in row-major order and stays
+  // valid while `owner` lives; the tile keeps `owner`. Errors as Create's,
+  // and InvalidArgument when `size_bytes` is not the tile's size.
+  static absl::StatusOr<TileBuffer> Wrap(DType dtype, Box box, uint8_t* data,
+                                         int64_t size_bytes,
+                                         std::shared_ptr<const void> owner);
 
   TileBuffer(TileBuffer&&) = default;
   TileBuffer& operator=(TileBuffer&&) = default;
+  // A copy would alias the bytes: tiles are moved, never copied.
+  TileBuffer(const TileBuffer&) = delete;
+  TileBuffer& operator=(const TileBuffer&) = delete;
 
   DType dtype() const { return dtype_; }
   const Box& box() const { return box_; }
   int element_size() const { return element_size_; }
   int64_t num_elements() const { return num_elements_; }
   int64_t size_bytes() const { return num_elements_ * element_size_; }
-  absl::Span<uint8_t> bytes() { return {data_.get(), size_t(size_bytes())}; }
+  absl::Span<uint8_t> bytes() { return {data_, size_t(size_bytes())}; }
   absl::Span<const uint8_t> bytes() const {
-    return {data_.get(), size_t(size_bytes())};
+    return {data_, size_t(size_bytes())};
   }
 
   // Sets every byte to `value`.
@@ -71,7 +81,9 @@ class TileBuffer {
   Box box_;
   int element_size_;
   int64_t num_elements_;
-  std::unique_ptr<uint8_t[]> data_;
+  // What keeps data_ valid: the tile's own allocation, or a user buffer.
+  std::shared_ptr<const void> storage_;
+  uint8_t* data_ = nullptr;
 };
 
 }  // namespace meshcast::worker

@@ -5,13 +5,15 @@
 #include <new>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
-#include "security/call_guard.h"
 #include "grpcpp/server_context.h"
-#include "worker/host_memory.h"
+#include "security/call_guard.h"
+#include "util/grpc_status.h"
 #include "util/log.h"
+#include "worker/host_memory.h"
 
 namespace meshcast::worker {
 namespace {
@@ -28,6 +30,11 @@ void Reject(WorkerMetrics* metrics, v1::RunTaskResponse* response,
 
 WorkerServiceOptions WithDefaults(WorkerServiceOptions options) {
   options.task.executor.metrics = options.metrics;
+  if (options.user_buffers == nullptr) {
+    options.user_buffers = std::make_shared<UserBuffers>();
+  }
+  options.task.executor.user_buffers = options.user_buffers;
+  options.task.executor.devices_per_worker = options.num_devices;
   if (options.cache_communicators && options.task.communicators == nullptr &&
       options.task.device_backend == nullptr) {
     options.task.communicators = std::make_shared<CommunicatorCache>(
@@ -53,6 +60,72 @@ grpc::Status WorkerService::CheckCaller(const grpc::ServerContext* context,
       absl::StrCat("/meshcast.v1.Worker/", method));
 }
 
+grpc::Status WorkerService::CheckLocalCaller(
+    const grpc::ServerContext* context, absl::string_view method) {
+  if (context == nullptr || absl::StartsWith(context->peer(), "unix:")) {
+    return grpc::Status::OK;
+  }
+  return grpc::Status(
+      grpc::StatusCode::PERMISSION_DENIED,
+      absl::StrCat(method, " is served only on the worker's local socket "
+                           "(--local_socket), not to ", context->peer()));
+}
+
+grpc::Status WorkerService::RegisterBuffer(
+    grpc::ServerContext* context, const v1::RegisterBufferRequest* request,
+    v1::RegisterBufferResponse*) {
+  if (grpc::Status s = CheckLocalCaller(context, "RegisterBuffer"); !s.ok()) {
+    return s;
+  }
+  const v1::UserBuffer& buffer = request->buffer();
+  if (buffer.device() >= options_.num_devices) {
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("buffer.device ", buffer.device(), ": this worker has ",
+                     options_.num_devices, " devices (0 .. ",
+                     options_.num_devices - 1, ")"));
+  }
+  UserBuffers::Info info;
+  info.name = buffer.name();
+  info.device = buffer.device();
+  info.path = buffer.path();
+  info.size_bytes = buffer.size_bytes();
+  const absl::Status status = options_.user_buffers->Register(info);
+  if (status.ok()) {
+    LogInfo("user buffer '", info.name, "' of device ", info.device, ": ",
+            info.size_bytes, " bytes of ", info.path);
+  }
+  return ToGrpcStatus(status);
+}
+
+grpc::Status WorkerService::UnregisterBuffer(
+    grpc::ServerContext* context, const v1::UnregisterBufferRequest* request,
+    v1::UnregisterBufferResponse*) {
+  if (grpc::Status s = CheckLocalCaller(context, "UnregisterBuffer");
+      !s.ok()) {
+    return s;
+  }
+  return ToGrpcStatus(
+      options_.user_buffers->Unregister(request->name(), request->device()));
+}
+
+grpc::Status WorkerService::ListBuffers(grpc::ServerContext* context,
+                                        const v1::ListBuffersRequest*,
+                                        v1::ListBuffersResponse* response) {
+  if (grpc::Status s = CheckLocalCaller(context, "ListBuffers"); !s.ok()) {
+    return s;
+  }
+  for (const UserBuffers::Info& info : options_.user_buffers->List()) {
+    v1::UserBuffer* buffer = response->add_buffers();
+    buffer->set_name(info.name);
+    buffer->set_device(info.device);
+    buffer->set_path(info.path);
+    buffer->set_size_bytes(info.size_bytes);
+    buffer->set_jobs_using(info.jobs_using);
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status WorkerService::RunTask(grpc::ServerContext* context,
                                     const v1::RunTaskRequest* request,
                                     v1::RunTaskResponse* response) {
@@ -68,6 +141,15 @@ grpc::Status WorkerService::RunTask(grpc::ServerContext* context,
         options_.metrics, response, job_id,
         absl::StrCat("program.local_devices has ", program.local_devices_size(),
                      " devices but this worker drives ", options_.num_devices));
+    return grpc::Status::OK;
+  }
+  if (options_.task.device_backend != nullptr &&
+      std::any_of(program.plan().buffers().begin(),
+                  program.plan().buffers().end(),
+                  [](const v1::Buffer& b) { return !b.user_buffer().empty(); })) {
+    Reject(options_.metrics, response, job_id,
+           "the plan names user buffers, which this worker takes on CPU "
+           "devices only (not on its GPUs)");
     return grpc::Status::OK;
   }
   auto task = std::make_shared<Task>(program, kv_, options_.task);

@@ -13,6 +13,11 @@
 //   program reached them — is refused at once instead of waiting in the
 //   rendezvous for peers that are gone.
 // - GetStatus: name, devices, running jobs.
+// - RegisterBuffer, UnregisterBuffer, ListBuffers: user buffers
+//   (user_buffers.h), only for callers on the worker's local Unix socket
+//   (a peer "unix:..."); PERMISSION_DENIED over TCP, so no remote caller
+//   can make the worker map a file. Programs that name user buffers run
+//   on CPU devices only (FAILED_PRECONDITION with a device backend).
 // Communicators are kept across jobs on the same workers unless
 // WorkerServiceOptions::cache_communicators is false.
 // Each task's start and end are logged to stderr; with
@@ -37,6 +42,7 @@
 #include "meshcast/v1/worker.grpc.pb.h"
 #include "worker/kv_store.h"
 #include "worker/task.h"
+#include "worker/user_buffers.h"
 #include "worker/worker_metrics.h"
 
 namespace meshcast::worker {
@@ -58,6 +64,9 @@ struct WorkerServiceOptions {
   // task.closer). Every worker of a cluster must do alike.
   bool cache_communicators = true;
   CommunicatorCacheOptions communicator_cache;
+  // Where RegisterBuffer keeps user buffers; null: the service makes its
+  // own. Handed to every task's executor with num_devices.
+  std::shared_ptr<UserBuffers> user_buffers;
 };
 
 class WorkerService final : public v1::Worker::Service {
@@ -74,6 +83,15 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status GetStatus(grpc::ServerContext* context,
                          const v1::GetStatusRequest* request,
                          v1::GetStatusResponse* response) override;
+  grpc::Status RegisterBuffer(grpc::ServerContext* context,
+                              const v1::RegisterBufferRequest* request,
+                              v1::RegisterBufferResponse* response) override;
+  grpc::Status UnregisterBuffer(grpc::ServerContext* context,
+                                const v1::UnregisterBufferRequest* request,
+                                v1::UnregisterBufferResponse* response) override;
+  grpc::Status ListBuffers(grpc::ServerContext* context,
+                           const v1::ListBuffersRequest* request,
+                           v1::ListBuffersResponse* response) override;
 
   // Aborts every running task (daemon shutdown); new tasks are refused.
   void Shutdown(absl::string_view reason);
@@ -85,6 +103,10 @@ class WorkerService final : public v1::Worker::Service {
   // options_.controller_identity is set).
   grpc::Status CheckCaller(const grpc::ServerContext* context,
                            absl::string_view method) const;
+  // PERMISSION_DENIED unless the peer came in over a Unix socket (in-process
+  // callers pass a null context and are local too).
+  static grpc::Status CheckLocalCaller(const grpc::ServerContext* context,
+                                       absl::string_view method);
   // The tasks running now, by job id.
   std::vector<std::shared_ptr<Task>> RunningTasks() const
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -108,7 +108,12 @@ class ClientTest(unittest.TestCase):
         job = self.client.submit({"collective": {
             "op": "all_reduce", "mesh": {"shape": [2, 2]}, "size": "64MiB",
             "iterations": 200}})
-        self.client.cancel(job.id)
+        try:
+            self.client.cancel(job.id)
+        except meshcast.Error as e:
+            ended = self.client.get(job.id)
+            self.fail("cancel: %s; the job had ended %s: %s" % (
+                e, job_pb2.JobState.Name(ended.state), ended.message))
         final = self.client.wait(job.id, timeout=60)
         self.assertEqual(final.state, job_pb2.JOB_STATE_CANCELLED,
                          final.message)

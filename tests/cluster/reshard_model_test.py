@@ -7,10 +7,14 @@ submitted as the YAML users write, with every strategy and auto.
 Every job must SUCCEED with 0 mismatches, verify at least every element of
 every tensor on every replica, and report the kind's figures; `meshctl
 plan -f` must list the strategies (auto's pick marked); replicas of
-different shapes must be refused at submit, naming the field.
+different shapes must be refused at submit, naming the field. The same
+model read from a safetensors file's header (tiny, written here) must move
+and verify as the listed one does.
 """
 
+import json
 import os
+import struct
 import tempfile
 
 import cluster_lib as lib
@@ -50,13 +54,45 @@ def elements(shape):
     return n
 
 
-def run_job(cluster, strategy):
-    path = job_file(strategy)
+def safetensors_job_file(folder):
+    """TENSORS as a float32 safetensors file (header, then zeros) in
+    `folder`, and a job file beside it taking the tensors from its header:
+    one rule per 2-D tensor, the default for the norm."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, shape, _, _ in TENSORS:
+        size = 4 * elements(shape)
+        header[name] = {"dtype": "F32", "shape": list(shape),
+                        "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + bytes(offset))
+    lines = ["name: weights-safetensors", "verify: full", "reshard_model:",
+             "  src_mesh: \"1x2\"", "  dst_meshes: [\"1x2\", \"1x2\"]",
+             "  safetensors:", "    path: model.safetensors", "    rules:"]
+    for name, shape, src, dst in TENSORS:
+        if len(shape) > 1:
+            lines.append("      - {match: \"^%s$\", src_spec: \"%s\", "
+                         "dst_spec: \"%s\"}" % (name, src, dst))
+    lines.append("    default: {src_spec: \"R\", dst_spec: \"R\"}")
+    path = os.path.join(folder, "weights.yaml")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def run_job(cluster, strategy, path=None):
+    """Submits `path` (default: the listed TENSORS with `strategy`) and
+    checks the result."""
+    listed = path is None
+    path = job_file(strategy) if listed else path
     try:
         result = cluster.ctl("submit", "-f", path, "--wait", "--output",
                              "json", timeout=120)
     finally:
-        os.unlink(path)
+        if listed:
+            os.unlink(path)
     job = result.json()
     lib.check(job.get("state") == "SUCCEEDED" and result.code == 0,
               "%s: state %s (exit %d): %s" % (strategy, job.get("state"),
@@ -79,7 +115,8 @@ def run_job(cluster, strategy):
     if strategy != "auto":
         lib.check(ran == strategy, "%s: ran %s" % (strategy, ran))
     lib.log("%-16s ok: ran %-16s %.4f s, %d elements verified" %
-            (strategy, ran, float(res.get("seconds", 0)),
+            (strategy if listed else "safetensors", ran,
+             float(res.get("seconds", 0)),
              int(res.get("elements_verified", 0))))
 
 
@@ -116,7 +153,10 @@ def run():
         for strategy in ("send_recv", "local_allgather", "broadcast",
                          "broadcast_lb", "meshcast", "auto"):
             run_job(cluster, strategy)
-        lib.log("6 reshard_model jobs verified on %d workers x %d devices" %
+        # The same model read from a safetensors header.
+        with tempfile.TemporaryDirectory() as folder:
+            run_job(cluster, "auto", safetensors_job_file(folder))
+        lib.log("7 reshard_model jobs verified on %d workers x %d devices" %
                 (WORKERS, DEVICES))
 
 

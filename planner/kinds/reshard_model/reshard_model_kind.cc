@@ -51,6 +51,44 @@ absl::Status CheckPresetRange(absl::string_view name, int64_t value,
                         low, high);
 }
 
+// The user-buffer prefixes: both or neither, and different, so that a
+// device that is in both meshes' hosts never confuses its two tiles.
+absl::Status SetBufferPrefixes(const v1::ReshardModelSpec& m,
+                               ReshardModelRequest& request) {
+  if (m.src_buffer_prefix().empty() != m.dst_buffer_prefix().empty()) {
+    return absl::InvalidArgumentError(
+        "reshard_model.src_buffer_prefix and dst_buffer_prefix: give both "
+        "(user buffers for sources and destinations) or neither");
+  }
+  if (!m.src_buffer_prefix().empty() &&
+      m.src_buffer_prefix() == m.dst_buffer_prefix()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reshard_model.dst_buffer_prefix '", m.dst_buffer_prefix(),
+        "' equals src_buffer_prefix; allowed: two different prefixes, e.g. "
+        "train/ and infer/"));
+  }
+  request.src_buffer_prefix = m.src_buffer_prefix();
+  request.dst_buffer_prefix = m.dst_buffer_prefix();
+  return absl::OkStatus();
+}
+
+// Names every source and destination tile of `plan` after the user buffer
+// that holds it: prefix + the name of its tensor (plan tensor i is
+// request.tensors[i]).
+void NameUserBuffers(const ReshardModelRequest& request, v1::Plan& plan) {
+  for (v1::Buffer& buffer : *plan.mutable_buffers()) {
+    const int t = buffer.tensor();
+    if (t < 0 || t >= static_cast<int>(request.tensors.size())) continue;
+    if (buffer.role() == v1::Buffer::ROLE_SOURCE) {
+      buffer.set_user_buffer(request.src_buffer_prefix +
+                             request.tensors[t].name);
+    } else if (buffer.role() == v1::Buffer::ROLE_DESTINATION) {
+      buffer.set_user_buffer(request.dst_buffer_prefix +
+                             request.tensors[t].name);
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<ModelTensorRequest>> PresetTensors(
@@ -188,6 +226,7 @@ absl::StatusOr<ReshardModelRequest> ReshardModelRequestOf(
                             request.dst_meshes[0], "dst_meshes"));
     request.tensors.push_back(std::move(out));
   }
+  RETURN_IF_ERROR(SetBufferPrefixes(m, request));
   if (!m.strategy().empty()) {
     absl::StatusOr<Strategy> strategy = ParseStrategy(m.strategy());
     if (!strategy.ok()) {
@@ -276,6 +315,7 @@ absl::StatusOr<PlannedJob> ReshardModelKind::Plan(
   ASSIGN_OR_RETURN(PlannedJob job, PlanReshardJob(problems, topology,
                                                   request.strategy, options));
   job.plan.set_kind("reshard_model");
+  if (request.user_buffers()) NameUserBuffers(request, job.plan);
   return job;
 }
 

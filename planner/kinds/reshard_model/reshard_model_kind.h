@@ -67,6 +67,12 @@ struct ReshardModelRequest {
   std::vector<MeshRequest> dst_meshes;
   std::vector<ModelTensorRequest> tensors;
   Strategy strategy = Strategy::kAuto;
+  // User buffers (v1::ReshardModelSpec): tensor NAME's source tiles are the
+  // buffers named src_buffer_prefix + NAME, its destinations
+  // dst_buffer_prefix + NAME; both empty: the worker's own tiles.
+  std::string src_buffer_prefix;
+  std::string dst_buffer_prefix;
+  bool user_buffers() const { return !src_buffer_prefix.empty(); }
   int64_t model_bytes() const;
 };
 absl::StatusOr<ReshardModelRequest> ReshardModelRequestOf(

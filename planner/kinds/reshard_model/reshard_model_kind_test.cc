@@ -68,6 +68,13 @@ TEST(ReshardModelKindTest, ErrorsNameTheFieldAndTheAllowedValues) {
        "reshard_model.tensors[0]"},
       {[](v1::ReshardModelSpec& m) { m.set_strategy("fastest"); },
        "reshard_model.strategy"},
+      {[](v1::ReshardModelSpec& m) { m.set_src_buffer_prefix("train/"); },
+       "give both (user buffers for sources and destinations) or neither"},
+      {[](v1::ReshardModelSpec& m) {
+         m.set_src_buffer_prefix("w/");
+         m.set_dst_buffer_prefix("w/");
+       },
+       "reshard_model.dst_buffer_prefix 'w/' equals src_buffer_prefix"},
   };
   for (const Case& c : cases) {
     v1::JobSpec spec = Spec();
@@ -90,6 +97,43 @@ TEST(ReshardModelKindTest, ReplicasFormOneMeshWithALeadingAxis) {
 
 // Every tensor planned together, each delivered to every replica: the plan
 // passes VerifyPlan on every tensor, and the metrics count the replicas.
+TEST(ReshardModelKindTest, UserBuffersNameEveryTileAfterItsTensor) {
+  const Topology topology = Topology::FromGbps(3, 4, 10, 100);
+  const std::vector<DeviceMesh> meshes = {DeviceMesh{{1, 4}, {0, 1, 2, 3}},
+                                          DeviceMesh{{1, 2}, {4, 5}},
+                                          DeviceMesh{{1, 2}, {8, 9}}};
+  v1::JobSpec spec = Spec();
+  absl::StatusOr<PlannedJob> own =
+      ReshardModelKind().Plan(spec, meshes, topology, {});
+  ASSERT_TRUE(own.ok()) << own.status();
+  for (const v1::Buffer& b : own->plan.buffers()) {
+    EXPECT_EQ(b.user_buffer(), "");
+  }
+  spec.mutable_reshard_model()->set_src_buffer_prefix("train/");
+  spec.mutable_reshard_model()->set_dst_buffer_prefix("infer/");
+  absl::StatusOr<PlannedJob> user =
+      ReshardModelKind().Plan(spec, meshes, topology, {});
+  ASSERT_TRUE(user.ok()) << user.status();
+  const std::vector<std::string> names = {"wq", "wo", "w1", "norm"};
+  int sources = 0, destinations = 0;
+  for (const v1::Buffer& b : user->plan.buffers()) {
+    ASSERT_LT(b.tensor(), 4);
+    if (b.role() == v1::Buffer::ROLE_SOURCE) {
+      ++sources;
+      EXPECT_EQ(b.user_buffer(), "train/" + names[b.tensor()]);
+    } else if (b.role() == v1::Buffer::ROLE_DESTINATION) {
+      ++destinations;
+      EXPECT_EQ(b.user_buffer(), "infer/" + names[b.tensor()]);
+    } else {
+      EXPECT_EQ(b.user_buffer(), "");
+    }
+  }
+  EXPECT_EQ(sources, 4 * 4);
+  EXPECT_EQ(destinations, 4 * 4);
+  // The same moves as with the workers' own tiles.
+  EXPECT_EQ(user->plan.steps_size(), own->plan.steps_size());
+}
+
 TEST(ReshardModelKindTest, PlansEveryTensorToEveryReplica) {
   const Topology topology = Topology::FromGbps(3, 4, 10, 100);
   const std::vector<DeviceMesh> meshes = {DeviceMesh{{1, 4}, {0, 1, 2, 3}},

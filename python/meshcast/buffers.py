@@ -1,0 +1,174 @@
+"""User buffers: a program's own memory as the source and destination of
+meshcast jobs (CPU workers; docs/user_buffers.md).
+
+A process on a worker's host puts each tile it owns into a file in shared
+memory (/dev/shm), registers it with that host's worker over the worker's
+local Unix socket, and names the buffers in the job (`reshard_model`'s
+`src_buffer_prefix` / `dst_buffer_prefix`). The worker maps the files, so
+what a job writes is in the process's own mapping when the job ends.
+
+    import meshcast
+    from meshcast import buffers
+
+    workers = buffers.local_workers("~/.meshcast")   # name -> LocalWorker
+    tile = buffers.SharedTile.create("/dev/shm/me/wq.0", nbytes)
+    tile.view()[:] = my_bytes                          # or a numpy view
+    workers["worker-0"].register("train/wq", device=0, tile=tile)
+    ...
+    client.run({"reshard_model": {..., "src_buffer_prefix": "train/",
+                                  "dst_buffer_prefix": "infer/"},
+                "verify": "VERIFY_MODE_OFF"})
+
+Names: a job's tile of tensor NAME on global device D is the buffer
+PREFIX + NAME registered with the worker of host D // G under local device
+D % G (G devices per worker). `tiles(plan)` lists every tile of a plan with
+its box, so a program knows what to put where.
+
+Errors: a worker's refusal raises meshcast.Error (PERMISSION_DENIED when
+the call did not come over the local socket). Thread safety: a
+LocalWorker may be shared between threads; a SharedTile may not.
+"""
+
+import json
+import mmap
+import os
+
+import grpc
+
+from meshcast.client import Error, _call
+from meshcast.v1 import plan_pb2
+from meshcast.v1 import types_pb2
+from meshcast.v1 import worker_pb2
+from meshcast.v1 import worker_pb2_grpc
+
+
+class SharedTile:
+    """A file of `size` bytes mapped shared (usually under /dev/shm)."""
+
+    def __init__(self, path, size, mapping, fd):
+        self.path = path
+        self.size = size
+        self._mapping = mapping
+        self._fd = fd
+
+    @classmethod
+    def create(cls, path, size):
+        """Creates (or truncates) the file at `path` with `size` zero bytes
+        and maps it."""
+        path = os.path.abspath(path)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.ftruncate(fd, size)
+        return cls(path, size, mmap.mmap(fd, size) if size else None, fd)
+
+    def view(self):
+        """A writable memoryview of the bytes."""
+        return memoryview(self._mapping) if self._mapping else memoryview(b"")
+
+    def close(self, remove=True):
+        if self._mapping is not None:
+            self._mapping.close()
+            self._mapping = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if remove:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+
+class LocalWorker:
+    """The user-buffer calls of one worker, over its local Unix socket."""
+
+    def __init__(self, socket_path, timeout=10.0):
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel("unix:" + socket_path)
+        self._stub = worker_pb2_grpc.WorkerStub(self._channel)
+
+    def register(self, name, device, tile=None, path=None, size=None):
+        """Lends the worker a buffer: `tile` (a SharedTile), or a file
+        `path` of `size` bytes. `device` is the worker's local device
+        index."""
+        if tile is not None:
+            path, size = tile.path, tile.size
+        if path is None or size is None:
+            raise ValueError("register: give a tile, or a path and a size")
+        buffer = worker_pb2.UserBuffer(name=name, device=device,
+                                       path=os.path.abspath(path),
+                                       size_bytes=size)
+        _call(self._stub.RegisterBuffer,
+              worker_pb2.RegisterBufferRequest(buffer=buffer), self.timeout)
+
+    def unregister(self, name, device):
+        _call(self._stub.UnregisterBuffer,
+              worker_pb2.UnregisterBufferRequest(name=name, device=device),
+              self.timeout)
+
+    def list(self):
+        """The UserBuffer messages registered now (with jobs_using)."""
+        return list(_call(self._stub.ListBuffers,
+                          worker_pb2.ListBuffersRequest(),
+                          self.timeout).buffers)
+
+    def close(self):
+        self._channel.close()
+
+
+def local_workers(cluster_dir=None):
+    """{worker name: LocalWorker} of a local cluster started by `meshctl
+    up` (its cluster.json records each worker's local socket)."""
+    cluster_dir = os.path.expanduser(
+        cluster_dir or os.environ.get("MESHCAST_HOME", ".meshcast"))
+    with open(os.path.join(cluster_dir, "cluster.json")) as f:
+        info = json.load(f)
+    workers = {}
+    for process in info.get("processes", []):
+        if process.get("role") == "worker" and process.get("local_socket"):
+            workers[process["name"]] = LocalWorker(process["local_socket"])
+    if not workers:
+        raise Error("NOT_FOUND", "no worker of %s records a local socket "
+                    "(a cluster started by an older meshctl?)" % cluster_dir)
+    return workers
+
+
+def tiles(plan):
+    """Every tile of a Plan (e.g. Client.plan(spec).plan, for meshes given
+    as explicit devices): a list of dicts with tensor (its index), device
+    (global id), role ("source" or "destination"), box ([(begin, end)] per
+    dimension) and size (bytes)."""
+    out = []
+    for buffer in plan.buffers:
+        if buffer.role == plan_pb2.Buffer.ROLE_SOURCE:
+            role = "source"
+        elif buffer.role == plan_pb2.Buffer.ROLE_DESTINATION:
+            role = "destination"
+        else:
+            continue
+        box = [(i.begin, i.end) for i in buffer.box]
+        elements = 1
+        for begin, end in box:
+            elements *= end - begin
+        out.append({"tensor": buffer.tensor, "device": buffer.device,
+                    "role": role, "box": box,
+                    "size": elements * dtype_size(
+                        plan.tensors[buffer.tensor].dtype)})
+    return out
+
+
+_DTYPE_SIZES = {
+    "DTYPE_INT8": 1, "DTYPE_UINT8": 1, "DTYPE_INT32": 4, "DTYPE_INT64": 8,
+    "DTYPE_FLOAT16": 2, "DTYPE_BFLOAT16": 2, "DTYPE_FLOAT32": 4,
+    "DTYPE_FLOAT64": 8,
+}
+
+
+def dtype_size(dtype):
+    """Bytes per element of a meshcast.v1 DType value."""
+    name = types_pb2.DType.Name(dtype)
+    if name not in _DTYPE_SIZES:
+        raise ValueError("dtype %s: allowed: %s" % (name,
+                                                    ", ".join(_DTYPE_SIZES)))
+    return _DTYPE_SIZES[name]

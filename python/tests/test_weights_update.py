@@ -1,0 +1,110 @@
+"""examples/weights_update.py on a real local cluster of 2 workers x 4 CPU
+devices: a model's weights, written by the example into its own shared
+memory in a training layout, move into the inference replicas' buffers,
+which the example checks element by element (exit code 0 only when every
+element of every tensor arrived on every replica). Also the user-buffer
+calls themselves: a worker lists what is lent, refuses a file that is too
+short, and refuses the calls over TCP.
+
+Needs MESHCTL, MESHCAST_CONTROLLER_BIN and MESHCAST_WORKER_BIN; skipped
+without them."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import meshcast
+from meshcast import buffers
+
+MESHCTL = os.environ.get("MESHCTL")
+CONTROLLER = os.environ.get("MESHCAST_CONTROLLER_BIN")
+WORKER = os.environ.get("MESHCAST_WORKER_BIN")
+EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                       "..", "examples", "weights_update.py")
+
+
+@unittest.skipUnless(MESHCTL and CONTROLLER and WORKER,
+                     "MESHCTL, MESHCAST_CONTROLLER_BIN, MESHCAST_WORKER_BIN "
+                     "not set")
+class WeightsUpdateTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="mc-weights-")
+        bin_dir = os.path.join(cls.tmp, "bin")
+        os.makedirs(bin_dir)
+        os.symlink(CONTROLLER, os.path.join(bin_dir, "meshcast-controller"))
+        os.symlink(WORKER, os.path.join(bin_dir, "meshcast-worker"))
+        cls.dir = os.path.join(cls.tmp, "c")
+        subprocess.run([MESHCTL, "up", "--dir", cls.dir, "--bin-dir", bin_dir,
+                        "--workers", "2", "--devices-per-worker", "4",
+                        # Plaintext, so that a TCP call reaches the
+                        # worker's own check (with TLS, workers take only
+                        # the controller's certificate).
+                        "--insecure", "--output", "json"], check=True,
+                       timeout=60, stderr=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL)
+
+    @classmethod
+    def tearDownClass(cls):
+        subprocess.run([MESHCTL, "down", "--dir", cls.dir], timeout=60,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_example_moves_and_checks_every_tensor(self):
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else self.tmp
+        result = subprocess.run([sys.executable, EXAMPLE, "--dir", self.dir,
+                                 "--shm", shm], capture_output=True,
+                                text=True, timeout=150)
+        self.assertEqual(result.returncode, 0,
+                         "stdout:\n%s\nstderr:\n%s" % (result.stdout,
+                                                       result.stderr))
+        self.assertIn("0 mismatches", result.stdout)
+        self.assertIn("to 2 replicas", result.stdout)
+        # Every buffer was given back.
+        for worker in buffers.local_workers(self.dir).values():
+            self.assertEqual(worker.list(), [])
+
+    def test_register_list_and_refusals(self):
+        workers = buffers.local_workers(self.dir)
+        self.assertEqual(sorted(workers), ["worker-0", "worker-1"])
+        worker = workers["worker-1"]
+        tile = buffers.SharedTile.create(os.path.join(self.tmp, "t"), 64)
+        try:
+            worker.register("probe", 3, tile=tile)
+            listed = worker.list()
+            self.assertEqual([(b.name, b.device, b.size_bytes)
+                              for b in listed], [("probe", 3, 64)])
+            with self.assertRaises(meshcast.Error) as short:
+                worker.register("big", 0, path=tile.path, size=65)
+            self.assertEqual(short.exception.code, "INVALID_ARGUMENT")
+            self.assertIn("less than size_bytes 65", short.exception.message)
+            with self.assertRaises(meshcast.Error) as device:
+                worker.register("x", 4, tile=tile)
+            self.assertIn("this worker has 4 devices", device.exception.message)
+            worker.unregister("probe", 3)
+            self.assertEqual(worker.list(), [])
+        finally:
+            tile.close()
+
+    def test_buffer_calls_are_refused_over_tcp(self):
+        import grpc
+        from meshcast.v1 import worker_pb2, worker_pb2_grpc
+        client = meshcast.Client.local(self.dir)
+        address = [w.address for w in client.cluster().workers][0]
+        client.close()
+        channel = grpc.insecure_channel(address)
+        stub = worker_pb2_grpc.WorkerStub(channel)
+        with self.assertRaises(grpc.RpcError) as refused:
+            stub.ListBuffers(worker_pb2.ListBuffersRequest(), timeout=10)
+        channel.close()
+        self.assertEqual(refused.exception.code(),
+                         grpc.StatusCode.PERMISSION_DENIED,
+                         refused.exception.details())
+        self.assertIn("local socket", refused.exception.details())
+
+
+if __name__ == "__main__":
+    unittest.main()
