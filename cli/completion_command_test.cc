@@ -39,7 +39,7 @@ TEST(CompletionCommandTest, ScriptComesFromTheTables) {
                                 "\"table wide json yaml\""));
   EXPECT_THAT(script, HasSubstr("\"submit -f\") COMPREPLY=($(compgen -f "));
   EXPECT_THAT(script, HasSubstr("\"submit --verify\") COMPREPLY=($(compgen "
-                                "-W \"full sample off\""));
+                                "-W \"full sample off checksum\""));
 
   const CommandResult zsh = RunMeshctl({"completion", "zsh"}, EmptyContext());
   ASSERT_EQ(zsh.exit_code, kExitOk);

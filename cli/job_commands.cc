@@ -396,9 +396,10 @@ CommandResult RunSubmitCommand(const std::vector<std::string>& args,
   flags.String("name", &name, "NAME", "job name, shown by list and get");
   AddReshardFlags(flags, text, &allow_overlap);
   AddCollectiveFlags(flags, text);
-  flags.Choice("verify", &verify, {"full", "sample", "off"},
+  flags.Choice("verify", &verify, {"full", "sample", "off", "checksum"},
                "check every output element (full), a fixed pseudo-random\n"
-               "subset (sample) or none (off)");
+               "subset (sample), none (off), or compare every tile's\n"
+               "checksum with the sources' (checksum: for user buffers)");
   flags.Bool("wait", &wait,
              "follow the job until it ends; exit non-zero unless it "
              "SUCCEEDED");

@@ -1031,7 +1031,7 @@ TEST_F(JobCommandsTest, BadValuesSuggestTheClosest) {
   result = RunSubmitCommand(WithController(args), context_);
   EXPECT_EQ(result.exit_code, kExitUsage);
   ExpectOneLine(result, "meshctl submit: --verify: unknown value 'sampel'; "
-                        "allowed: full, sample, off; did you mean sample?");
+                        "allowed: full, sample, off, checksum; did you mean sample?");
 
   result = RunListCommand(WithController({"-o", "jsno"}), context_);
   ExpectOneLine(result, "meshctl list: --output: unknown value 'jsno'; "

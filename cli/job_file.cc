@@ -233,8 +233,10 @@ absl::StatusOr<v1::VerifyMode> ParseVerifyMode(const std::string& text,
   if (lower == "full") return v1::VERIFY_MODE_FULL;
   if (lower == "sample") return v1::VERIFY_MODE_SAMPLE;
   if (lower == "off") return v1::VERIFY_MODE_OFF;
-  return Invalid(origin,
-                 absl::StrCat("'", text, "' is not one of full, sample, off"));
+  if (lower == "checksum") return v1::VERIFY_MODE_CHECKSUM;
+  return Invalid(origin, absl::StrCat("'", text,
+                                      "' is not one of full, sample, off, "
+                                      "checksum"));
 }
 
 absl::StatusOr<v1::DeviceMesh> ParseMeshText(const std::string& text,
@@ -301,7 +303,7 @@ absl::StatusOr<JobFile> ParseJobSpecTextOrThrow(
     const Json& verify = root["verify"];
     if (!verify.is_string()) {
       return Invalid(absl::StrCat(label, ": verify"),
-                     "expected one of full, sample, off");
+                     "expected one of full, sample, off, checksum");
     }
     ASSIGN_OR_RETURN(file.verify,
                      ParseVerifyMode(verify.get<std::string>(),

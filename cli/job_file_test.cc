@@ -189,7 +189,7 @@ TEST(JobFileTest, ErrorsNameTheFileAndKey) {
                           false, "job.yaml");
   ASSERT_FALSE(file.ok());
   EXPECT_EQ(file.status().message(),
-            "job.yaml: verify: 'most' is not one of full, sample, off");
+            "job.yaml: verify: 'most' is not one of full, sample, off, checksum");
 
   file = ParseJobSpecText("kind: reshard\ncollective: {op: all_reduce}\n",
                           false, "job.yaml");

@@ -105,6 +105,17 @@ int PhaseRank(absl::string_view phase) {
   return 2;
 }
 
+// With verify CHECKSUM, whether every moved tensor arrived intact
+// (CheckTensorChecksums over all workers' results); OK for other modes.
+absl::Status ChecksumsAgree(
+    v1::VerifyMode verify, const v1::Plan& plan,
+    const std::vector<absl::StatusOr<v1::RunTaskResponse>>& responses) {
+  if (verify != v1::VERIFY_MODE_CHECKSUM) return absl::OkStatus();
+  std::vector<const v1::JobResult*> results;
+  for (const auto& response : responses) results.push_back(&response->result());
+  return CheckTensorChecksums(plan, results);
+}
+
 }  // namespace
 
 // How far the workers of a running job are; guarded by the manager's mu_.
@@ -870,6 +881,10 @@ void JobManager::RunJob(ActiveJob* job) {
             max_abs_error > 0
                 ? absl::StrFormat(" (largest error %g)", max_abs_error)
                 : std::string());
+      } else if (absl::Status intact = ChecksumsAgree(verify, plan, responses);
+                 !intact.ok()) {
+        state = v1::JOB_STATE_FAILED;
+        message = std::string(intact.message());
       } else if (verify == v1::VERIFY_MODE_FULL && verified != expected) {
         state = v1::JOB_STATE_FAILED;
         message =
@@ -890,6 +905,9 @@ void JobManager::RunJob(ActiveJob* job) {
           case v1::VERIFY_MODE_SAMPLE:
             verification = absl::StrCat("verified a sample of ", verified,
                                         " elements, 0 mismatches");
+            break;
+          case v1::VERIFY_MODE_CHECKSUM:
+            verification = "checksums of every moved tensor agree";
             break;
           default:
             verification =

@@ -228,7 +228,11 @@ absl::StatusOr<std::vector<v1::WorkerProgram>> ProjectPlan(
 int64_t DestinationElements(const v1::Plan& plan) {
   int64_t total = 0;
   for (const v1::Buffer& buffer : plan.buffers()) {
-    if (buffer.role() != v1::Buffer::ROLE_DESTINATION) continue;
+    // A user buffer holds the user's values, which no worker checks.
+    if (buffer.role() != v1::Buffer::ROLE_DESTINATION ||
+        !buffer.user_buffer().empty()) {
+      continue;
+    }
     total += ElementsOf(buffer.box());
   }
   return total;

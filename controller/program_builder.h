@@ -61,8 +61,9 @@ bool DefinesValues(v1::Step::Op op);
 bool DefinesValues(const v1::Step& step);
 
 // Number of elements the ROLE_DESTINATION buffers of `plan` hold, whatever
-// op writes them: what full verification must account for (the workers'
-// elements_verified summed).
+// op writes them, except user buffers (their values are the user's): what
+// full verification must account for (the workers' elements_verified
+// summed).
 int64_t DestinationElements(const v1::Plan& plan);
 
 // Bytes the plan's steps deliver to receiving devices (JobResult.

@@ -1,6 +1,8 @@
 #include "controller/result_check.h"
 
 #include <algorithm>
+#include <map>
+#include <string>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -89,6 +91,41 @@ absl::Status CheckSteps(const v1::WorkerProgram& program,
   return absl::OkStatus();
 }
 
+// VERIFY_MODE_CHECKSUM: no element verified, and one checksum for each
+// source and destination buffer of the worker's own devices.
+absl::Status CheckChecksumsReported(const v1::WorkerProgram& program,
+                                    const v1::JobResult& result) {
+  if (result.elements_verified() != 0) {
+    return Contradiction(program,
+                         absl::StrCat("verified ", result.elements_verified(),
+                                      " elements with verify checksum"));
+  }
+  const absl::flat_hash_set<int32_t> local(program.local_devices().begin(),
+                                           program.local_devices().end());
+  absl::flat_hash_set<int32_t> expected;
+  for (const v1::Buffer& buffer : program.plan().buffers()) {
+    if (buffer.role() != v1::Buffer::ROLE_SCRATCH &&
+        local.contains(buffer.device())) {
+      expected.insert(buffer.id());
+    }
+  }
+  absl::flat_hash_set<int32_t> seen;
+  for (const v1::TileChecksum& tile : result.tile_checksums()) {
+    if (!expected.contains(tile.buffer()) || !seen.insert(tile.buffer()).second) {
+      return Contradiction(
+          program, absl::StrCat("a checksum for buffer ", tile.buffer(),
+                                ", which is not one of its source or "
+                                "destination buffers, or comes twice"));
+    }
+  }
+  if (seen.size() != expected.size()) {
+    return Contradiction(program,
+                         absl::StrCat("checksums of ", seen.size(), " of its ",
+                                      expected.size(), " tiles"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckVerification(const v1::WorkerProgram& program,
                                const v1::JobResult& result) {
   const int64_t verified = result.elements_verified();
@@ -104,6 +141,8 @@ absl::Status CheckVerification(const v1::WorkerProgram& program,
   }
   const int64_t own = OwnDestinationElements(program);
   switch (program.verify()) {
+    case v1::VERIFY_MODE_CHECKSUM:
+      return CheckChecksumsReported(program, result);
     case v1::VERIFY_MODE_OFF:
       if (verified != 0) {
         return Contradiction(program,
@@ -149,6 +188,59 @@ absl::Status CheckWorkerResult(const v1::WorkerProgram& program,
   }
   if (absl::Status s = CheckSteps(program, result, options); !s.ok()) return s;
   return CheckVerification(program, result);
+}
+
+absl::Status CheckTensorChecksums(
+    const v1::Plan& plan, const std::vector<const v1::JobResult*>& results) {
+  absl::flat_hash_map<int32_t, uint64_t> checksum;
+  for (const v1::JobResult* result : results) {
+    for (const v1::TileChecksum& tile : result->tile_checksums()) {
+      checksum[tile.buffer()] = tile.checksum();
+    }
+  }
+  // tensor -> role -> box (as text) -> checksum of the first tile seen.
+  using Boxes = std::map<std::string, uint64_t>;
+  std::map<int32_t, std::map<bool, Boxes>> tensors;
+  for (const v1::Buffer& buffer : plan.buffers()) {
+    if (buffer.role() == v1::Buffer::ROLE_SCRATCH) continue;
+    const auto it = checksum.find(buffer.id());
+    if (it == checksum.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checksum: no worker reported buffer ", buffer.id(), " (device ",
+          buffer.device(), ")"));
+    }
+    const bool source = buffer.role() == v1::Buffer::ROLE_SOURCE;
+    std::string box;
+    for (const v1::Interval& i : buffer.box()) {
+      absl::StrAppend(&box, "[", i.begin(), ",", i.end(), ")");
+    }
+    Boxes& boxes = tensors[buffer.tensor()][source];
+    const auto [first, fresh] = boxes.emplace(box, it->second);
+    if (!fresh && first->second != it->second) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checksum: tensor ", buffer.tensor(), ": the ",
+          source ? "source" : "destination", " tiles of box ", box,
+          " differ between devices (device ", buffer.device(),
+          " disagrees with another)"));
+    }
+  }
+  for (const auto& [tensor, roles] : tensors) {
+    const auto sources = roles.find(true);
+    const auto destinations = roles.find(false);
+    // Computed tensors (no sources) and inputs nobody receives: nothing
+    // to compare.
+    if (sources == roles.end() || destinations == roles.end()) continue;
+    uint64_t sent = 0, received = 0;
+    for (const auto& [box, sum] : sources->second) sent += sum;
+    for (const auto& [box, sum] : destinations->second) received += sum;
+    if (sent != received) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checksum: tensor ", tensor, ": its destinations hold other data "
+          "than its sources (checksums ", absl::Hex(received), " and ",
+          absl::Hex(sent), ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace meshcast

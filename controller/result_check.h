@@ -13,7 +13,15 @@
 //  - with verify FULL, elements_verified differs from the elements of the
 //    ROLE_DESTINATION buffers on the worker's own devices (local_devices);
 //    with SAMPLE it exceeds them; with OFF it is not 0;
-//  - mismatches is negative or above elements_verified; seconds negative.
+//  - mismatches is negative or above elements_verified; seconds negative;
+//  - with verify CHECKSUM, it verified elements, or its tile checksums are
+//    not exactly one per source and destination buffer of its devices.
+//
+// CheckTensorChecksums then compares the checksums of all workers (verify
+// CHECKSUM): for each tensor that has sources, the tiles of one box must
+// agree (replicas), and the destinations' distinct boxes must add up to the
+// sources' (worker/tile_checksum.h: tiles that partition a tensor sum to
+// its checksum).
 //
 //   absl::Status s = CheckWorkerResult(program, response.result(),
 //                                      {.max_bytes_per_second = 10 * link});
@@ -26,6 +34,7 @@
 #define MESHCAST_CONTROLLER_RESULT_CHECK_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "meshcast/v1/job.pb.h"
@@ -56,6 +65,12 @@ double MaxPlausibleBytesPerSecond(const Topology& topology, double factor);
 absl::Status CheckWorkerResult(const v1::WorkerProgram& program,
                                const v1::JobResult& result,
                                const ResultCheckOptions& options);
+
+// FAILED_PRECONDITION naming the tensor and the box when the data did not
+// arrive intact; `results` are every worker's, each already checked by
+// CheckWorkerResult.
+absl::Status CheckTensorChecksums(
+    const v1::Plan& plan, const std::vector<const v1::JobResult*>& results);
 
 }  // namespace meshcast
 

@@ -173,5 +173,104 @@ TEST(ResultCheckTest, BoundIsAMultipleOfTheFastestLinkOrMemoryCopy) {
   EXPECT_DOUBLE_EQ(MaxPlausibleBytesPerSecond(topology, 0), 0);
 }
 
+// Verify CHECKSUM: one checksum per source and destination tile of the
+// worker's own devices (buffers 0, 1 and 2), nothing verified.
+TEST(ResultCheckTest, ChecksumModeWantsOneChecksumPerOwnTile) {
+  v1::WorkerProgram program = Program();
+  program.set_verify(v1::VERIFY_MODE_CHECKSUM);
+  v1::JobResult result = Honest(program);
+  result.set_elements_verified(0);
+  for (int buffer : {0, 1, 2}) {
+    v1::TileChecksum* tile = result.add_tile_checksums();
+    tile->set_buffer(buffer);
+    tile->set_checksum(1000 + buffer);
+  }
+  EXPECT_TRUE(CheckWorkerResult(program, result, kOptions).ok());
+
+  v1::JobResult verified = result;
+  verified.set_elements_verified(32);
+  EXPECT_THAT(std::string(CheckWorkerResult(program, verified, kOptions).message()),
+              HasSubstr("verified 32 elements with verify checksum"));
+  v1::JobResult missing = result;
+  missing.mutable_tile_checksums()->RemoveLast();
+  EXPECT_THAT(std::string(CheckWorkerResult(program, missing, kOptions).message()),
+              HasSubstr("checksums of 2 of its 3 tiles"));
+  v1::JobResult foreign = result;
+  foreign.mutable_tile_checksums(0)->set_buffer(3);  // device 0's
+  EXPECT_THAT(std::string(CheckWorkerResult(program, foreign, kOptions).message()),
+              HasSubstr("buffer 3"));
+  v1::JobResult twice = result;
+  twice.mutable_tile_checksums(1)->set_buffer(0);
+  EXPECT_FALSE(CheckWorkerResult(program, twice, kOptions).ok());
+}
+
+// A 1-D tensor 0 of 8 elements: sources on devices 0 and 1 (halves),
+// destinations replicated on devices 2 and 3 (whole); tensor 1 is computed
+// (a destination only). Checksums are arbitrary numbers that add up.
+struct ChecksumCase {
+  v1::Plan plan;
+  v1::JobResult w0, w1;
+};
+
+ChecksumCase Checksums() {
+  ChecksumCase c;
+  auto add = [&](int id, int tensor, int device, v1::Buffer::Role role,
+                 int64_t begin, int64_t end) {
+    v1::Buffer* b = c.plan.add_buffers();
+    b->set_id(id);
+    b->set_tensor(tensor);
+    b->set_device(device);
+    b->set_role(role);
+    v1::Interval* i = b->add_box();
+    i->set_begin(begin);
+    i->set_end(end);
+  };
+  add(0, 0, 0, v1::Buffer::ROLE_SOURCE, 0, 4);
+  add(1, 0, 1, v1::Buffer::ROLE_SOURCE, 4, 8);
+  add(2, 0, 2, v1::Buffer::ROLE_DESTINATION, 0, 8);
+  add(3, 0, 3, v1::Buffer::ROLE_DESTINATION, 0, 8);
+  add(4, 1, 2, v1::Buffer::ROLE_DESTINATION, 0, 8);
+  add(5, 0, 0, v1::Buffer::ROLE_SCRATCH, 0, 4);
+  auto put = [](v1::JobResult& r, int buffer, uint64_t sum) {
+    v1::TileChecksum* t = r.add_tile_checksums();
+    t->set_buffer(buffer);
+    t->set_checksum(sum);
+  };
+  put(c.w0, 0, 0xFFFFFFFFFFFFFFF0ULL);  // sums wrap mod 2^64
+  put(c.w0, 1, 0x25);
+  put(c.w1, 2, 0x15);
+  put(c.w1, 3, 0x15);
+  put(c.w1, 4, 0x999);
+  return c;
+}
+
+TEST(ResultCheckTest, TensorChecksumsAddUpAcrossWorkers) {
+  ChecksumCase c = Checksums();
+  EXPECT_TRUE(CheckTensorChecksums(c.plan, {&c.w0, &c.w1}).ok());
+
+  ChecksumCase corrupt = Checksums();
+  corrupt.w1.mutable_tile_checksums(0)->set_checksum(0x16);
+  corrupt.w1.mutable_tile_checksums(1)->set_checksum(0x16);
+  const absl::Status lost = CheckTensorChecksums(corrupt.plan,
+                                                 {&corrupt.w0, &corrupt.w1});
+  EXPECT_EQ(lost.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(lost.message()),
+              HasSubstr("tensor 0: its destinations hold other data"));
+
+  ChecksumCase replica = Checksums();
+  replica.w1.mutable_tile_checksums(1)->set_checksum(0x14);
+  EXPECT_THAT(std::string(CheckTensorChecksums(replica.plan,
+                                               {&replica.w0, &replica.w1})
+                              .message()),
+              HasSubstr("destination tiles of box [0,8) differ"));
+
+  ChecksumCase silent = Checksums();
+  silent.w0.mutable_tile_checksums()->RemoveLast();
+  EXPECT_THAT(std::string(CheckTensorChecksums(silent.plan,
+                                               {&silent.w0, &silent.w1})
+                              .message()),
+              HasSubstr("no worker reported buffer 1"));
+}
+
 }  // namespace
 }  // namespace meshcast

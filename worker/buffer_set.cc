@@ -15,6 +15,7 @@
 #include "worker/kernels/initializer.h"
 #include "worker/kernels/reference.h"
 #include "worker/pattern.h"
+#include "worker/tile_checksum.h"
 
 namespace meshcast::worker {
 namespace {
@@ -295,12 +296,34 @@ absl::StatusOr<VerificationSummary> BufferSet::VerifyDestinations(
   return Verify(cancellation, options_, counters);
 }
 
+absl::StatusOr<VerificationSummary> BufferSet::Checksums(
+    const Cancellation& cancellation, const BufferSetOptions& options) const {
+  std::vector<const BufferDesc*> tiles;
+  for (const BufferDesc& buffer : program_->buffers) {
+    if (buffer.role != BufferRole::kScratch) tiles.push_back(&buffer);
+  }
+  VerificationSummary summary;
+  summary.checksums.resize(tiles.size());
+  RETURN_IF_ERROR(ParallelFor(tiles.size(), options.threads, [&](int i) {
+    RETURN_IF_ERROR(cancellation.status());
+    const BufferDesc& buffer = *tiles[i];
+    summary.checksums[i] = {
+        buffer.id, TileChecksum(*by_id_.at(buffer.id),
+                                program_->tensors[buffer.tensor].shape)};
+    return absl::OkStatus();
+  }));
+  return summary;
+}
+
 absl::StatusOr<VerificationSummary> BufferSet::Verify(
     const Cancellation& cancellation, const BufferSetOptions& options,
     VerificationProgress* counters) const {
   VerificationSummary summary;
   const v1::VerifyMode mode = program_->verify;
   if (mode == v1::VERIFY_MODE_OFF) return summary;
+  if (mode == v1::VERIFY_MODE_CHECKSUM) {
+    return Checksums(cancellation, options);
+  }
   std::vector<const BufferDesc*> destinations;
   bool any_computed = false;
   for (const BufferDesc& buffer : program_->buffers) {

@@ -36,6 +36,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -73,6 +74,10 @@ struct VerificationSummary {
   // "device 3 tensor 0 index 1234: expected ..., found ..." for the first
   // mismatching buffer, empty if none.
   std::string first_mismatch;
+  // VERIFY_MODE_CHECKSUM: (buffer id, TileChecksum) of every source and
+  // destination tile, in the program's buffer order; nothing is compared
+  // here (the controller does, across workers).
+  std::vector<std::pair<int, uint64_t>> checksums;
 };
 
 // How far a verification is, for status polls from any thread: `total`
@@ -133,6 +138,8 @@ class BufferSet {
   absl::StatusOr<VerificationSummary> Verify(
       const Cancellation& cancellation, const BufferSetOptions& options,
       VerificationProgress* counters) const;
+  absl::StatusOr<VerificationSummary> Checksums(
+      const Cancellation& cancellation, const BufferSetOptions& options) const;
 
   const ParsedProgram* program_ = nullptr;
   BufferSetOptions options_;

@@ -157,6 +157,11 @@ absl::StatusOr<v1::JobResult> Executor::Run(const ParsedProgram& program,
   result.set_elements_verified(verification.elements);
   result.set_mismatches(verification.mismatches);
   result.set_max_abs_error(verification.max_abs_error);
+  for (const auto& [buffer, checksum] : verification.checksums) {
+    v1::TileChecksum* tile = result.add_tile_checksums();
+    tile->set_buffer(buffer);
+    tile->set_checksum(checksum);
+  }
   {
     absl::MutexLock lock(&mu_);
     timings_.setup_seconds = absl::ToDoubleSeconds(setup_end - setup_start);

@@ -158,6 +158,23 @@ TEST(UserBuffersTest, AJobMovesUserDataIntoUserMemory) {
   // The source was read, not overwritten with a pattern.
   EXPECT_EQ(ReadInts(source, values.size()), values);
 
+  // With verify checksum, the workers report every tile's checksum: the
+  // two destination halves add up to the source (the controller's check).
+  job.set_verify(v1::VERIFY_MODE_CHECKSUM);
+  const TestJobOutcome summed = RunTestJob(job, options);
+  ASSERT_TRUE(summed.all_ok);
+  uint64_t sent = 0, received = 0;
+  int tiles = 0;
+  for (const auto& result : summed.results) {
+    for (const v1::TileChecksum& tile : result->tile_checksums()) {
+      ++tiles;
+      (tile.buffer() == src ? sent : received) += tile.checksum();
+    }
+  }
+  EXPECT_EQ(tiles, 3);
+  EXPECT_NE(sent, 0u);
+  EXPECT_EQ(sent, received);
+
   // Without a registry, or with a buffer missing, the job fails by name.
   ExecutorOptions without;
   TestJobOutcome refused = RunTestJob(job, without);

@@ -62,6 +62,8 @@ class WeightsUpdateTest(unittest.TestCase):
                          "stdout:\n%s\nstderr:\n%s" % (result.stdout,
                                                        result.stderr))
         self.assertIn("0 mismatches", result.stdout)
+        # meshcast's own check of the same data (verify: checksum).
+        self.assertIn("checksums of every moved tensor agree", result.stdout)
         self.assertIn("to 2 replicas", result.stdout)
         # Every buffer was given back.
         for worker in buffers.local_workers(self.dir).values():

@@ -248,6 +248,11 @@ absl::StatusOr<VerificationSummary> DeviceBufferSet::VerifyDestinations(
   VerificationSummary summary;
   const v1::VerifyMode mode = program_->verify;
   if (mode == v1::VERIFY_MODE_OFF) return summary;
+  if (mode == v1::VERIFY_MODE_CHECKSUM) {
+    return absl::UnimplementedError(
+        "verify: checksum is computed on CPU workers only; use full, sample "
+        "or off on GPUs");
+  }
   // The reference of computed tensors, from the whole plan, as the CPU
   // verifier builds it.
   std::unique_ptr<Reference> reference;
