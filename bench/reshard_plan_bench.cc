@@ -40,6 +40,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/workloads/public_suite.h"
+#include "cli/command_errors.h"
 #include "cli/flags.h"
 #include "cli/text_table.h"
 #include "planner/cost_model.h"
@@ -402,17 +403,11 @@ int Main(const std::vector<std::string>& args) {
   flags.Bool("verify", &verify,
              "also time VerifyPlan on the planning-speed case (the suite "
              "verifies every plan always)");
-  absl::Status parsed = flags.Parse(args);
-  if (flags.help_requested()) {
-    std::cout << flags.Usage();
-    return 0;
-  }
-  if (!parsed.ok() || !flags.positional().empty()) {
-    std::cerr << "reshard_plan_bench: "
-              << (parsed.ok() ? "unexpected argument " + flags.positional()[0]
-                              : std::string(parsed.message()))
-              << "\n";
-    return 2;
+  if (auto done = cli::ParseCommandFlags(flags, args, "reshard_plan_bench", 0,
+                                         "see --help")) {
+    std::cout << done->out;
+    std::cerr << done->err;
+    return done->exit_code;
   }
   if (only == "all" || only == "suite") {
     absl::StatusOr<std::vector<PublicSuiteCase>> suite =

@@ -220,6 +220,12 @@ void AddReshardFlags(FlagSet& flags, std::map<std::string, std::string>& text,
   flags.Bool("allow-overlap", allow_overlap,
              "let the controller place source and destination on the same "
              "hosts");
+  flags.String("src-buffer", &text["src_buffer"], "NAME",
+               "read the source tiles from the user buffer NAME that a\n"
+               "process lent each source device's worker\n"
+               "(docs/user_buffers.md; with --dst-buffer)");
+  flags.String("dst-buffer", &text["dst_buffer"], "NAME",
+               "write the destination tiles into the user buffer NAME");
 }
 
 // Copies the reshard flags that were given into `input`, overriding a job
@@ -254,7 +260,8 @@ void ApplyReshardFlags(const FlagSet& flags,
 // Flags of one kind only; the other kind's are refused by name.
 constexpr const char* kReshardOnlyFlags[] = {
     "shape",    "src-mesh", "src-devices", "src-shape", "src-spec", "dst-mesh",
-    "dst-devices", "dst-shape", "dst-spec", "strategy", "allow-overlap"};
+    "dst-devices", "dst-shape", "dst-spec", "strategy", "allow-overlap",
+    "src-buffer", "dst-buffer"};
 // The reshard of a JobSpec-form job file as ReshardInput text, so that
 // flags override it field by field and the compact form's checks apply;
 // origins name the file's keys.
@@ -306,6 +313,12 @@ ReshardInput ReshardInputFromSpec(const v1::ReshardSpec& reshard,
   }
   if (reshard.allow_overlap()) {
     input.Set("allow_overlap", "true", key("allow_overlap"));
+  }
+  if (!reshard.src_buffer().empty()) {
+    input.Set("src_buffer", reshard.src_buffer(), key("src_buffer"));
+  }
+  if (!reshard.dst_buffer().empty()) {
+    input.Set("dst_buffer", reshard.dst_buffer(), key("dst_buffer"));
   }
   return input;
 }

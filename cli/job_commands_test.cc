@@ -110,6 +110,23 @@ TEST_F(JobCommandsTest, SubmitPlacedMeshes) {
   EXPECT_EQ(spec.reshard().strategy(), "meshcast");
 }
 
+TEST_F(JobCommandsTest, SubmitUserBuffersByFlagOrFile) {
+  std::vector<std::string> args = Case1();
+  args.insert(args.end(), {"--src-buffer", "mine/in", "--dst-buffer",
+                           "mine/out", "--verify", "checksum"});
+  CommandResult result = RunSubmitCommand(WithController(args), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  ASSERT_EQ(fake_.submitted().size(), 1u);
+  v1::JobSpec spec = fake_.submitted()[0];
+  EXPECT_EQ(spec.reshard().src_buffer(), "mine/in");
+  EXPECT_EQ(spec.reshard().dst_buffer(), "mine/out");
+  EXPECT_EQ(spec.verify(), v1::VERIFY_MODE_CHECKSUM);
+  // Without them, the worker's own tiles.
+  result = RunSubmitCommand(WithController(Case1()), context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_EQ(fake_.submitted().at(1).reshard().src_buffer(), "");
+}
+
 TEST_F(JobCommandsTest, SubmitPinnedMeshesUsesTheLiveTopology) {
   std::vector<std::string> args = Case1();
   args[6] = "2x4@0";   // --src-mesh

@@ -554,12 +554,15 @@ absl::Status ReadReshardSection(const Json& reshard, const std::string& label,
       input->Set(key, text, origin);
       continue;
     }
-    if (key == "dtype" || key == "strategy" || key == "allow_overlap") {
+    if (key == "dtype" || key == "strategy" || key == "allow_overlap" ||
+        key == "src_buffer" || key == "dst_buffer") {
       ASSIGN_OR_RETURN(std::string text,
                        ScalarText(value, origin,
                                   key == "dtype"      ? "int32"
                                   : key == "strategy" ? "meshcast"
-                                                      : "false"));
+                                  : key == "allow_overlap"
+                                      ? "false"
+                                      : "train/weights"));
       input->Set(key, text, origin);
       continue;
     }
@@ -713,6 +716,9 @@ absl::StatusOr<v1::JobSpec> BuildJobSpec(const ReshardInput& input) {
                                            input.Origin("allow_overlap")));
     reshard->set_allow_overlap(allow);
   }
+  // User buffers (docs/user_buffers.md); the kind checks the pair.
+  if (input.Has("src_buffer")) reshard->set_src_buffer(input.Get("src_buffer"));
+  if (input.Has("dst_buffer")) reshard->set_dst_buffer(input.Get("dst_buffer"));
   return spec;
 }
 

@@ -41,7 +41,8 @@ namespace meshcast::cli {
 inline constexpr const char* kReshardFields[] = {
     "shape",     "dtype",    "src_mesh", "src_devices",
     "src_shape", "src_spec", "dst_mesh", "dst_devices",
-    "dst_shape", "dst_spec", "strategy", "allow_overlap"};
+    "dst_shape", "dst_spec", "strategy", "allow_overlap",
+    "src_buffer", "dst_buffer"};
 
 struct ReshardInput {
   std::string name;  // job name, optional

@@ -18,6 +18,7 @@ import unittest
 
 import meshcast
 from meshcast import buffers
+from meshcast.v1 import job_pb2
 
 MESHCTL = os.environ.get("MESHCTL")
 CONTROLLER = os.environ.get("MESHCAST_CONTROLLER_BIN")
@@ -68,6 +69,56 @@ class WeightsUpdateTest(unittest.TestCase):
         # Every buffer was given back.
         for worker in buffers.local_workers(self.dir).values():
             self.assertEqual(worker.list(), [])
+
+    def test_reshard_job_between_user_buffers(self):
+        """One tensor, a `reshard` job: rows split over host 0's four
+        devices to columns split over host 1's, in the user's memory."""
+        import array
+        client = meshcast.Client.local(self.dir)
+        workers = buffers.local_workers(self.dir)
+        shape = [8, 12]
+        spec = {"reshard": {
+            "tensor": {"shape": shape, "dtype": "DTYPE_INT32"},
+            "src_mesh": {"shape": [1, 4], "devices": [0, 1, 2, 3]},
+            "src_spec": {"text": "R,S1"},
+            "dst_mesh": {"shape": [1, 4], "devices": [4, 5, 6, 7]},
+            "dst_spec": {"text": "S1,R"},
+            "src_buffer": "mine/in", "dst_buffer": "mine/out"},
+            "verify": "VERIFY_MODE_CHECKSUM"}
+        tiles = buffers.tiles(client.plan(spec).plan)
+        lent = []
+        for tile in tiles:
+            host, device = divmod(tile["device"], 4)
+            shm = buffers.SharedTile.create(
+                os.path.join(self.tmp, "r.%s.%d" % (tile["role"],
+                                                    tile["device"])),
+                tile["size"])
+            (rows, cols) = tile["box"]
+            if tile["role"] == "source":
+                shm.view()[:] = array.array("i", (
+                    1000 * r + c for r in range(*rows)
+                    for c in range(*cols))).tobytes()
+            name = "mine/in" if tile["role"] == "source" else "mine/out"
+            workers["worker-%d" % host].register(name, device, tile=shm)
+            lent.append((tile, shm, workers["worker-%d" % host], name,
+                         device))
+        job = client.run(spec, timeout=60)
+        self.assertEqual(job.state, job_pb2.JOB_STATE_SUCCEEDED, job.message)
+        self.assertIn("checksums of every moved tensor agree", job.message)
+        destinations = 0
+        for tile, shm, worker, name, device in lent:
+            if tile["role"] == "destination":
+                destinations += 1
+                got = array.array("i")
+                got.frombytes(bytes(shm.view()))
+                (rows, cols) = tile["box"]
+                self.assertEqual(list(got), [1000 * r + c
+                                             for r in range(*rows)
+                                             for c in range(*cols)])
+            worker.unregister(name, device)
+            shm.close()
+        self.assertEqual(destinations, 4)
+        client.close()
 
     def test_register_list_and_refusals(self):
         workers = buffers.local_workers(self.dir)

@@ -64,7 +64,12 @@ absl::StatusOr<PlannedJob> ReshardKind::Plan(
   }
   ASSIGN_OR_RETURN(const ReshardProblem problem,
                    MakeProblem(request, meshes[0], meshes[1], topology));
-  return PlanReshardJob({problem}, topology, request.strategy, options);
+  ASSIGN_OR_RETURN(PlannedJob job, PlanReshardJob({problem}, topology,
+                                                  request.strategy, options));
+  if (!request.src_buffer.empty()) {
+    NameUserBuffers({request.src_buffer}, {request.dst_buffer}, job.plan);
+  }
+  return job;
 }
 
 absl::StatusOr<PlannedJob> PlanReshardJob(
@@ -92,6 +97,20 @@ absl::StatusOr<PlannedJob> PlanReshardJob(
   const StrategyEvaluation& best = comparison.rows[chosen];
   return Lower(best.plan, best.predicted_seconds, best.lower_bound_seconds,
                std::move(alternatives));
+}
+
+void NameUserBuffers(const std::vector<std::string>& src_names,
+                     const std::vector<std::string>& dst_names,
+                     v1::Plan& plan) {
+  for (v1::Buffer& buffer : *plan.mutable_buffers()) {
+    const size_t t = static_cast<size_t>(buffer.tensor());
+    if (buffer.role() == v1::Buffer::ROLE_SOURCE && t < src_names.size()) {
+      buffer.set_user_buffer(src_names[t]);
+    } else if (buffer.role() == v1::Buffer::ROLE_DESTINATION &&
+               t < dst_names.size()) {
+      buffer.set_user_buffer(dst_names[t]);
+    }
+  }
 }
 
 void ReshardKind::Summarize(const v1::JobSpec& spec, const v1::Plan& plan,

@@ -52,6 +52,14 @@ absl::StatusOr<PlannedJob> PlanReshardJob(
 // movbw_bytes_per_second and lower_bound_ratio of a reshard's result.
 void SummarizeReshard(v1::JobResult& result);
 
+// User buffers (docs/user_buffers.md): the source tiles of plan tensor t
+// are the user buffer src_names[t] and its destinations dst_names[t]
+// (v1::Buffer.user_buffer); a tensor past the lists, or an empty name,
+// keeps the worker's own tiles.
+void NameUserBuffers(const std::vector<std::string>& src_names,
+                     const std::vector<std::string>& dst_names,
+                     v1::Plan& plan);
+
 }  // namespace meshcast
 
 #endif  // MESHCAST_PLANNER_KINDS_RESHARD_RESHARD_KIND_H_

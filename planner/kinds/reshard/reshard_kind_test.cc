@@ -62,6 +62,37 @@ TEST(ReshardKindTest, AForcedStrategyPlansOnlyIt) {
   EXPECT_GT(job->plan.predicted_seconds(), 0);
 }
 
+TEST(ReshardKindTest, UserBuffersNameTheSourceAndDestinationTiles) {
+  const Topology topology = Topology::FromGbps(2, 2, 10, 100);
+  v1::JobSpec spec = Spec("");
+  spec.mutable_reshard()->set_src_buffer("mine/in");
+  spec.mutable_reshard()->set_dst_buffer("mine/out");
+  absl::StatusOr<PlannedJob> job =
+      ReshardKind().Plan(spec, kMeshes, topology, {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  int sources = 0, destinations = 0;
+  for (const v1::Buffer& b : job->plan.buffers()) {
+    if (b.role() == v1::Buffer::ROLE_SOURCE) {
+      ++sources;
+      EXPECT_EQ(b.user_buffer(), "mine/in");
+    } else if (b.role() == v1::Buffer::ROLE_DESTINATION) {
+      ++destinations;
+      EXPECT_EQ(b.user_buffer(), "mine/out");
+    }
+  }
+  EXPECT_EQ(sources, 2);
+  EXPECT_EQ(destinations, 2);
+
+  spec.mutable_reshard()->clear_dst_buffer();
+  EXPECT_THAT(std::string(ReshardKind().Validate(spec).message()),
+              ::testing::HasSubstr("reshard.src_buffer and reshard.dst_buffer: "
+                                   "give both"));
+  spec.mutable_reshard()->set_dst_buffer("mine/in");
+  EXPECT_THAT(std::string(ReshardKind().Validate(spec).message()),
+              ::testing::HasSubstr("reshard.dst_buffer 'mine/in' equals "
+                                   "reshard.src_buffer"));
+}
+
 TEST(ReshardKindTest, SummaryReportsMovedBandwidth) {
   v1::JobResult result;
   result.set_seconds(0.5);

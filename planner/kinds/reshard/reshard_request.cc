@@ -44,6 +44,25 @@ PlacementRequest ReshardRequest::Meshes() const {
   return request;
 }
 
+absl::Status CheckUserBufferNames(absl::string_view src_field,
+                                  const std::string& src,
+                                  absl::string_view dst_field,
+                                  const std::string& dst) {
+  if (src.empty() != dst.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        src_field, " and ", dst_field,
+        ": give both (user buffers for sources and destinations) or "
+        "neither"));
+  }
+  if (!src.empty() && src == dst) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dst_field, " '", dst, "' equals ", src_field,
+                     "; allowed: two different names, e.g. train/ and "
+                     "infer/"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ReshardRequest> ReshardRequestFromProto(
     const v1::ReshardSpec& spec) {
   ReshardRequest request;
@@ -62,6 +81,10 @@ absl::StatusOr<ReshardRequest> ReshardRequestFromProto(
   ASSIGN_OR_RETURN(request.dst_mesh,
                    MeshRequestFromProto(spec.dst_mesh(), "dst_mesh"));
   request.allow_overlap = spec.allow_overlap();
+  RETURN_IF_ERROR(CheckUserBufferNames("reshard.src_buffer", spec.src_buffer(),
+                                       "reshard.dst_buffer", spec.dst_buffer()));
+  request.src_buffer = spec.src_buffer();
+  request.dst_buffer = spec.dst_buffer();
   ASSIGN_OR_RETURN(request.src_spec,
                    ShardingFromProto(spec.src_spec(), "src_spec"));
   ASSIGN_OR_RETURN(request.dst_spec,

@@ -17,7 +17,11 @@
 #ifndef MESHCAST_PLANNER_KINDS_RESHARD_RESHARD_REQUEST_H_
 #define MESHCAST_PLANNER_KINDS_RESHARD_RESHARD_REQUEST_H_
 
+#include <string>
+
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "planner/placement.h"
 #include "meshcast/v1/job.pb.h"
 #include "planner/sharding.h"
@@ -39,7 +43,18 @@ struct ReshardRequest {
   MeshRequest dst_mesh;
   bool allow_overlap = false;
   Strategy strategy = Strategy::kAuto;
+  // User buffers of the source and destination tiles (both or neither).
+  std::string src_buffer;
+  std::string dst_buffer;
 };
+
+// The two names of a job's user buffers (or prefixes), checked: both or
+// neither, and not the same (a device in both meshes would confuse its two
+// tiles). INVALID_ARGUMENT naming the two fields.
+absl::Status CheckUserBufferNames(absl::string_view src_field,
+                                  const std::string& src,
+                                  absl::string_view dst_field,
+                                  const std::string& dst);
 
 // Errors are INVALID_ARGUMENT and name the field (e.g. "src_spec: ...").
 absl::StatusOr<ReshardRequest> ReshardRequestFromProto(

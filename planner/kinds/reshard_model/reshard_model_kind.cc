@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "planner/ir/spec_convert.h"
 #include "planner/kinds/reshard/reshard_kind.h"
+#include "planner/kinds/reshard/reshard_request.h"
 #include "util/status_macros.h"
 
 namespace meshcast {
@@ -49,44 +50,6 @@ absl::Status CheckPresetRange(absl::string_view name, int64_t value,
                               int64_t low, int64_t high) {
   return CheckSpecRange(absl::StrCat("reshard_model.preset.", name), value,
                         low, high);
-}
-
-// The user-buffer prefixes: both or neither, and different, so that a
-// device that is in both meshes' hosts never confuses its two tiles.
-absl::Status SetBufferPrefixes(const v1::ReshardModelSpec& m,
-                               ReshardModelRequest& request) {
-  if (m.src_buffer_prefix().empty() != m.dst_buffer_prefix().empty()) {
-    return absl::InvalidArgumentError(
-        "reshard_model.src_buffer_prefix and dst_buffer_prefix: give both "
-        "(user buffers for sources and destinations) or neither");
-  }
-  if (!m.src_buffer_prefix().empty() &&
-      m.src_buffer_prefix() == m.dst_buffer_prefix()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "reshard_model.dst_buffer_prefix '", m.dst_buffer_prefix(),
-        "' equals src_buffer_prefix; allowed: two different prefixes, e.g. "
-        "train/ and infer/"));
-  }
-  request.src_buffer_prefix = m.src_buffer_prefix();
-  request.dst_buffer_prefix = m.dst_buffer_prefix();
-  return absl::OkStatus();
-}
-
-// Names every source and destination tile of `plan` after the user buffer
-// that holds it: prefix + the name of its tensor (plan tensor i is
-// request.tensors[i]).
-void NameUserBuffers(const ReshardModelRequest& request, v1::Plan& plan) {
-  for (v1::Buffer& buffer : *plan.mutable_buffers()) {
-    const int t = buffer.tensor();
-    if (t < 0 || t >= static_cast<int>(request.tensors.size())) continue;
-    if (buffer.role() == v1::Buffer::ROLE_SOURCE) {
-      buffer.set_user_buffer(request.src_buffer_prefix +
-                             request.tensors[t].name);
-    } else if (buffer.role() == v1::Buffer::ROLE_DESTINATION) {
-      buffer.set_user_buffer(request.dst_buffer_prefix +
-                             request.tensors[t].name);
-    }
-  }
 }
 
 }  // namespace
@@ -226,7 +189,11 @@ absl::StatusOr<ReshardModelRequest> ReshardModelRequestOf(
                             request.dst_meshes[0], "dst_meshes"));
     request.tensors.push_back(std::move(out));
   }
-  RETURN_IF_ERROR(SetBufferPrefixes(m, request));
+  RETURN_IF_ERROR(CheckUserBufferNames(
+      "reshard_model.src_buffer_prefix", m.src_buffer_prefix(),
+      "reshard_model.dst_buffer_prefix", m.dst_buffer_prefix()));
+  request.src_buffer_prefix = m.src_buffer_prefix();
+  request.dst_buffer_prefix = m.dst_buffer_prefix();
   if (!m.strategy().empty()) {
     absl::StatusOr<Strategy> strategy = ParseStrategy(m.strategy());
     if (!strategy.ok()) {
@@ -315,7 +282,14 @@ absl::StatusOr<PlannedJob> ReshardModelKind::Plan(
   ASSIGN_OR_RETURN(PlannedJob job, PlanReshardJob(problems, topology,
                                                   request.strategy, options));
   job.plan.set_kind("reshard_model");
-  if (request.user_buffers()) NameUserBuffers(request, job.plan);
+  if (request.user_buffers()) {
+    std::vector<std::string> src_names, dst_names;
+    for (const ModelTensorRequest& t : request.tensors) {
+      src_names.push_back(request.src_buffer_prefix + t.name);
+      dst_names.push_back(request.dst_buffer_prefix + t.name);
+    }
+    NameUserBuffers(src_names, dst_names, job.plan);
+  }
   return job;
 }
 

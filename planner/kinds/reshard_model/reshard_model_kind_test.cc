@@ -74,7 +74,7 @@ TEST(ReshardModelKindTest, ErrorsNameTheFieldAndTheAllowedValues) {
          m.set_src_buffer_prefix("w/");
          m.set_dst_buffer_prefix("w/");
        },
-       "reshard_model.dst_buffer_prefix 'w/' equals src_buffer_prefix"},
+       "reshard_model.dst_buffer_prefix 'w/' equals reshard_model.src_buffer_prefix"},
   };
   for (const Case& c : cases) {
     v1::JobSpec spec = Spec();
