@@ -61,9 +61,10 @@ class ControllerClient {
   const std::string& address() const { return address_; }
 
   absl::StatusOr<v1::GetClusterResponse> GetCluster();
-  // The controller's version, which it sends with every GetCluster answer
-  // as metadata (kVersionMetadataKey); "" from a controller that predates
-  // it. Errors as GetCluster's.
+  // The controller's version, which it sends with every GetCluster and
+  // ListJobs answer as metadata (kVersionMetadataKey); "" from a controller
+  // that predates it. A caller GetCluster refuses (a user's token) is
+  // answered through ListJobs. Errors as those calls'.
   absl::StatusOr<std::string> ControllerVersion();
   absl::StatusOr<v1::Job> SubmitJob(const v1::JobSpec& spec);
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
@@ -88,6 +89,8 @@ class ControllerClient {
 
   // grpc::Status -> absl::Status with the same code.
   absl::Status Convert(const grpc::Status& status) const;
+  // ControllerVersion through ListJobs (limit 1).
+  absl::StatusOr<std::string> VersionFromJobList();
 
   const std::string address_;
   const Options options_;

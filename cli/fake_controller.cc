@@ -105,10 +105,13 @@ grpc::Status FakeController::GetJob(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status FakeController::ListJobs(grpc::ServerContext*,
+grpc::Status FakeController::ListJobs(grpc::ServerContext* context,
                                       const v1::ListJobsRequest* request,
                                       v1::ListJobsResponse* response) {
   absl::MutexLock lock(&mu_);
+  if (!version_.empty()) {
+    context->AddInitialMetadata("meshcast-version", version_);
+  }
   for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
     if (request->limit() > 0 && response->jobs_size() >= request->limit()) {
       break;
@@ -176,6 +179,11 @@ grpc::Status FakeController::Plan(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+void FakeController::SetClusterAdminOnly(bool admin_only) {
+  absl::MutexLock lock(&mu_);
+  cluster_admin_only_ = admin_only;
+}
+
 void FakeController::SetVersion(const std::string& version) {
   absl::MutexLock lock(&mu_);
   version_ = version;
@@ -185,6 +193,10 @@ grpc::Status FakeController::GetCluster(grpc::ServerContext* context,
                                         const v1::GetClusterRequest*,
                                         v1::GetClusterResponse* response) {
   absl::MutexLock lock(&mu_);
+  if (cluster_admin_only_) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "GetCluster needs the admin role");
+  }
   if (!version_.empty()) {
     context->AddInitialMetadata("meshcast-version", version_);
   }

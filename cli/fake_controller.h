@@ -49,6 +49,9 @@ class FakeController final : public v1::Controller::Service {
   // The version GetCluster sends as metadata, as the real controller does;
   // empty (the default): none, as from a controller that predates it.
   void SetVersion(const std::string& version);
+  // GetCluster answers PERMISSION_DENIED, as the real one does to a user's
+  // token; ListJobs then carries the version (as the real one's does).
+  void SetClusterAdminOnly(bool admin_only);
   std::vector<v1::JobSpec> submitted() const;
   std::vector<v1::ReshardSpec> planned() const;
   // Every Plan request, whole (PlanRequest.spec included).
@@ -86,6 +89,7 @@ class FakeController final : public v1::Controller::Service {
   grpc::Status get_job_error_ ABSL_GUARDED_BY(mu_);
   v1::PlanResponse plan_response_ ABSL_GUARDED_BY(mu_);
   std::string version_ ABSL_GUARDED_BY(mu_);
+  bool cluster_admin_only_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<v1::JobSpec> submitted_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ReshardSpec> planned_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::PlanRequest> plan_requests_ ABSL_GUARDED_BY(mu_);

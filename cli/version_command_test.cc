@@ -71,6 +71,17 @@ TEST_F(VersionCommandTest, ClientAndControllerVersions) {
   EXPECT_THAT(yaml.out, HasSubstr("  version: 9.8.7\n"));
 }
 
+TEST_F(VersionCommandTest, AUserTokenGetsTheVersionThroughItsJobList) {
+  fake_.SetVersion("9.8.7");
+  fake_.SetClusterAdminOnly(true);
+  const CommandResult result =
+      RunVersionCommand({"--controller", fake_.address()}, context_);
+  ASSERT_EQ(result.exit_code, kExitOk) << result.err;
+  EXPECT_EQ(result.out,
+            absl::StrCat("meshctl ", MESHCAST_TEST_VERSION,
+                         "\ncontroller 9.8.7 at ", fake_.address(), "\n"));
+}
+
 TEST_F(VersionCommandTest, OlderController) {
   const CommandResult result =
       RunVersionCommand({"--controller", fake_.address()}, context_);

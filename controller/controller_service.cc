@@ -170,6 +170,9 @@ grpc::Status ControllerService::ListJobs(grpc::ServerContext* context,
       !s.ok()) {
     return s;
   }
+  // Every admitted caller may list (its own) jobs, so the version rides
+  // here too for `meshctl version` with a user's token.
+  context->AddInitialMetadata(kVersionMetadataKey, MESHCAST_VERSION);
   // A user's limit applies to its own jobs: list all, then filter.
   const bool everyone = security::CanAccessEveryJob(caller);
   absl::StatusOr<std::vector<v1::Job>> jobs =

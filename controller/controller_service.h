@@ -7,9 +7,9 @@
 //
 // WatchJob streams the job's current state, then every event, and ends once
 // the job reaches a final state (or the client goes away, or Shutdown()).
-// GetCluster also sends the controller's version (the project version it
-// was built from) as initial metadata under kVersionMetadataKey, which
-// `meshctl version` reads (cli/controller_client.h).
+// GetCluster and ListJobs also send the controller's version (the project
+// version it was built from) as initial metadata under kVersionMetadataKey,
+// which `meshctl version` reads (cli/controller_client.h).
 //
 // Thread safety: thread-safe; gRPC calls the methods from its own threads.
 #ifndef MESHCAST_CONTROLLER_CONTROLLER_SERVICE_H_

@@ -73,6 +73,7 @@ def spec(src_devices, replica_devices):
                          "dtype": "DTYPE_FLOAT32",
                          "src_spec": {"text": a}, "dst_spec": {"text": b}}
                         for n, s, a, b in MODEL],
+            "strategy": "meshcast",
             "src_buffer_prefix": "train/",
             "dst_buffer_prefix": "infer/",
         },

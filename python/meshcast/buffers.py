@@ -136,7 +136,8 @@ def local_workers(cluster_dir=None):
 
 def tiles(plan):
     """Every tile of a Plan (e.g. Client.plan(spec).plan, for meshes given
-    as explicit devices): a list of dicts with tensor (its index), device
+    as explicit devices, so that the job places them alike): a list of
+    dicts with tensor (its index), device
     (global id), role ("source" or "destination"), box ([(begin, end)] per
     dimension) and size (bytes)."""
     out = []

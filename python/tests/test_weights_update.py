@@ -83,9 +83,13 @@ class WeightsUpdateTest(unittest.TestCase):
             "src_spec": {"text": "R,S1"},
             "dst_mesh": {"shape": [1, 4], "devices": [4, 5, 6, 7]},
             "dst_spec": {"text": "S1,R"},
-            "src_buffer": "mine/in", "dst_buffer": "mine/out"},
+            "src_buffer": "mine/in", "dst_buffer": "mine/out",
+            "strategy": "meshcast"},
             "verify": "VERIFY_MODE_CHECKSUM"}
         tiles = buffers.tiles(client.plan(spec).plan)
+        # Host indices follow the order the workers registered in.
+        worker_of_host = {w.host_index: w.name
+                          for w in client.cluster().workers}
         lent = []
         for tile in tiles:
             host, device = divmod(tile["device"], 4)
@@ -99,9 +103,9 @@ class WeightsUpdateTest(unittest.TestCase):
                     1000 * r + c for r in range(*rows)
                     for c in range(*cols))).tobytes()
             name = "mine/in" if tile["role"] == "source" else "mine/out"
-            workers["worker-%d" % host].register(name, device, tile=shm)
-            lent.append((tile, shm, workers["worker-%d" % host], name,
-                         device))
+            worker = workers[worker_of_host[host]]
+            worker.register(name, device, tile=shm)
+            lent.append((tile, shm, worker, name, device))
         job = client.run(spec, timeout=60)
         self.assertEqual(job.state, job_pb2.JOB_STATE_SUCCEEDED, job.message)
         self.assertIn("checksums of every moved tensor agree", job.message)
