@@ -25,6 +25,28 @@ import tempfile
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
+def add_cluster_args(parser, job_timeout):
+    """The flags every cluster benchmark takes: --job-timeout, --bin-dir
+    (default $MESHCAST_BUILD_DIR) and --json."""
+    parser.add_argument("--job-timeout", type=float, default=job_timeout)
+    parser.add_argument("--bin-dir",
+                        default=os.environ.get("MESHCAST_BUILD_DIR"),
+                        help="build directory with the daemons and meshctl")
+    parser.add_argument("--json", default=None,
+                        help="also write the rows as JSON to this file")
+
+
+def split_sections(parser, sections, allowed):
+    """The comma-separated --sections as a list; parser.error naming the
+    allowed ones on an unknown section."""
+    names = [s for s in sections.split(",") if s]
+    for name in names:
+        if name not in allowed:
+            parser.error("--sections: unknown '%s'; allowed: %s" %
+                         (name, ", ".join(allowed)))
+    return names
+
+
 def log(*parts):
     print(*parts, flush=True)
 

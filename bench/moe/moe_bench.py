@@ -320,18 +320,11 @@ def parse_args(argv):
     p.add_argument("--calibrate-max-size", default="4MiB",
                    help="with --calibrate: the largest size measured")
     p.add_argument("--rate", default="1gbit", help="net: link rate (tc units)")
-    p.add_argument("--job-timeout", type=float, default=120)
-    p.add_argument("--bin-dir", default=os.environ.get("MESHCAST_BUILD_DIR"),
-                   help="build directory with the daemons and meshctl")
-    p.add_argument("--json", default=None,
-                   help="also write the rows as JSON to this file")
+    bc.add_cluster_args(p, job_timeout=120)
     a = p.parse_args(argv)
     if a.sections is None:
         a.sections = "grid,local" if a.quick else "grid,net"
-    a.section_list = [s for s in a.sections.split(",") if s]
-    for s in a.section_list:
-        if s not in ("grid", "net", "local"):
-            p.error("--sections: unknown '%s'; allowed: grid, net, local" % s)
+    a.section_list = bc.split_sections(p, a.sections, ('grid', 'net', 'local'))
     if a.repeat < 1:
         p.error("--repeat must be >= 1")
     if a.limit < 0:

@@ -472,18 +472,11 @@ def parse_args(argv):
     p.add_argument("--verify", default="VERIFY_MODE_SAMPLE",
                    choices=["VERIFY_MODE_FULL", "VERIFY_MODE_SAMPLE",
                             "VERIFY_MODE_OFF"])
-    p.add_argument("--job-timeout", type=float, default=300)
-    p.add_argument("--bin-dir", default=os.environ.get("MESHCAST_BUILD_DIR"),
-                   help="build directory with the daemons and meshctl")
-    p.add_argument("--json", default=None,
-                   help="also write the rows as JSON to this file")
+    bc.add_cluster_args(p, job_timeout=300)
     a = p.parse_args(argv)
     if a.sections is None:
         a.sections = "paper,local" if a.quick else "paper,net"
-    a.section_list = [s for s in a.sections.split(",") if s]
-    for s in a.section_list:
-        if s not in ("paper", "net", "local"):
-            p.error("--sections: unknown '%s'; allowed: paper, net, local" % s)
+    a.section_list = bc.split_sections(p, a.sections, ('paper', 'net', 'local'))
     a.rate_list = [r for r in a.rate.split(",") if r]
     if not a.rate_list or any(parse_rate_bps(r) is None
                               for r in a.rate_list):

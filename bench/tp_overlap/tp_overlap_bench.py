@@ -414,21 +414,13 @@ def parse_args(argv):
                             "VERIFY_MODE_OFF"])
     p.add_argument("--rate", default="1gbit",
                    help="net: link rate (tc units)")
-    p.add_argument("--job-timeout", type=float, default=120)
-    p.add_argument("--bin-dir", default=os.environ.get("MESHCAST_BUILD_DIR"),
-                   help="build directory (or a directory) with the daemons "
-                   "and meshctl")
+    bc.add_cluster_args(p, job_timeout=120)
     p.add_argument("--up-arg", action="append", default=[], dest="up_args",
                    help="extra flag for `meshctl up` (repeatable)")
-    p.add_argument("--json", default=None,
-                   help="also write the rows as JSON to this file")
     a = p.parse_args(argv)
     if a.sections is None:
         a.sections = "local,paper" if a.quick else "local,net,paper"
-    a.section_list = [s for s in a.sections.split(",") if s]
-    for s in a.section_list:
-        if s not in ("local", "net", "paper"):
-            p.error("--sections: unknown '%s'; allowed: local, net, paper" % s)
+    a.section_list = bc.split_sections(p, a.sections, ('local', 'net', 'paper'))
     a.mode_list = [m for m in a.modes.split(",") if m]
     for m in a.mode_list:
         if m not in MODES:

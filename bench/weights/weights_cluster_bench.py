@@ -524,18 +524,11 @@ def parse_args(argv):
                    help="plan: each host's memory-copy capacity, Gbit/s")
     p.add_argument("--transfer-setup-us", type=float, default=300,
                    help="plan: start-up of every transfer, microseconds")
-    p.add_argument("--job-timeout", type=float, default=180)
-    p.add_argument("--bin-dir", default=os.environ.get("MESHCAST_BUILD_DIR"),
-                   help="build directory with the daemons and meshctl")
-    p.add_argument("--json", default=None,
-                   help="also write the rows as JSON to this file")
+    bc.add_cluster_args(p, job_timeout=180)
     a = p.parse_args(argv)
     if a.sections is None:
         a.sections = "local" if a.quick else "net"
-    a.section_list = [s for s in a.sections.split(",") if s]
-    for s in a.section_list:
-        if s not in ("net", "local", "plan"):
-            p.error("--sections: unknown '%s'; allowed: net, local, plan" % s)
+    a.section_list = bc.split_sections(p, a.sections, ('net', 'local', 'plan'))
     a.model = a.model or ("kimi-k2-tiny" if a.quick else "kimi-k2-small")
     a.repeat = a.repeat or (1 if a.quick else 3)
     a.replicas = a.replicas or (2 if a.quick else 4)
