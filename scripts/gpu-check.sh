@@ -16,7 +16,11 @@
 # GPU_BENCH_FLAGS (extra gpu_bench flags), STEP_TIMEOUT (seconds per
 # benchmark or end-to-end step, default 1800, so a hung NCCL call cannot
 # stall the run), MESHCAST_INSTALL_DEPS=1 (run scripts/install-deps.sh
-# first; needs network).
+# first; needs network), MESHCAST_PREBUILT=TARBALL (a bundle made by
+# scripts/gpu-bundle.sh on a build machine: no configure and no build; the
+# bundle is unpacked into BUILD_DIR and its programs run with its own
+# libraries, the machine's NCCL and cuBLAS, for a GPU machine without
+# meshcast's build dependencies).
 # A failed step does not stop the run: later steps still run where they
 # can (a failed build still runs the tests and tools that did build).
 # Exit status: 0 if every step passed, 1 otherwise (the log's last lines
@@ -116,26 +120,76 @@ finish() {
   exit 0
 }
 
-if [[ "${MESHCAST_INSTALL_DEPS:-0}" == 1 ]]; then
+# Where a prebuilt bundle runs: the machine's NCCL and cuBLAS (a CUDA
+# toolkit's lib64, a distribution's, or the NVIDIA wheels of a Python
+# environment), in the first directory that has each.
+find_gpu_library() {
+  find /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+    /usr/lib/x86_64-linux-gnu /usr/local /opt -xdev -name "$1" \
+    \( -type f -o -type l \) 2>/dev/null | head -n1
+}
+
+use_prebuilt() {
+  local tarball=$1
+  [[ -f $tarball ]] || die "MESHCAST_PREBUILT=$tarball: no such file"
+  rm -rf "$BUILD_DIR" && mkdir -p "$BUILD_DIR" &&
+    tar -C "$BUILD_DIR" -xzf "$tarball" || die "cannot unpack $tarball"
+  log "# prebuilt bundle: $tarball"
+  sed -n '1,3p' "$BUILD_DIR/manifest.txt" | sed 's/^/#   /' | tee -a "$LOG" >/dev/null
+  local dirs=$BUILD_DIR/lib lib path
+  for lib in libnccl.so.2 libcublas.so.13 libcublasLt.so.13; do
+    path=$(find_gpu_library "$lib")
+    if [[ -z $path ]]; then
+      log "# $lib: not found on this machine"
+      continue
+    fi
+    log "# $lib: $path"
+    dirs+=":$(dirname "$path")"
+  done
+  export LD_LIBRARY_PATH=$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export MESHCAST_PUBLIC_SUITE=${MESHCAST_PUBLIC_SUITE:-$ROOT/bench/workloads/public_suite.txt}
+  local missing
+  missing=$(ldd "$BUILD_DIR/worker/meshcast-worker" | grep 'not found' || true)
+  [[ -z $missing ]] || log "# meshcast-worker cannot load: $missing"
+}
+
+# run_gpu_tests_from_list: the bundle's gpu-tests.txt, `<program> <filter>`.
+run_gpu_tests_from_list() {
+  local program filter rc=0
+  while read -r program filter; do
+    echo "### $program"
+    (cd "$(dirname "$BUILD_DIR/$program")" &&
+      timeout --kill-after=30 "$STEP_TIMEOUT" "$BUILD_DIR/$program" \
+        --gtest_filter="$filter" --gtest_also_run_disabled_tests) || rc=1
+  done <"$BUILD_DIR/gpu-tests.txt"
+  return $rc
+}
+
+if [[ -n "${MESHCAST_PREBUILT:-}" ]]; then
+  use_prebuilt "$MESHCAST_PREBUILT"
+  run_step "GPU tests (the bundle's gpu-tests.txt)" run_gpu_tests_from_list
+elif [[ "${MESHCAST_INSTALL_DEPS:-0}" == 1 ]]; then
   run_step "install dependencies" bash scripts/install-deps.sh || die "dependencies"
 fi
-for tool in cmake ninja; do
-  command -v "$tool" >/dev/null 2>&1 ||
-    die "$tool not found (run scripts/install-deps.sh, or set MESHCAST_INSTALL_DEPS=1)"
-done
+if [[ -z "${MESHCAST_PREBUILT:-}" ]]; then
+  for tool in cmake ninja; do
+    command -v "$tool" >/dev/null 2>&1 ||
+      die "$tool not found (run scripts/install-deps.sh, or set MESHCAST_INSTALL_DEPS=1)"
+  done
 
-# 2. Build with CUDA required. Without a configured tree nothing else can
-# run; a failed build keeps going (-k 0) and the steps below use whatever
-# did build.
-run_step "configure (MESHCAST_CUDA=ON)" \
-  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DMESHCAST_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" || finish
-run_step "build" ninja -C "$BUILD_DIR" -j "$JOBS" -k 0
+  # 2. Build with CUDA required. Without a configured tree nothing else can
+  # run; a failed build keeps going (-k 0) and the steps below use whatever
+  # did build.
+  run_step "configure (MESHCAST_CUDA=ON)" \
+    cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DMESHCAST_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" || finish
+  run_step "build" ninja -C "$BUILD_DIR" -j "$JOBS" -k 0
 
-# 3. Every GPU test. On a GPU nothing may skip except the tests that need
-# more GPUs than there are; the log lists what skipped.
-run_step "GPU tests (ctest -L gpu)" \
-  ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure --timeout 600 -V
+  # 3. Every GPU test. On a GPU nothing may skip except the tests that need
+  # more GPUs than there are; the log lists what skipped.
+  run_step "GPU tests (ctest -L gpu)" \
+    ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure --timeout 600 -V
+fi
 SKIPPED=$(grep -c '\[  SKIPPED \] [A-Za-z].*\.[A-Za-z].* ([0-9]* ms)' "$LOG" || true)
 log "# GPU test cases skipped: $SKIPPED (expected only the 2-GPU cases on a 1-GPU machine)"
 
@@ -195,6 +249,24 @@ if [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
         timeout --kill-after=30 "$STEP_TIMEOUT" \
         env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit collective \
         --op "$op" --mesh 1x8 --bytes 64MiB --dtype float32 --wait
+    done
+    # A GEMM fused with the reduce-scatter that consumes it (docs/cli.md,
+    # tp_overlap) in every mode on 4 of the devices: cuBLAS GEMMs, chunked
+    # and tile-triggered collectives. A small verified job, then a large
+    # one (sampled verification) for the overlap figures.
+    for mode in sequential chunked fused auto; do
+      printf 'verify: full\ntp_overlap: {m: 1024, n: 1024, k: 2048, dtype: float32, mesh: 1x4, collective: reduce_scatter, mode: %s}\n' \
+        "$mode" >"$E2E_DIR/tp-overlap-$mode.yaml"
+      run_step "end to end: meshctl submit -f tp_overlap ($mode, verified)" \
+        timeout --kill-after=30 "$STEP_TIMEOUT" \
+        env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit \
+        -f "$E2E_DIR/tp-overlap-$mode.yaml" --wait
+      printf 'verify: sample\ntp_overlap: {m: 8192, n: 8192, k: 16384, dtype: bfloat16, mesh: 1x4, collective: reduce_scatter, mode: %s}\n' \
+        "$mode" >"$E2E_DIR/tp-overlap-large-$mode.yaml"
+      run_step "end to end: meshctl submit -f tp_overlap ($mode, 8192x8192x16384 bf16)" \
+        timeout --kill-after=30 "$STEP_TIMEOUT" \
+        env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit \
+        -f "$E2E_DIR/tp-overlap-large-$mode.yaml" --wait
     done
     # An MoE layer (docs/moe.md) in every schedule on the same devices,
     # forward and forward_backward: the GPU's gather, ReLU, sigmoid, their
