@@ -334,6 +334,26 @@ struct MonitoringSetup {
   std::optional<std::string> source_tree;
 };
 
+// The --devices that --worker-flags gives the workers, if any (the last
+// one, as the worker's flag parser takes it): it overrides up's own.
+std::optional<std::string> DevicesInWorkerFlags(const std::string& flags) {
+  std::optional<std::string> devices;
+  const std::vector<std::string> words =
+      absl::StrSplit(flags, ' ', absl::SkipEmpty());
+  for (size_t i = 0; i < words.size(); ++i) {
+    for (absl::string_view prefix : {"--devices=", "-devices="}) {
+      if (absl::StartsWith(words[i], prefix)) {
+        devices = words[i].substr(prefix.size());
+      }
+    }
+    if ((words[i] == "--devices" || words[i] == "-devices") &&
+        i + 1 < words.size()) {
+      devices = words[i + 1];
+    }
+  }
+  return devices;
+}
+
 // `kind` is what the workers registered: --worker-flags may override
 // --devices.
 std::string DevicesText(const ClusterFile& file, const std::string& kind) {
@@ -881,6 +901,9 @@ CommandResult RunUpCommand(const std::vector<std::string>& args,
       return FailWithStatus(kCommand, status);
     }
     file.processes.back().local_socket = socket;
+  }
+  if (std::optional<std::string> given = DevicesInWorkerFlags(worker_flags)) {
+    file.devices = *given;
   }
   // Recorded before the wait, so that `meshctl down` can clean up if this
   // process is interrupted.

@@ -20,7 +20,12 @@
 # scripts/gpu-bundle.sh on a build machine: no configure and no build; the
 # bundle is unpacked into BUILD_DIR and its programs run with its own
 # libraries, the machine's NCCL and cuBLAS, for a GPU machine without
-# meshcast's build dependencies).
+# meshcast's build dependencies), GPU_CHECK_STEPS (comma-separated groups
+# to run, default all: tests, host, bench, reshard, collective, tp_overlap,
+# moe, attention, pipeline, reshard_model, calibrate; e.g. to rerun what
+# failed), TP_OVERLAP_MODES, MOE_SCHEDULES, ATTENTION_ALGORITHMS,
+# PIPELINE_SCHEDULES (the variants each end-to-end group submits, default
+# every one).
 # A failed step does not stop the run: later steps still run where they
 # can (a failed build still runs the tests and tools that did build).
 # Exit status: 0 if every step passed, 1 otherwise (the log's last lines
@@ -75,6 +80,16 @@ fi
 log "# GPU topology (nvidia-smi topo -m):"
 nvidia-smi topo -m 2>&1 | sed 's/^/#   /' | tee -a "$LOG" >/dev/null
 log "# building for sm_${CUDA_ARCH} in $BUILD_DIR with $JOBS jobs"
+
+STEPS=${GPU_CHECK_STEPS:-all}
+# wants GROUP: whether GPU_CHECK_STEPS asks for the group.
+wants() { [[ $STEPS == all || ",$STEPS," == *",$1,"* ]]; }
+E2E_GROUPS=(reshard collective tp_overlap moe attention pipeline reshard_model calibrate)
+wants_e2e() {
+  local group
+  for group in "${E2E_GROUPS[@]}"; do wants "$group" && return 0; done
+  return 1
+}
 
 declare -a RESULTS=()
 FAILED=0
@@ -167,7 +182,9 @@ run_gpu_tests_from_list() {
 
 if [[ -n "${MESHCAST_PREBUILT:-}" ]]; then
   use_prebuilt "$MESHCAST_PREBUILT"
-  run_step "GPU tests (the bundle's gpu-tests.txt)" run_gpu_tests_from_list
+  if wants tests; then
+    run_step "GPU tests (the bundle's gpu-tests.txt)" run_gpu_tests_from_list
+  fi
 elif [[ "${MESHCAST_INSTALL_DEPS:-0}" == 1 ]]; then
   run_step "install dependencies" bash scripts/install-deps.sh || die "dependencies"
 fi
@@ -187,8 +204,10 @@ if [[ -z "${MESHCAST_PREBUILT:-}" ]]; then
 
   # 3. Every GPU test. On a GPU nothing may skip except the tests that need
   # more GPUs than there are; the log lists what skipped.
-  run_step "GPU tests (ctest -L gpu)" \
-    ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure --timeout 600 -V
+  if wants tests; then
+    run_step "GPU tests (ctest -L gpu)" \
+      ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure --timeout 600 -V
+  fi
 fi
 SKIPPED=$(grep -c '\[  SKIPPED \] [A-Za-z].*\.[A-Za-z].* ([0-9]* ms)' "$LOG" || true)
 log "# GPU test cases skipped: $SKIPPED (expected only the 2-GPU cases on a 1-GPU machine)"
@@ -202,7 +221,9 @@ HOST_TESTS=()
 for t in collective_exchange_test relay_schedule_test mismatch_report_test; do
   [[ -x $BUILD_DIR/worker/$t ]] && HOST_TESTS+=("$BUILD_DIR/worker/$t")
 done
-if [[ ${#HOST_TESTS[@]} -eq 3 ]]; then
+if ! wants host; then
+  :
+elif [[ ${#HOST_TESTS[@]} -eq 3 ]]; then
   run_step "host-side tests of the GPU code" \
     bash -c 'for t in "$@"; do "$t" || exit 1; done' _ "${HOST_TESTS[@]}"
 else
@@ -212,7 +233,9 @@ fi
 # 4. The GPU benchmark (copy, reshard on virtual devices, NCCL, every
 # collective through the engine's GPU kernels with algbw and busbw).
 GPU_BENCH=$BUILD_DIR/bench/gpu/gpu_bench
-if [[ -x $GPU_BENCH ]]; then
+if ! wants bench; then
+  :
+elif [[ -x $GPU_BENCH ]]; then
   # shellcheck disable=SC2086
   run_step "GPU benchmark (gpu_bench)" \
     timeout --kill-after=30 "$STEP_TIMEOUT" "$GPU_BENCH" ${GPU_BENCH_FLAGS:-}
@@ -226,7 +249,9 @@ fi
 # every schedule, a model's weights to two replicas and the link
 # calibration.
 MESHCTL="$BUILD_DIR/cli/meshctl"
-if [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
+if ! wants_e2e; then
+  :
+elif [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
       -x $BUILD_DIR/controller/meshcast-controller ]]; then
   E2E_DIR=$(mktemp -d)
   cleanup() { "$MESHCTL" down --dir "$E2E_DIR" >/dev/null 2>&1 || true; }
@@ -235,7 +260,7 @@ if [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
       timeout --kill-after=30 "$STEP_TIMEOUT" \
       "$MESHCTL" up --dir "$E2E_DIR" --workers 1 --devices-per-worker 8 \
       --worker-flags "--devices=cuda:0x8"; then
-    run_step "end to end: meshctl submit reshard --wait" \
+    wants reshard && run_step "end to end: meshctl submit reshard --wait" \
       timeout --kill-after=30 "$STEP_TIMEOUT" \
       env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit reshard \
       --shape 256x1024x64 --dtype int32 \
@@ -244,7 +269,8 @@ if [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
       --allow-overlap --wait
     # Every collective of the `collective` kind on the same 8 virtual
     # devices: the engine's GPU kernels, verified, with algbw and busbw.
-    for op in all_reduce all_gather reduce_scatter all_to_all broadcast; do
+    wants collective || COLLECTIVE_OPS=""
+    for op in ${COLLECTIVE_OPS-all_reduce all_gather reduce_scatter all_to_all broadcast}; do
       run_step "end to end: meshctl submit collective --op $op" \
         timeout --kill-after=30 "$STEP_TIMEOUT" \
         env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit collective \
@@ -254,16 +280,17 @@ if [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
     # tp_overlap) in every mode on 4 of the devices: cuBLAS GEMMs, chunked
     # and tile-triggered collectives. A small verified job, then a large
     # one (sampled verification) for the overlap figures.
-    for mode in sequential chunked fused auto; do
+    wants tp_overlap || TP_OVERLAP_MODES=""
+    for mode in ${TP_OVERLAP_MODES-sequential chunked fused auto}; do
       printf 'verify: full\ntp_overlap: {m: 1024, n: 1024, k: 2048, dtype: float32, mesh: 1x4, collective: reduce_scatter, mode: %s}\n' \
         "$mode" >"$E2E_DIR/tp-overlap-$mode.yaml"
       run_step "end to end: meshctl submit -f tp_overlap ($mode, verified)" \
         timeout --kill-after=30 "$STEP_TIMEOUT" \
         env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit \
         -f "$E2E_DIR/tp-overlap-$mode.yaml" --wait
-      printf 'verify: sample\ntp_overlap: {m: 8192, n: 8192, k: 16384, dtype: bfloat16, mesh: 1x4, collective: reduce_scatter, mode: %s}\n' \
+      printf 'verify: sample\ntp_overlap: {m: 8192, n: 8192, k: 8192, dtype: bfloat16, mesh: 1x4, collective: reduce_scatter, mode: %s}\n' \
         "$mode" >"$E2E_DIR/tp-overlap-large-$mode.yaml"
-      run_step "end to end: meshctl submit -f tp_overlap ($mode, 8192x8192x16384 bf16)" \
+      run_step "end to end: meshctl submit -f tp_overlap ($mode, 8192x8192x8192 bf16)" \
         timeout --kill-after=30 "$STEP_TIMEOUT" \
         env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit \
         -f "$E2E_DIR/tp-overlap-large-$mode.yaml" --wait
@@ -272,8 +299,9 @@ if [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
     # forward and forward_backward: the GPU's gather, ReLU, sigmoid, their
     # gradients, row dot and GEMM kernels with the all-to-all, all-gather
     # and reduce-scatter/all-reduce, verified.
+    wants moe || MOE_SCHEDULES=""
     for pass in forward forward_backward; do
-      for schedule in baseline s1 s2; do
+      for schedule in ${MOE_SCHEDULES-baseline s1 s2}; do
         printf 'verify: full\nmoe: {tokens: 1024, hidden: 256, ffn: 512, experts: 8, top_k: 2, capacity_factor: 1.2, mesh: 1x8, schedule: %s, pass: %s}\n' \
           "$schedule" "$pass" >"$E2E_DIR/moe-$schedule-$pass.yaml"
         run_step "end to end: meshctl submit -f moe ($schedule, $pass)" \
@@ -285,7 +313,8 @@ if [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
     # Sequence-parallel attention (docs/attention.md), every algorithm on
     # the 8 virtual devices, causal with the zigzag layout: the GPU's
     # attention block and finish kernels with send/recv and all-to-all.
-    for algorithm in rsa ring ulysses; do
+    wants attention || ATTENTION_ALGORITHMS=""
+    for algorithm in ${ATTENTION_ALGORITHMS-rsa ring ulysses}; do
       printf 'verify: full\nattention: {batch: 1, heads: 8, kv_heads: 8, seq_len: 4096, head_dim: 64, causal: true, layout: zigzag, mesh: 1x8, algorithm: %s}\n' \
         "$algorithm" >"$E2E_DIR/attention-$algorithm.yaml"
       run_step "end to end: meshctl submit -f attention ($algorithm)" \
@@ -297,7 +326,8 @@ if [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
     # virtual devices, in every schedule: GEMM, ReLU and its gradient,
     # all-reduce and all-gather inside each stage, the resharding sends
     # between them, verified.
-    for schedule in gpipe 1f1b eager_1f1b; do
+    wants pipeline || PIPELINE_SCHEDULES=""
+    for schedule in ${PIPELINE_SCHEDULES-eager_1f1b 1f1b gpipe}; do
       printf 'verify: full\npipeline: {stages: [{mesh: 1x4, input_spec: "S0,R", output_spec: "R,S1"}, {mesh: 1x4, input_spec: "R,S1", output_spec: "R,R"}], microbatches: 8, microbatch_size: 512, hidden: 512, layers_per_stage: 2, schedule: %s}\n' \
         "$schedule" >"$E2E_DIR/pipeline-$schedule.yaml"
       run_step "end to end: meshctl submit -f pipeline ($schedule)" \
@@ -309,13 +339,13 @@ if [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
     # training mesh to two 1x2 inference replicas, every tensor verified.
     printf 'verify: full\nreshard_model: {src_mesh: 1x4, dst_meshes: [1x2, 1x2], preset: {family: llama, layers: 4, hidden: 1024, heads: 16, kv_heads: 4, vocab: 32000}}\n' \
       >"$E2E_DIR/reshard-model.yaml"
-    run_step "end to end: meshctl submit -f reshard_model (llama preset)" \
+    wants reshard_model && run_step "end to end: meshctl submit -f reshard_model (llama preset)" \
       timeout --kill-after=30 "$STEP_TIMEOUT" \
       env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit \
       -f "$E2E_DIR/reshard-model.yaml" --wait
     # The link calibration (docs/calibration.md) of the 8 virtual devices'
     # collectives over NCCL, and the fit it stores.
-    run_step "end to end: meshctl calibrate --mesh 1x8" \
+    wants calibrate && run_step "end to end: meshctl calibrate --mesh 1x8" \
       timeout --kill-after=30 "$STEP_TIMEOUT" \
       env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" calibrate --mesh 1x8 \
       --max-size 64MiB

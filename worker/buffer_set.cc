@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "util/parallel_for.h"
 #include "util/status_macros.h"
 #include "worker/box_runs.h"
 #include "worker/host_memory.h"
@@ -19,31 +20,6 @@
 
 namespace meshcast::worker {
 namespace {
-
-// Runs task(i) for i in [0, count) on up to `threads` threads; returns the
-// first error. Tasks must be independent.
-absl::Status ParallelFor(int count, int threads,
-                         const std::function<absl::Status(int)>& task) {
-  std::atomic<int> next{0};
-  absl::Mutex mu;
-  absl::Status first_error;
-  auto work = [&] {
-    for (int i = next++; i < count; i = next++) {
-      absl::Status status = task(i);
-      if (!status.ok()) {
-        absl::MutexLock lock(&mu);
-        if (first_error.ok()) first_error = status;
-        next = count;
-      }
-    }
-  };
-  const int n = std::max(1, std::min(threads, count));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < n; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& thread : pool) thread.join();
-  return first_error;
-}
 
 bool IsPattern(const v1::Initializer& init) {
   return init.kind() == v1::Initializer::KIND_PATTERN ||

@@ -34,6 +34,15 @@ NcclOptions ShortTimeouts() {
   return options;
 }
 
+// For communicators that must come up: a process's first NCCL
+// initialization on a real GPU (CUDA context, topology detection) outlasts
+// the short timeouts' 600 ms (it did on an H200).
+NcclOptions GpuTimeouts() {
+  NcclOptions options = ShortTimeouts();
+  options.init_timeout = absl::Seconds(60);
+  return options;
+}
+
 TEST(NcclEncodingTest, WorkerInfoRoundTrips) {
   NcclWorkerSetup setup = WorkerSetup(1, 2, {0, 3}, {{4, 0}, {5, 0}, {6, 1}});
   setup.lanes = 3;
@@ -182,7 +191,7 @@ class NcclGpuTest : public ::testing::Test {
 TEST_F(NcclGpuTest, SingleRankWorldCreatesLanesAndFinalizes) {
   InMemoryKvStore kv;
   auto comm = NcclCommunicator::Create(
-      kv, "one/", WorkerSetup(0, 1, {0}, {{7, 0}}), ShortTimeouts());
+      kv, "one/", WorkerSetup(0, 1, {0}, {{7, 0}}), GpuTimeouts());
   ASSERT_TRUE(comm.ok()) << comm.status();
   EXPECT_EQ((*comm)->nranks(), 1);
   EXPECT_EQ((*comm)->lanes(), 2);
@@ -198,7 +207,8 @@ TEST_F(NcclGpuTest, SingleRankWorldCreatesLanesAndFinalizes) {
 // non-blocking init is abandoned at the timeout and aborted, never hung.
 TEST_F(NcclGpuTest, DeadPeerCannotHangCommunicatorCreation) {
   InMemoryKvStore kv;
-  ASSERT_TRUE(kv.Set("dead/ranks/1", "gpus=1;chunk=4096;devices=1:0").ok());
+  ASSERT_TRUE(
+      kv.Set("dead/ranks/1", "gpus=1;chunk=4096;lanes=2;devices=1:0").ok());
   NcclOptions options = ShortTimeouts();
   options.init_timeout = absl::Seconds(3);
   const absl::Time start = absl::Now();
@@ -226,7 +236,7 @@ TEST_F(NcclGpuTest, TwoRanksExchangeInOneProcess) {
     threads.emplace_back([&, w] {
       auto run = [&]() -> absl::Status {
         auto comm = NcclCommunicator::Create(
-            kv, "pair/", WorkerSetup(w, 2, {w}, {{w, 0}}), ShortTimeouts());
+            kv, "pair/", WorkerSetup(w, 2, {w}, {{w, 0}}), GpuTimeouts());
         if (!comm.ok()) return comm.status();
         cuda::ScopedCudaDevice on(w);
         auto stream = cuda::CudaStream::Create(w);

@@ -5,11 +5,13 @@
 #include <cstring>
 #include <string>
 #include <vector>
+#include <thread>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "util/parallel_for.h"
 #include "util/status_macros.h"
 #include "worker/cuda/device_copy.h"
 #include "worker/cuda/device_pattern.h"
@@ -236,6 +238,13 @@ absl::StatusOr<std::string> DescribeFirstMismatch(
   return FirstMismatchMessage(buffer, first, verified.mismatches);
 }
 
+// Threads of the host-side checks: the host is otherwise idle while a GPU
+// job verifies.
+int HostCheckThreads() {
+  return static_cast<int>(
+      std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
+}
+
 }  // namespace
 
 absl::StatusOr<VerificationSummary> DeviceBufferSet::VerifyDestinations()
@@ -268,6 +277,13 @@ absl::StatusOr<VerificationSummary> DeviceBufferSet::VerifyDestinations(
     ASSIGN_OR_RETURN(reference, Reference::Create(*program_->plan));
   }
   absl::flat_hash_map<int, CudaStream> streams;
+  // Destinations checked on the host, in program order.
+  struct HostCheck {
+    const BufferDesc* buffer;
+    const DeviceTile* tile;
+    bool computed;
+  };
+  std::vector<HostCheck> host_checks;
   for (const BufferDesc& buffer : program_->buffers) {
     RETURN_IF_ERROR(cancellation.status());
     if (buffer.role != BufferRole::kDestination) continue;
@@ -305,31 +321,60 @@ absl::StatusOr<VerificationSummary> DeviceBufferSet::VerifyDestinations(
                                     first.status().message());
       continue;
     }
-    // On the host, with the CPU path's checks.
-    std::vector<uint8_t> bytes(tile->size_bytes());
-    RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(bytes.data(), tile->data(), bytes.size(),
-                        cudaMemcpyDeviceToHost, it->second.get()),
-        "copying a destination tile to the host for verification"));
-    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(it->second.get()),
-                               "copying a destination tile to the host"));
-    ComputedCheck check;
-    if (computed) {
-      ASSIGN_OR_RETURN(check,
-                       VerifyComputed(bytes, buffer.box, spec, buffer.tensor,
-                                      *reference, mode, cancellation));
-    } else {
-      check = CheckInitialBits(bytes, buffer.box, spec, buffer.tensor, init);
+    host_checks.push_back({&buffer, tile, computed});
+  }
+  // On the host, with the CPU path's checks, a batch of tiles at a time:
+  // copied serially (the copies are fast), checked in parallel (the
+  // float64 reference is not), with host memory bounded by the batch.
+  const int threads = HostCheckThreads();
+  for (size_t begin = 0; begin < host_checks.size(); begin += threads) {
+    RETURN_IF_ERROR(cancellation.status());
+    const size_t end = std::min(host_checks.size(), begin + threads);
+    std::vector<std::vector<uint8_t>> bytes(end - begin);
+    for (size_t i = begin; i < end; ++i) {
+      const DeviceTile* tile = host_checks[i].tile;
+      cudaStream_t stream = streams.at(tile->gpu()).get();
+      ScopedCudaDevice on(tile->gpu());
+      RETURN_IF_ERROR(on.status());
+      bytes[i - begin].resize(tile->size_bytes());
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(bytes[i - begin].data(), tile->data(),
+                          tile->size_bytes(), cudaMemcpyDeviceToHost, stream),
+          "copying a destination tile to the host for verification"));
+      RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream),
+                                 "copying a destination tile to the host"));
     }
-    summary.elements += check.elements;
-    summary.mismatches += check.mismatches;
-    summary.max_abs_error = std::max(summary.max_abs_error,
-                                     check.max_abs_error);
-    if (check.mismatches > 0 && summary.first_mismatch.empty()) {
-      summary.first_mismatch = absl::StrCat(
-          "device ", buffer.device, " tensor ", buffer.tensor, ": ",
-          check.first_mismatch, " (", check.mismatches,
-          " mismatches in tile ", BoxToString(buffer.box), ")");
+    std::vector<ComputedCheck> checks(end - begin);
+    RETURN_IF_ERROR(ParallelFor(
+        static_cast<int>(end - begin), threads, [&](int j) -> absl::Status {
+          const HostCheck& host = host_checks[begin + j];
+          const BufferDesc& buffer = *host.buffer;
+          const TensorSpec& spec = program_->tensors[buffer.tensor];
+          if (host.computed) {
+            ASSIGN_OR_RETURN(checks[j], VerifyComputed(bytes[j], buffer.box,
+                                                       spec, buffer.tensor,
+                                                       *reference, mode,
+                                                       cancellation));
+          } else {
+            checks[j] = CheckInitialBits(bytes[j], buffer.box, spec,
+                                         buffer.tensor,
+                                         program_->InitOf(buffer.tensor));
+          }
+          return absl::OkStatus();
+        }));
+    for (size_t i = begin; i < end; ++i) {
+      const ComputedCheck& check = checks[i - begin];
+      const BufferDesc& buffer = *host_checks[i].buffer;
+      summary.elements += check.elements;
+      summary.mismatches += check.mismatches;
+      summary.max_abs_error =
+          std::max(summary.max_abs_error, check.max_abs_error);
+      if (check.mismatches > 0 && summary.first_mismatch.empty()) {
+        summary.first_mismatch = absl::StrCat(
+            "device ", buffer.device, " tensor ", buffer.tensor, ": ",
+            check.first_mismatch, " (", check.mismatches,
+            " mismatches in tile ", BoxToString(buffer.box), ")");
+      }
     }
   }
   return summary;

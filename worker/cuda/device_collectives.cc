@@ -443,14 +443,22 @@ absl::Status EnqueueAllToAll(const StepDesc& step,
         absl::StrCat("inputs[", group.local_ranks[0], "] has no buffer here"));
   }
   const int size = DTypeSize(program.tensors[first_in.tensor].dtype);
+  // Rank r's part of IN (sender-major) and of OUT (receiver-major), in
+  // tensor coordinates: [in_row[r], in_row[r + 1]) and [out_row[r],
+  // out_row[r + 1]). The operands name the buffers; their boxes may cover
+  // more than the part (a whole replicated tensor), as on CPU workers.
+  std::vector<int64_t> in_row(n + 1, 0), out_row(n + 1, 0);
+  for (int r = 0; r < n; ++r) {
+    in_row[r + 1] = in_row[r];
+    out_row[r + 1] = out_row[r];
+    for (int t = 0; t < n; ++t) {
+      in_row[r + 1] += count(r, t);
+      out_row[r + 1] += count(t, r);
+    }
+  }
   std::vector<uint8_t*> in_data(n, nullptr), out_data(n, nullptr);
   std::vector<int> rank_gpu(n, -1);
   for (int r : group.local_ranks) {
-    int64_t sent = 0, received = 0;
-    for (int t = 0; t < n; ++t) {
-      sent += count(r, t);
-      received += count(t, r);
-    }
     for (bool input : {true, false}) {
       const OperandDesc& operand = input ? step.inputs[r] : step.outputs[r];
       const std::string what =
@@ -462,20 +470,22 @@ absl::Status EnqueueAllToAll(const StepDesc& step,
             what, " has ", tile->element_size(), "-byte elements, inputs[",
             group.local_ranks[0], "] ", size, "-byte ones"));
       }
-      const int64_t expected = input ? sent : received;
-      if (NumElements(operand.box) != expected) {
+      const std::vector<int64_t>& row = input ? in_row : out_row;
+      const Box part{{row[r], row[r + 1]}};
+      if (tile->box().size() != 1) {
         return absl::FailedPreconditionError(absl::StrCat(
-            what, " ", BoxToString(operand.box), " has ",
-            NumElements(operand.box), " elements but counts ",
-            input ? "sends " : "delivers ", expected));
+            what, ": all-to-all needs 1-D tensors; buffer ", operand.buffer,
+            " is ", BoxToString(tile->box())));
       }
-      ASSIGN_OR_RETURN(uint8_t* const data, ContiguousRegion(*tile, operand.box));
-      if (data == nullptr) {
+      absl::StatusOr<uint8_t*> data = ContiguousRegion(*tile, part);
+      if (!data.ok()) {
         return absl::FailedPreconditionError(absl::StrCat(
-            what, " ", BoxToString(operand.box),
-            " is not contiguous in its buffer (all-to-all operands are 1-D)"));
+            what, ": rank ", r, "'s part ", BoxToString(part), " (counts ",
+            input ? "sent" : "delivered", ") is not in buffer ",
+            operand.buffer, " ", BoxToString(tile->box()), ": ",
+            data.status().message()));
       }
-      (input ? in_data : out_data)[r] = data;
+      (input ? in_data : out_data)[r] = *data;
       rank_gpu[r] = tile->gpu();
     }
   }

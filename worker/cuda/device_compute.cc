@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "util/status_macros.h"
 #include "worker/cuda/compute_kernels.h"
@@ -47,6 +48,64 @@ absl::StatusOr<Dense> MakeDense(const OperandDesc& operand,
     RETURN_IF_ERROR(PackRegion(*dense.tile, operand.box, dense.data, s.gpu(), s));
   }
   return dense;
+}
+
+// cublasGemmEx of `g` on dense row-major operands (k > 0, m, n > 0, each
+// in [1, 2^31 - 1]) on `handle`'s stream. Row-major C (m x n) is
+// column-major C^T (n x m) = op(B)^T op(A)^T.
+// cuBLAS's data and compute types for a GEMM in `dtype`.
+struct GemmTypes {
+  cudaDataType_t data;
+  cublasComputeType_t compute;
+};
+absl::StatusOr<GemmTypes> GemmTypesOf(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return GemmTypes{CUDA_R_32F, CUBLAS_COMPUTE_32F};
+    case DType::kFloat64:
+      return GemmTypes{CUDA_R_64F, CUBLAS_COMPUTE_64F};
+    case DType::kFloat16:
+      return GemmTypes{CUDA_R_16F, CUBLAS_COMPUTE_32F};
+    case DType::kBFloat16:
+      return GemmTypes{CUDA_R_16BF, CUBLAS_COMPUTE_32F};
+    default:
+      return absl::UnimplementedError(absl::StrCat(
+          "gemm in ", DTypeName(dtype),
+          " has no kernel (float16, bfloat16, float32, float64 only, as on "
+          "the CPU)"));
+  }
+}
+
+absl::Status CallGemm(cublasHandle_t handle, int gpu, const v1::GemmAttrs& g,
+                      DType dtype, const void* a, const void* b, void* c) {
+  ASSIGN_OR_RETURN(const GemmTypes types, GemmTypesOf(dtype));
+  const cudaDataType_t type = types.data;
+  const cublasComputeType_t compute = types.compute;
+  const int m = static_cast<int>(g.m()), n = static_cast<int>(g.n()),
+            k = static_cast<int>(g.k());
+  ScopedCudaDevice on(gpu);
+  RETURN_IF_ERROR(on.status());
+  const double alpha = GemmAlpha(g);
+  const double beta = g.accumulate() ? 1.0 : 0.0;
+  const float alpha32 = static_cast<float>(alpha);
+  const float beta32 = static_cast<float>(beta);
+  const void* alpha_ptr = compute == CUBLAS_COMPUTE_64F
+                              ? static_cast<const void*>(&alpha)
+                              : static_cast<const void*>(&alpha32);
+  const void* beta_ptr = compute == CUBLAS_COMPUTE_64F
+                             ? static_cast<const void*>(&beta)
+                             : static_cast<const void*>(&beta32);
+  const cublasOperation_t op_b = g.trans_b() ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = g.trans_a() ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int ldb = g.trans_b() ? k : n;
+  const int lda = g.trans_a() ? m : k;
+  ASSIGN_OR_RETURN(const CublasApi* blas, LoadCublas());
+  return CublasStatus(
+      blas->gemm_ex(handle, op_b, op_a, n, m, k, alpha_ptr, b, type, ldb, a,
+                    type, lda, beta_ptr, c, type, n, compute,
+                    CUBLAS_GEMM_DEFAULT),
+      absl::StrCat("cublasGemmEx m=", m, " n=", n, " k=", k, " ",
+                   DTypeName(dtype)));
 }
 
 absl::Status CheckElements(const Dense& operand, const std::string& what,
@@ -101,29 +160,8 @@ absl::Status EnqueueGemm(const StepDesc& step,
   RETURN_IF_ERROR(CheckElements(b, "B", g.k() * g.n(),
                                 g.trans_b() ? "n x k" : "k x n", g));
   RETURN_IF_ERROR(CheckElements(c, "C", g.m() * g.n(), "m x n", g));
+  RETURN_IF_ERROR(GemmTypesOf(dtype).status());
 
-  cudaDataType_t type;
-  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-  switch (dtype) {
-    case DType::kFloat32:
-      type = CUDA_R_32F;
-      break;
-    case DType::kFloat64:
-      type = CUDA_R_64F;
-      compute = CUBLAS_COMPUTE_64F;
-      break;
-    case DType::kFloat16:
-      type = CUDA_R_16F;
-      break;
-    case DType::kBFloat16:
-      type = CUDA_R_16BF;
-      break;
-    default:
-      return absl::UnimplementedError(absl::StrCat(
-          "gemm in ", DTypeName(dtype),
-          " has no kernel (float16, bfloat16, float32, float64 only, as on "
-          "the CPU)"));
-  }
   const int m = static_cast<int>(g.m()), n = static_cast<int>(g.n()),
             k = static_cast<int>(g.k());
   if (m > 0 && n > 0) {
@@ -140,30 +178,7 @@ absl::Status EnqueueGemm(const StepDesc& step,
       }
     } else {
       ASSIGN_OR_RETURN(cublasHandle_t handle, lane.blas->Get(gpu, s.stream()));
-      ScopedCudaDevice on(gpu);
-      RETURN_IF_ERROR(on.status());
-      const double alpha = GemmAlpha(g);
-      const double beta = g.accumulate() ? 1.0 : 0.0;
-      const float alpha32 = static_cast<float>(alpha);
-      const float beta32 = static_cast<float>(beta);
-      const void* alpha_ptr =
-          compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&alpha)
-                                        : static_cast<const void*>(&alpha32);
-      const void* beta_ptr =
-          compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&beta)
-                                        : static_cast<const void*>(&beta32);
-      // Row-major C (m x n) is column-major C^T (n x m) = op(B)^T op(A)^T.
-      const cublasOperation_t op_b = g.trans_b() ? CUBLAS_OP_T : CUBLAS_OP_N;
-      const cublasOperation_t op_a = g.trans_a() ? CUBLAS_OP_T : CUBLAS_OP_N;
-      const int ldb = g.trans_b() ? k : n;
-      const int lda = g.trans_a() ? m : k;
-      ASSIGN_OR_RETURN(const CublasApi* blas, LoadCublas());
-      RETURN_IF_ERROR(CublasStatus(
-          blas->gemm_ex(handle, op_b, op_a, n, m, k, alpha_ptr, b.data, type,
-                       ldb, a.data, type, lda, beta_ptr, c.data, type, n,
-                       compute, CUBLAS_GEMM_DEFAULT),
-          absl::StrCat("cublasGemmEx m=", m, " n=", n, " k=", k, " ",
-                       DTypeName(dtype))));
+      RETURN_IF_ERROR(CallGemm(handle, gpu, g, dtype, a.data, b.data, c.data));
     }
   }
   if (c.staged) {
@@ -556,6 +571,66 @@ absl::Status EnqueueAttentionFinish(const StepDesc& step,
 }
 
 }  // namespace
+
+absl::Status WarmUpGemms(const ParsedProgram& program,
+                         const DeviceRelayEnvironment& env,
+                         std::vector<DeviceLane>& lanes) {
+  if (lanes.empty()) return absl::OkStatus();
+  // One warm-up per (lane, GPU, dtype, shape, flags): the shape picks the
+  // kernel, and each lane has its own handle.
+  absl::flat_hash_set<std::string> done;
+  std::vector<std::pair<int, cudaStream_t>> used;  // (GPU, stream) to sync
+  for (const StepDesc& step : program.steps) {
+    if (step.op != v1::Step::OP_COMPUTE || !step.compute.has_gemm() ||
+        step.outputs.size() != 1 || !program.IsLocal(step.device)) {
+      continue;
+    }
+    const v1::GemmAttrs& g = step.compute.gemm();
+    const DeviceTile* c = env.buffers->ById(step.outputs[0].buffer);
+    if (c == nullptr || g.m() <= 0 || g.n() <= 0 || g.k() <= 0) continue;
+    const int64_t elements = g.m() * g.k() + g.k() * g.n() + g.m() * g.n();
+    const int64_t bytes = elements * c->element_size();
+    if (!GemmTypesOf(c->dtype()).ok() || bytes > kMaxGemmWarmUpBytes ||
+        g.m() > std::numeric_limits<int>::max() ||
+        g.n() > std::numeric_limits<int>::max() ||
+        g.k() > std::numeric_limits<int>::max()) {
+      continue;  // the step itself reports what is wrong
+    }
+    DeviceLane& lane = lanes[step.id % lanes.size()];
+    const int gpu = env.buffers->GpuOf(step.device);
+    auto stream = lane.streams.find(gpu);
+    if (stream == lane.streams.end()) continue;
+    const std::string key = absl::StrCat(
+        lane.index, "/", gpu, "/", DTypeName(c->dtype()), "/", g.m(), "x",
+        g.n(), "x", g.k(), "/", g.trans_a(), g.trans_b(), g.accumulate());
+    if (!done.insert(key).second) continue;
+    ASSIGN_OR_RETURN(cublasHandle_t handle,
+                     lane.blas->Get(gpu, stream->second));
+    ScopedCudaDevice on(gpu);
+    RETURN_IF_ERROR(on.status());
+    void* scratch = nullptr;
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMallocAsync(&scratch, bytes, stream->second),
+        absl::StrCat("allocating ", bytes, " bytes to warm a GEMM up")));
+    uint8_t* const a = static_cast<uint8_t*>(scratch);
+    uint8_t* const b = a + g.m() * g.k() * c->element_size();
+    uint8_t* const out = b + g.k() * g.n() * c->element_size();
+    absl::Status status = CudaStatus(
+        cudaMemsetAsync(scratch, 0, bytes, stream->second), "zeroing");
+    if (status.ok()) status = CallGemm(handle, gpu, g, c->dtype(), a, b, out);
+    status.Update(CudaStatus(cudaFreeAsync(scratch, stream->second),
+                             "freeing the warm-up scratch"));
+    RETURN_IF_ERROR(status);
+    used.emplace_back(gpu, stream->second);
+  }
+  for (const auto& [gpu, stream] : used) {
+    ScopedCudaDevice on(gpu);
+    RETURN_IF_ERROR(on.status());
+    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream),
+                               "waiting for the GEMM warm-ups"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status EnqueueCompute(const StepDesc& step,
                             const DeviceRelayEnvironment& env,

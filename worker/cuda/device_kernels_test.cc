@@ -300,6 +300,67 @@ TEST_F(DeviceKernelsTest, AllToAllUnevenCounts) {
   }
 }
 
+// The operands of an all-to-all may be whole buffers of tensors every rank
+// holds in full (MoE's S1 and S2 schedules do this): rank r's part is then
+// found by the counts, in tensor coordinates (test_job.h).
+TEST_F(DeviceKernelsTest, AllToAllBetweenWholeBuffers) {
+  for (const std::vector<int>& group :
+       {std::vector<int>{0, 1, 2, 3}, std::vector<int>{2, 0, 3, 1}}) {
+    TestJob job(1, 4);
+    const int64_t total = testing::AddWholeBufferAllToAll(job, group);
+    ExpectVerified(RunWorker(job, 0, 0, 4), total);
+  }
+}
+
+v1::Step OperandSendRecv(int from, const Box& from_region, int to,
+                         const Box& to_region) {
+  v1::Step step;
+  step.set_op(v1::Step::OP_SEND_RECV);
+  *step.add_inputs() = TestJob::Operand(from, from_region);
+  *step.add_outputs() = TestJob::Operand(to, to_region);
+  return step;
+}
+
+// The operand form of OP_SEND_RECV (a copy between regions of different
+// shapes, element e to element e in row-major order) between virtual
+// devices: Z [24, 18] from two strided blocks of X [30, 20] (both sides
+// strided: staged; then a contiguous input: unpacked straight from it), W
+// [12, 5] whole from a strided block (packed straight into W), and V [4,
+// 15] back from a tile of X that does not start at its origin. Every
+// destination element is checked against the reference (the copies define
+// Z, W and V).
+TEST_F(DeviceKernelsTest, OperandCopiesBetweenRegions) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kInt8}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    TestJob job(1, 2);
+    const int x = job.AddTensor({{30, 20}, dtype});
+    job.SetInitializer(x, Random(7));
+    const int z = job.AddTensor({{24, 18}, dtype});
+    const int w = job.AddTensor({{12, 5}, dtype});
+    const int v = job.AddTensor({{4, 15}, dtype});
+    const int from = job.AddBuffer(0, x, job.FullBox(x), BufferRole::kSource);
+    const int to_z =
+        job.AddBuffer(1, z, job.FullBox(z), BufferRole::kDestination);
+    const int to_w =
+        job.AddBuffer(1, w, job.FullBox(w), BufferRole::kDestination);
+    const int to_v =
+        job.AddBuffer(0, v, job.FullBox(v), BufferRole::kDestination);
+    job.AddStep(
+        OperandSendRecv(from, {{2, 26}, {3, 11}}, to_z, {{0, 24}, {0, 8}}),
+        {0, 1});
+    job.AddStep(
+        OperandSendRecv(from, {{0, 12}, {0, 20}}, to_z, {{0, 24}, {8, 18}}),
+        {0, 1});
+    job.AddStep(OperandSendRecv(from, {{5, 17}, {10, 15}}, to_w, {}), {0, 1});
+    // Back from device 1, out of a tile that starts at row 10.
+    const int lower = job.AddBuffer(1, x, {{10, 30}, {0, 20}},
+                                    BufferRole::kSource);
+    job.AddStep(OperandSendRecv(lower, {{20, 26}, {0, 10}}, to_v, {}),
+                {1, 0});
+    ExpectVerified(RunWorker(job, 0, 0, 2), 24 * 18 + 12 * 5 + 4 * 15);
+  }
+}
+
 // Only the copied rows hold the pattern; the rest stay poisoned, which
 // verification must count.
 TEST_F(DeviceKernelsTest, LocalCopyOfASlice) {

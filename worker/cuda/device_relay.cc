@@ -47,8 +47,8 @@ class StepEnqueuer {
     const cudaEvent_t start = events.start;
     const cudaEvent_t done = events.done;
     const int length = static_cast<int>(step_.chain.size());
-    element_size_ = DTypeSize(program.tensors[step_.tensor].dtype);
-    elements_ = NumElements(step_.slice);
+    element_size_ = RelayElementSize(step_, program);
+    elements_ = RelayElements(step_);
     tiles_.assign(length, nullptr);
     bool all_local = true;
     for (int p = 0; p < length; ++p) {
@@ -57,7 +57,12 @@ class StepEnqueuer {
         all_local = false;
         continue;
       }
-      if (p == 0) {
+      if (step_.operand_form) {
+        // [sender, receiver]: the input's buffer, the output's buffer.
+        ASSIGN_OR_RETURN(tiles_[p],
+                         OperandTile(p == 0 ? step_.inputs[0] : step_.outputs[0],
+                                     p == 0 ? "inputs[0]" : "outputs[0]"));
+      } else if (p == 0) {
         ASSIGN_OR_RETURN(
             const DeviceTile* sender,
             env_.buffers->SenderTile(device, step_.tensor, step_.slice));
@@ -73,7 +78,8 @@ class StepEnqueuer {
     if (all_local) {
       RETURN_IF_ERROR(Begin({primary_gpu_}, waits, start));
       if (elements_ > 0) {
-        RETURN_IF_ERROR(CopyAlongChain());
+        RETURN_IF_ERROR(step_.operand_form ? CopyBetweenRegions()
+                                           : CopyAlongChain());
       } else {
         for (int p = 1; p < length; ++p) {
           RETURN_IF_ERROR(RecordHop(p, primary_, primary_gpu_));
@@ -115,6 +121,28 @@ class StepEnqueuer {
           absl::StrCat("lane ", lane_.index, " has no stream on GPU ", gpu));
     }
     return it->second;
+  }
+
+  // The region the sender reads and the one every receiver writes: the
+  // step's slice of its tensor, or in the operand form the input's and the
+  // output's regions (equal element counts, element e to element e in
+  // row-major order; ParseProgram checks both).
+  const Box& SendRegion() const {
+    return step_.operand_form ? step_.inputs[0].box : step_.slice;
+  }
+  const Box& ReceiveRegion() const {
+    return step_.operand_form ? step_.outputs[0].box : step_.slice;
+  }
+
+  // The tile of an operand-form step's operand (its buffer on this worker).
+  absl::StatusOr<DeviceTile*> OperandTile(const OperandDesc& operand,
+                                          const char* what) const {
+    DeviceTile* tile = env_.buffers->ById(operand.buffer);
+    if (tile == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, " buffer ", operand.buffer, " has no tile on this worker"));
+    }
+    return tile;
   }
 
   // Makes every used stream wait for the deps, and records `start`.
@@ -199,6 +227,78 @@ class StepEnqueuer {
     return absl::OkStatus();
   }
 
+  // The operand form on one worker: element e of the input's region to
+  // element e of the output's, chunk by chunk (the regions may differ in
+  // shape). A chunk that is one segment in either tile is packed straight
+  // into, or unpacked straight from, that tile; otherwise it goes through a
+  // staging chunk on the sender's GPU. Everything is on the primary stream,
+  // so one staging chunk serves every chunk in turn.
+  absl::Status CopyBetweenRegions() {
+    const DeviceTile* from = tiles_[0];
+    DeviceTile* to = tiles_[1];
+    if (from == to && SendRegion() == ReceiveRegion()) {
+      return RecordHop(1, primary_, primary_gpu_);
+    }
+    const int64_t chunk =
+        std::max<int64_t>(1, env_.chunk_bytes / element_size_);
+    void* staging = nullptr;
+    absl::Status status;
+    for (int64_t first = 0; first < elements_ && status.ok(); first += chunk) {
+      const int64_t last = std::min(elements_, first + chunk);
+      ASSIGN_OR_RETURN(const RegionCopy pack,
+                       MakePackCopy(SendRegion(), from->box(), first, last,
+                                    element_size_));
+      ASSIGN_OR_RETURN(const RegionCopy unpack,
+                       MakeUnpackCopy(ReceiveRegion(), to->box(), first, last,
+                                      element_size_));
+      if (IsSingleSegment(unpack)) {
+        // Pack straight into the output's contiguous segment.
+        int64_t dst = 0, src = 0, length = 0;
+        RowSegment(unpack, FirstRow(unpack), &dst, &src, &length);
+        status = EnqueueRegionCopy({to->data() + dst * element_size_, to->gpu()},
+                                   {from->data(), from->gpu()}, pack, primary_,
+                                   primary_gpu_);
+        continue;
+      }
+      if (IsSingleSegment(pack)) {
+        // Unpack straight from the input's contiguous segment.
+        int64_t dst = 0, src = 0, length = 0;
+        RowSegment(pack, FirstRow(pack), &dst, &src, &length);
+        status = EnqueueRegionCopy(
+            {to->data(), to->gpu()},
+            {from->data() + src * element_size_, from->gpu()}, unpack,
+            primary_, primary_gpu_);
+        continue;
+      }
+      if (staging == nullptr) {
+        RETURN_IF_ERROR(PrepareStagingPool(primary_gpu_));
+        ScopedCudaDevice on(primary_gpu_);
+        RETURN_IF_ERROR(on.status());
+        RETURN_IF_ERROR(CudaStatus(
+            cudaMallocAsync(&staging,
+                            std::min(chunk, elements_) * element_size_,
+                            primary_),
+            "allocating a staging chunk"));
+      }
+      status = EnqueueRegionCopy({staging, primary_gpu_},
+                                 {from->data(), from->gpu()}, pack, primary_,
+                                 primary_gpu_);
+      if (status.ok()) {
+        status = EnqueueRegionCopy({to->data(), to->gpu()},
+                                   {staging, primary_gpu_}, unpack, primary_,
+                                   primary_gpu_);
+      }
+    }
+    if (staging != nullptr) {
+      ScopedCudaDevice on(primary_gpu_);
+      status.Update(on.status());
+      status.Update(CudaStatus(cudaFreeAsync(staging, primary_),
+                               "freeing a staging chunk"));
+    }
+    RETURN_IF_ERROR(status);
+    return RecordHop(1, primary_, primary_gpu_);
+  }
+
   absl::Status BuildRuns() {
     const ParsedProgram& program = *env_.program;
     const int length = static_cast<int>(step_.chain.size());
@@ -238,9 +338,9 @@ class StepEnqueuer {
     const DeviceTile* tile = tiles_[runs_[j].plan.first];
     ASSIGN_OR_RETURN(
         const RegionCopy copy,
-        j == 0 ? MakePackCopy(step_.slice, tile->box(), ChunkBegin(g),
+        j == 0 ? MakePackCopy(SendRegion(), tile->box(), ChunkBegin(g),
                               ChunkEnd(g), element_size_)
-               : MakeUnpackCopy(step_.slice, tile->box(), ChunkBegin(g),
+               : MakeUnpackCopy(ReceiveRegion(), tile->box(), ChunkBegin(g),
                                 ChunkEnd(g), element_size_));
     if (!IsSingleSegment(copy)) return nullptr;
     int64_t dst = 0, src = 0, length = 0;
@@ -324,8 +424,9 @@ class StepEnqueuer {
     for (int p = from; p <= run.plan.last; ++p) {
       DeviceTile* tile = tiles_[p];
       ASSIGN_OR_RETURN(const RegionCopy copy,
-                       MakeUnpackCopy(step_.slice, tile->box(), ChunkBegin(g),
-                                      ChunkEnd(g), element_size_));
+                       MakeUnpackCopy(ReceiveRegion(), tile->box(),
+                                      ChunkBegin(g), ChunkEnd(g),
+                                      element_size_));
       RETURN_IF_ERROR(EnqueueRegionCopy({tile->data(), run.gpu},
                                         {chunk, run.gpu}, copy, run.stream,
                                         run.gpu));
@@ -343,7 +444,7 @@ class StepEnqueuer {
     const DeviceTile* tile = tiles_[run.plan.first];
     ASSIGN_OR_RETURN(
         const RegionCopy pack,
-        MakePackCopy(step_.slice, tile->box(), ChunkBegin(op.chunk),
+        MakePackCopy(SendRegion(), tile->box(), ChunkBegin(op.chunk),
                      ChunkEnd(op.chunk), element_size_));
     return EnqueueRegionCopy({home.data, run.gpu}, {tile->data(), run.gpu},
                              pack, run.stream, run.gpu);
@@ -520,16 +621,18 @@ absl::Status EnqueueRelayStep(const StepDesc& step,
                               const DeviceLane& lane,
                               absl::Span<const cudaEvent_t> waits,
                               const StepEvents& events) {
-  if (step.operand_form) {
-    // Copies between two operands (tp_overlap's fused mode) run on CPU
-    // workers only so far.
-    return absl::UnimplementedError(absl::StrCat(
-        "step ", step.id, " (OP_SEND_RECV between buffers ",
-        step.inputs[0].buffer, " and ", step.outputs[0].buffer,
-        "): the operand form has no GPU kernel yet; run it on CPU workers"));
-  }
   absl::Status status = StepEnqueuer(step, env, lane).Enqueue(waits, events);
   if (status.ok()) return status;
+  if (step.operand_form) {
+    return absl::Status(
+        status.code(),
+        absl::StrCat("step ", step.id, " (OP_SEND_RECV from buffer ",
+                     step.inputs[0].buffer, " ",
+                     BoxToString(step.inputs[0].box), " to buffer ",
+                     step.outputs[0].buffer, " ",
+                     BoxToString(step.outputs[0].box), ", GPU): ",
+                     status.message()));
+  }
   return absl::Status(
       status.code(), absl::StrCat("step ", step.id, " (tensor ", step.tensor,
                                   " slice ", BoxToString(step.slice), " chain ",

@@ -244,6 +244,15 @@ TEST(CollectivesTest, AllToAllPairwiseOverThreeWorkers) {
   ExpectAllVerified(RunTestJob(job, SmallChunks()), total);
 }
 
+// Operands that are whole buffers holding all of IN and OUT (MoE's S1 and
+// S2 schedules): each rank's part is found by the counts (test_job.h).
+TEST(CollectivesTest, AllToAllBetweenWholeBuffers) {
+  TestJob job(2, 2);
+  const int64_t total =
+      testing::AddWholeBufferAllToAll(job, {1, 3, 0, 2});
+  ExpectAllVerified(RunTestJob(job, SmallChunks()), total);
+}
+
 // Only the copied rows hold the pattern; the rest stay poisoned, which
 // verification must count.
 TEST(CollectivesTest, LocalCopyOfASlice) {

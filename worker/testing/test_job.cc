@@ -284,4 +284,52 @@ absl::StatusOr<TestJob> TestJobOfPlan(const v1::Plan& plan, int workers,
   return job;
 }
 
+int64_t AddWholeBufferAllToAll(TestJob& job, const std::vector<int>& group) {
+  const int n = static_cast<int>(group.size());
+  std::vector<int64_t> counts(n * n);
+  for (int r = 0; r < n; ++r) {
+    for (int s = 0; s < n; ++s) counts[r * n + s] = (r * 5 + s * 3 + 2) % 7;
+  }
+  std::vector<int64_t> out_row(n + 1, 0);
+  int64_t total = 0;
+  for (int r = 0; r < n; ++r) {
+    out_row[r + 1] = out_row[r];
+    for (int s = 0; s < n; ++s) {
+      out_row[r + 1] += counts[s * n + r];
+      total += counts[r * n + s];
+    }
+  }
+  const int in = job.AddTensor({{total}, DType::kFloat32});
+  v1::Initializer random;
+  random.set_kind(v1::Initializer::KIND_RANDOM);
+  random.set_seed(33);
+  job.SetInitializer(in, random);
+  const int out = job.AddTensor({{total}, DType::kFloat32});
+  v1::Step step;
+  step.set_op(v1::Step::OP_ALL_TO_ALL);
+  for (int64_t c : counts) step.add_counts(c);
+  std::vector<int> scratch(n);
+  for (int r = 0; r < n; ++r) {
+    *step.add_inputs() = TestJob::Operand(
+        job.AddBuffer(group[r], in, job.FullBox(in), BufferRole::kSource));
+  }
+  for (int r = 0; r < n; ++r) {
+    scratch[r] = job.AddBuffer(group[r], out, job.FullBox(out),
+                               BufferRole::kScratch);
+    *step.add_outputs() = TestJob::Operand(scratch[r]);
+  }
+  const int exchange = job.AddStep(step, group);
+  for (int r = 0; r < n; ++r) {
+    const Box part = {{out_row[r], out_row[r + 1]}};
+    v1::Step copy;
+    copy.set_op(v1::Step::OP_LOCAL_COPY);
+    copy.add_deps(exchange);
+    *copy.add_inputs() = TestJob::Operand(scratch[r], part);
+    *copy.add_outputs() = TestJob::Operand(
+        job.AddBuffer(group[r], out, part, BufferRole::kDestination), part);
+    job.AddStep(copy);
+  }
+  return total;
+}
+
 }  // namespace meshcast::worker::testing

@@ -76,6 +76,13 @@ class TestJob {
   v1::VerifyMode verify_ = v1::VERIFY_MODE_FULL;
 };
 
+// An all-to-all of a float32 1-D tensor between whole buffers, as MoE's S1
+// and S2 schedules plan it: every rank holds all of IN (source) and all of
+// OUT (scratch), so each rank's part is found by the counts (uneven, with
+// zeros); a local copy of each rank's part of OUT into a destination makes
+// it verified. Returns the elements verified.
+int64_t AddWholeBufferAllToAll(TestJob& job, const std::vector<int>& group);
+
 struct TestJobOutcome {
   std::vector<absl::StatusOr<v1::JobResult>> results;  // by worker
   int64_t mismatches = 0;         // over the workers that succeeded
