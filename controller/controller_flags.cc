@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "planner/topology.h"
 #include "security/tls_credentials.h"
 #include "util/metrics_http_server.h"
 #include "util/status_macros.h"
@@ -124,6 +125,14 @@ absl::StatusOr<ControllerConfig> ConfigFromFlags(const ControllerFlags& flags) {
   config.registry.host_copy_bandwidth = flags.host_copy_gbps * kBytesPerGbit;
   config.registry.transfer_setup_seconds =
       flags.transfer_setup_us * kSecondsPerMicrosecond;
+  if (flags.device_rates != "auto") {
+    if (absl::Status known = DeviceRatesFor(flags.device_rates).status();
+        !known.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--device-rates: ", known.message(), " (or auto)"));
+    }
+  }
+  config.registry.device_rates = flags.device_rates;
   config.jobs.task_timeout = absl::Seconds(flags.task_timeout_seconds);
   config.jobs.reserve_after = flags.reserve_after_seconds == -1
                                   ? absl::InfiniteDuration()

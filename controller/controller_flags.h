@@ -54,6 +54,9 @@ struct ControllerFlags {
   double host_copy_gbps = 0;
   // Fixed start-up cost of every transfer.
   double transfer_setup_us = 0;
+  // The devices' compute rates: cpu, v100, h100, h200, or auto (h100 for
+  // CUDA workers, else cpu).
+  std::string device_rates = "auto";
 
   // Security (docs/security.md): TLS with the cluster's certificates, or
   // --insecure explicitly; neither is an error.

@@ -77,6 +77,20 @@ TEST(ControllerFlagsTest, DefaultsGiveTheUsualTopologyWithoutCpuCosts) {
   EXPECT_TRUE(config->metrics_listen.empty());
 }
 
+TEST(ControllerFlagsTest, DeviceRatesArePresetsOrAuto) {
+  ControllerFlags flags = InsecureFlags();
+  EXPECT_EQ(ConfigFromFlags(flags)->registry.device_rates, "auto");
+  flags.device_rates = "h200";
+  EXPECT_EQ(ConfigFromFlags(flags)->registry.device_rates, "h200");
+  flags.device_rates = "a100";
+  const absl::Status refused = ConfigFromFlags(flags).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(refused));
+  EXPECT_THAT(std::string(refused.message()),
+              ::testing::AllOf(::testing::HasSubstr("--device-rates"),
+                               ::testing::HasSubstr("h100"),
+                               ::testing::HasSubstr("auto")));
+}
+
 TEST(ControllerFlagsTest, ConvertsHumanUnitsToBaseUnits) {
   ControllerFlags flags = InsecureFlags();
   flags.listen = "127.0.0.1:0";

@@ -77,6 +77,11 @@ ABSL_FLAG(double, host_copy_gbps, kDefaults.host_copy_gbps,
 ABSL_FLAG(double, transfer_setup_us, kDefaults.transfer_setup_us,
           "fixed start-up time of every transfer before its first byte "
           "moves (thread start, tag matching, a round trip), microseconds");
+ABSL_FLAG(std::string, device_rates, kDefaults.device_rates,
+          "compute rates of the devices, for the planner's compute steps "
+          "(tp_overlap, moe, attention, pipeline): cpu, v100, h100, h200 "
+          "(published peaks), or auto: h100 once a CUDA worker registers, "
+          "else cpu");
 ABSL_FLAG(double, task_timeout_seconds, kDefaults.task_timeout_seconds,
           "deadline of one job's data-plane run on its workers");
 ABSL_FLAG(double, reserve_after_seconds, kDefaults.reserve_after_seconds,
@@ -157,6 +162,7 @@ int main(int argc, char** argv) {
   flags.intra_latency_us = absl::GetFlag(FLAGS_intra_latency_us);
   flags.host_copy_gbps = absl::GetFlag(FLAGS_host_copy_gbps);
   flags.transfer_setup_us = absl::GetFlag(FLAGS_transfer_setup_us);
+  flags.device_rates = absl::GetFlag(FLAGS_device_rates);
   flags.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   flags.tls_key = absl::GetFlag(FLAGS_tls_key);
   flags.tls_ca = absl::GetFlag(FLAGS_tls_ca);
@@ -201,7 +207,8 @@ int main(int argc, char** argv) {
       " us), host copy ",
       flags.host_copy_gbps > 0 ? absl::StrCat(flags.host_copy_gbps, " Gbps")
                                : std::string("unlimited"),
-      ", transfer setup ", flags.transfer_setup_us, " us");
+      ", transfer setup ", flags.transfer_setup_us, " us, device rates ",
+      flags.device_rates);
   std::cout << "meshcast-controller listening on port " << port << std::endl;
   const int bound_metrics_port = (*server)->metrics_port();
   if (bound_metrics_port > 0) {

@@ -175,7 +175,8 @@ absl::Status CheckVerification(const v1::WorkerProgram& program,
 double MaxPlausibleBytesPerSecond(const Topology& topology, double factor) {
   const double fastest =
       std::max({topology.inter_host_bandwidth, topology.intra_host_bandwidth,
-                topology.host_copy_bandwidth, kMemoryCopyBytesPerSecond});
+                topology.host_copy_bandwidth, kMemoryCopyBytesPerSecond,
+                topology.device_memory_bandwidth});
   return factor > 0 ? factor * fastest : 0;
 }
 

@@ -58,8 +58,9 @@ struct ResultCheckOptions {
 inline constexpr double kMemoryCopyBytesPerSecond = 50e9;
 
 // `factor` times the fastest of the topology's links (NIC, device port,
-// host copy capacity) and kMemoryCopyBytesPerSecond: the bound JobManager
-// uses.
+// host copy capacity), its devices' memory bandwidth (a copy between
+// virtual devices of one GPU moves at HBM speed) and
+// kMemoryCopyBytesPerSecond: the bound JobManager uses.
 double MaxPlausibleBytesPerSecond(const Topology& topology, double factor);
 
 absl::Status CheckWorkerResult(const v1::WorkerProgram& program,

@@ -285,6 +285,17 @@ Topology WorkerRegistry::topology() const {
   topology.host_copy_bandwidth = options_.host_copy_bandwidth;
   topology.transfer_setup_seconds = options_.transfer_setup_seconds;
   topology.calibration = calibration_;
+  std::string rates = options_.device_rates;
+  if (rates == "auto") {
+    rates = "cpu";
+    for (const WorkerRecord& w : workers_) {
+      if (!w.name.empty() && w.device_kind == "cuda") rates = "h100";
+    }
+  }
+  // Checked at start-up (controller_flags.cc): cannot fail here.
+  if (absl::StatusOr<DeviceRates> preset = DeviceRatesFor(rates); preset.ok()) {
+    topology.SetDeviceRates(*preset);
+  }
   return topology;
 }
 

@@ -89,6 +89,10 @@ class WorkerRegistry {
     // time of every transfer (s).
     double host_copy_bandwidth = 0;
     double transfer_setup_seconds = 0;
+    // The devices' compute rates (planner/topology.h DeviceRatesFor): a
+    // preset name, or "auto": "h100" once a CUDA worker has registered
+    // (WorkerInfo names no GPU model), else "cpu".
+    std::string device_rates = "auto";
     // A worker LOST for this long is removed (its index freed);
     // absl::InfiniteDuration(): never.
     absl::Duration lost_worker_ttl = absl::Minutes(10);

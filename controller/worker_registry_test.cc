@@ -120,6 +120,29 @@ TEST_F(WorkerRegistryTest, RejectsMismatchedDeviceCountAndBadInfo) {
   EXPECT_EQ(registry_.topology().devices_per_host, 2);
 }
 
+// The topology's compute rates follow the workers: CPU workers get the
+// cpu preset, a CUDA worker the h100 one (WorkerInfo names no GPU model);
+// an explicit preset wins.
+TEST_F(WorkerRegistryTest, DeviceRatesFollowTheWorkersKind) {
+  ASSERT_TRUE(registry_.Register(Worker("a")).ok());
+  const DeviceRates cpu = *DeviceRatesFor("cpu");
+  const DeviceRates h100 = *DeviceRatesFor("h100");
+  EXPECT_DOUBLE_EQ(registry_.topology().device_flops, cpu.flops);
+  WorkerRecord gpu = Worker("b");
+  gpu.device_kind = "cuda";
+  ASSERT_TRUE(registry_.Register(gpu).ok());
+  EXPECT_DOUBLE_EQ(registry_.topology().device_flops, h100.flops);
+  EXPECT_DOUBLE_EQ(registry_.topology().device_memory_bandwidth,
+                   h100.memory_bandwidth);
+
+  WorkerRegistry::Options options = Options();
+  options.device_rates = "h200";
+  WorkerRegistry fixed(options, &clock_);
+  ASSERT_TRUE(fixed.Register(Worker("a")).ok());
+  EXPECT_DOUBLE_EQ(fixed.topology().device_memory_bandwidth,
+                   DeviceRatesFor("h200")->memory_bandwidth);
+}
+
 TEST_F(WorkerRegistryTest, MissedLeaseMarksLostAndNotifies) {
   ASSERT_TRUE(registry_.Register(Worker("a")).ok());
   ASSERT_TRUE(registry_.Register(Worker("b")).ok());

@@ -434,6 +434,28 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
       if (!status.ok()) return;
     }
   };
+  // Each GPU's time origin: an event on an idle stream of that GPU (the
+  // warm-ups above were waited for), recorded just before the first step
+  // is enqueued, so that every step's start and end read against it as the
+  // CPU executor's read against its start barrier. The GPUs' origins are
+  // recorded within microseconds of each other.
+  absl::flat_hash_map<int, CudaEvent> origin;
+  for (int gpu : gpus) {
+    if (!failure.ok() || lanes.empty()) break;
+    absl::StatusOr<CudaEvent> event = CudaEvent::Create(gpu);
+    if (!event.ok()) {
+      failure = event.status();
+      break;
+    }
+    ScopedCudaDevice on(gpu);
+    failure = on.status();
+    if (failure.ok()) {
+      failure = CudaStatus(cudaEventRecord(event->get(), lanes[0].streams[gpu]),
+                           "recording the GPU's time origin");
+    }
+    origin.emplace(gpu, *std::move(event));
+  }
+  if (!failure.ok()) first_error = failure;
   const absl::Time steps_start = absl::Now();
   std::vector<std::thread> threads;
   if (failure.ok()) {
@@ -558,6 +580,13 @@ absl::StatusOr<v1::JobResult> DeviceExecutor::Run(const ParsedProgram& program,
     step_result->set_worker(program.worker);
     step_result->set_bytes(step.bytes);
     step_result->set_seconds(seconds);
+    if (auto it = origin.find(primary_gpu[i]); it != origin.end()) {
+      ASSIGN_OR_RETURN(const double start,
+                       ElapsedSeconds(it->second, timed[i].start));
+      step_result->set_start_seconds(start);
+      step_result->set_end_seconds(start + seconds);
+    }
+    step_result->set_device(program.FirstLocalDevice(step));
     received_bytes += LocalDeliveredBytes(program, step);
   }
   result.set_bytes_moved(received_bytes);
