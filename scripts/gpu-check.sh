@@ -151,7 +151,20 @@ use_prebuilt() {
     tar -C "$BUILD_DIR" -xzf "$tarball" || die "cannot unpack $tarball"
   log "# prebuilt bundle: $tarball"
   sed -n '1,3p' "$BUILD_DIR/manifest.txt" | sed 's/^/#   /' | tee -a "$LOG" >/dev/null
-  local dirs=$BUILD_DIR/lib lib path
+  # A library the machine has under the same soname (the same ABI) is
+  # taken from the machine: a second copy of a system library in one
+  # process can break what loads the machine's own plugins into it (NCCL
+  # opens libibverbs, whose providers must match it).
+  local shadowed=0 lib path
+  mkdir -p "$BUILD_DIR/lib-shadowed"
+  for path in "$BUILD_DIR"/lib/*; do
+    lib=$(basename "$path")
+    if ldconfig -p | grep -q "^[[:space:]]*$lib "; then
+      mv "$path" "$BUILD_DIR/lib-shadowed/" && shadowed=$((shadowed + 1))
+    fi
+  done
+  log "# bundle libraries: $(ls "$BUILD_DIR/lib" | wc -l) used, $shadowed left for the machine's own (same soname)"
+  local dirs=$BUILD_DIR/lib
   for lib in libnccl.so.2 libcublas.so.13 libcublasLt.so.13; do
     path=$(find_gpu_library "$lib")
     if [[ -z $path ]]; then
