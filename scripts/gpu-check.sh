@@ -338,10 +338,11 @@ elif [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
     # A pipeline training step (docs/pipeline.md) of two stages of 4
     # virtual devices, in every schedule: GEMM, ReLU and its gradient,
     # all-reduce and all-gather inside each stage, the resharding sends
-    # between them, verified.
+    # between them, verified (sized so that the float64 reference of the
+    # whole step takes seconds: hidden 512 with 512 rows took minutes).
     wants pipeline || PIPELINE_SCHEDULES=""
     for schedule in ${PIPELINE_SCHEDULES-eager_1f1b 1f1b gpipe}; do
-      printf 'verify: full\npipeline: {stages: [{mesh: 1x4, input_spec: "S0,R", output_spec: "R,S1"}, {mesh: 1x4, input_spec: "R,S1", output_spec: "R,R"}], microbatches: 8, microbatch_size: 512, hidden: 512, layers_per_stage: 2, schedule: %s}\n' \
+      printf 'verify: full\npipeline: {stages: [{mesh: 1x4, input_spec: "S0,R", output_spec: "R,S1"}, {mesh: 1x4, input_spec: "R,S1", output_spec: "R,R"}], microbatches: 8, microbatch_size: 128, hidden: 256, layers_per_stage: 2, schedule: %s}\n' \
         "$schedule" >"$E2E_DIR/pipeline-$schedule.yaml"
       run_step "end to end: meshctl submit -f pipeline ($schedule)" \
         timeout --kill-after=30 "$STEP_TIMEOUT" \

@@ -1,16 +1,20 @@
 #include "worker/kernels/reference.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <mutex>
 #include <queue>
+#include <thread>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "proto/dtype_convert.h"
+#include "util/parallel_for.h"
 #include "util/status_macros.h"
 #include "worker/kernels/attention.h"
 #include "worker/kernels/box_index.h"
@@ -1155,6 +1159,21 @@ Expected Reference::EvalAttentionFinish(const StepInfo& step, int64_t e) const {
   return result;
 }
 
+namespace {
+
+// Rows of a GEMM's materialized output per task.
+constexpr int64_t kRowsPerBlock = 64;
+
+// Threads for materializing a GEMM output of `work` multiply-adds: one for
+// small ones (a thread's start costs more), up to 8 for large ones.
+int MaterializeThreads(int64_t work) {
+  if (work < (int64_t{1} << 22)) return 1;
+  return static_cast<int>(
+      std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+}
+
+}  // namespace
+
 const Reference::GemmCache& Reference::Operands(const StepInfo& step) const {
   GemmCache& cache = *step.cache;
   std::call_once(cache.once, [&] {
@@ -1205,26 +1224,37 @@ Expected Reference::EvalGemm(const StepInfo& step, int64_t i,
     GemmCache& mutable_cache = *step.cache;
     std::call_once(mutable_cache.output_once, [&] {
       if (m * n > kMaterializeLimit) return;
-      // The whole output at once, row by row: c[i, :] += a[i, p] * b[p, :]
-      // over p in order (the order of the dot product below, so the same
-      // sums), a loop the compiler vectorizes along j, where a dot
-      // product's reduction cannot be.
-      mutable_cache.c_sum.assign(m * n, 0.0);
-      mutable_cache.c_scale.assign(m * n, 0.0);
-      for (int64_t r = 0; r < m; ++r) {
-        double* cv = mutable_cache.c_sum.data() + r * n;
-        double* cs = mutable_cache.c_scale.data() + r * n;
-        for (int64_t p = 0; p < k; ++p) {
-          const double av = cache.a_value[r * k + p];
-          const double as = cache.a_scale[r * k + p];
-          const double* bv = cache.b_value.data() + p * n;
-          const double* bs = cache.b_scale.data() + p * n;
-          for (int64_t c = 0; c < n; ++c) {
-            cv[c] += av * bv[c];
-            cs[c] += as * bs[c];
-          }
-        }
-      }
+      // The whole output at once, with the BLAS (float64 GEMMs of the
+      // values and of the scales), in blocks of rows on a few threads: a
+      // chain of GEMMs (a pipeline step's) is materialized one GEMM after
+      // another, each on all of them. The summation order differs from
+      // the dot product below by float64 roundings, far inside every
+      // tolerance.
+      mutable_cache.c_sum.resize(m * n);
+      mutable_cache.c_scale.resize(m * n);
+      const int64_t blocks = (m + kRowsPerBlock - 1) / kRowsPerBlock;
+      ParallelFor(static_cast<int>(blocks), MaterializeThreads(m * n * k),
+                  [&](int block) {
+                    const int64_t first = block * kRowsPerBlock;
+                    const int rows = static_cast<int>(
+                        std::min<int64_t>(m, first + kRowsPerBlock) - first);
+                    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
+                                rows, static_cast<int>(n), static_cast<int>(k),
+                                1.0, cache.a_value.data() + first * k,
+                                static_cast<int>(k), cache.b_value.data(),
+                                static_cast<int>(n), 0.0,
+                                mutable_cache.c_sum.data() + first * n,
+                                static_cast<int>(n));
+                    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
+                                rows, static_cast<int>(n), static_cast<int>(k),
+                                1.0, cache.a_scale.data() + first * k,
+                                static_cast<int>(k), cache.b_scale.data(),
+                                static_cast<int>(n), 0.0,
+                                mutable_cache.c_scale.data() + first * n,
+                                static_cast<int>(n));
+                    return absl::OkStatus();
+                  })
+          .IgnoreError();  // the task cannot fail
       mutable_cache.output_ready = true;
     });
     if (cache.output_ready) {

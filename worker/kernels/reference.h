@@ -125,7 +125,7 @@
 // element: a GEMM step's op(A) and op(B) are evaluated once, on first use,
 // into float64 arrays (when they hold at most 2^24 elements together), and
 // its whole output is then computed once (when it holds at most 2^24
-// elements) by a loop the compiler vectorizes; bigger operands are
+// elements) with the BLAS, in row blocks on a few threads; bigger operands are
 // evaluated element by element, which suits SAMPLE verification.
 //
 // Thread safety: after Create, every const method may run on many threads at
