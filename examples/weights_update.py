@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """A weights update as a reinforcement-learning loop does it after every
 training step, from Python, on a local cluster: the training side holds a
-model's weights in its layout (tensor parallel over 4 devices of host 0),
-meshcast moves them into the inference replicas' own memory (2 replicas x
-tensor parallel 2 on host 1), and this script checks every element it
-receives against what was sent.
+model's weights in its layout (2 pipeline stages x tensor parallel 2 on
+the 4 devices of host 0: each stage holds its own layers), meshcast moves
+them into the inference replicas' own memory (2 replicas x tensor parallel
+2 on host 1), and this script checks every element it receives against
+what was sent.
 
     meshctl up --workers 2 --devices-per-worker 4 --dir /tmp/mc
     python3 examples/weights_update.py --dir /tmp/mc
@@ -28,14 +29,17 @@ import meshcast
 from meshcast import buffers
 from meshcast.v1 import job_pb2
 
-# name, shape, layout on the training mesh (1x4), layout on one replica (1x2)
+# name, shape, layout on its pipeline stage's row of the training mesh
+# (2x2: a stage is tensor parallel over 2), layout on one replica (1x2),
+# stage (None: from the "layers.N." in the name, layer 0 on stage 0, layer
+# 1 on stage 1)
 MODEL = [
-    ("embed", [512, 64], "S0,R", "S0,R"),
-    ("wq", [64, 64], "R,S1", "R,S1"),
-    ("wo", [64, 64], "S1,R", "S1,R"),
-    ("w1", [64, 256], "R,S1", "R,S1"),
-    ("w2", [256, 64], "S1,R", "R,R"),
-    ("norm", [64], "R", "R"),
+    ("embed", [512, 64], "S0,R", "S0,R", 0),
+    ("layers.0.wq", [64, 64], "R,S0", "R,S1", None),
+    ("layers.0.wo", [64, 64], "S0,R", "S1,R", None),
+    ("layers.1.w1", [64, 256], "R,S0", "R,S1", None),
+    ("layers.1.w2", [256, 64], "S0,R", "R,R", None),
+    ("final_norm", [64], "R", "R", 1),
 ]
 
 
@@ -65,14 +69,18 @@ def spec(src_devices, replica_devices):
         # every element it receives itself.
         "verify": "VERIFY_MODE_CHECKSUM",
         "reshard_model": {
-            "src_mesh": {"shape": [1, len(src_devices)],
+            # Row s of the training mesh holds pipeline stage s.
+            "src_mesh": {"shape": [2, len(src_devices) // 2],
                          "devices": src_devices},
+            "src_pipeline": True,
             "dst_meshes": [{"shape": [1, len(d)], "devices": d}
                            for d in replica_devices],
-            "tensors": [{"name": n, "shape": s,
-                         "dtype": "DTYPE_FLOAT32",
-                         "src_spec": {"text": a}, "dst_spec": {"text": b}}
-                        for n, s, a, b in MODEL],
+            "tensors": [dict({"name": n, "shape": s,
+                              "dtype": "DTYPE_FLOAT32",
+                              "src_spec": {"text": a},
+                              "dst_spec": {"text": b}},
+                             **({} if stage is None else {"stage": stage}))
+                        for n, s, a, b, stage in MODEL],
             "strategy": "meshcast",
             "src_buffer_prefix": "train/",
             "dst_buffer_prefix": "infer/",
@@ -98,7 +106,7 @@ def main():
                  (cluster.topology.num_hosts, per_host))
     worker_of_host = {w.host_index: w.name for w in cluster.workers}
     local = buffers.local_workers(args.dir)
-    src_devices = list(range(4))                       # host 0: TP4
+    src_devices = list(range(4))                       # host 0: PP2 x TP2
     replicas = [[per_host, per_host + 1],              # host 1: 2 x TP2
                 [per_host + 2, per_host + 3]]
     job_spec = spec(src_devices, replicas)

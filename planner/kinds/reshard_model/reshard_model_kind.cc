@@ -1,9 +1,12 @@
 #include "planner/kinds/reshard_model/reshard_model_kind.h"
 
+#include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "planner/ir/spec_convert.h"
@@ -52,7 +55,84 @@ absl::Status CheckPresetRange(absl::string_view name, int64_t value,
                         low, high);
 }
 
+// The layer index of a name with "layers.N." in it.
+std::optional<int> LayerIndex(const std::string& name) {
+  constexpr char kLayers[] = "layers.";
+  constexpr size_t kLayersLength = sizeof(kLayers) - 1;
+  for (size_t at = name.find(kLayers); at != std::string::npos;
+       at = name.find(kLayers, at + 1)) {
+    size_t end = at + kLayersLength;
+    int index = 0;
+    size_t digits = 0;
+    while (end < name.size() && absl::ascii_isdigit(name[end]) && digits < 7) {
+      index = index * 10 + (name[end] - '0');
+      ++end;
+      ++digits;
+    }
+    if (digits > 0 && end < name.size() && name[end] == '.') return index;
+  }
+  return std::nullopt;
+}
+
+// The stages of a pipeline-parallel request: a preset's tensors by their
+// place in the model, listed ones by `stage` or their layer index.
+absl::Status AssignStages(const v1::ReshardModelSpec& m,
+                          size_t preset_tensors, int stages,
+                          std::vector<ModelTensorRequest>& tensors) {
+  int layers = m.has_preset() ? m.preset().layers() : 0;
+  for (const ModelTensorRequest& t : tensors) {
+    if (std::optional<int> l = LayerIndex(t.name)) {
+      layers = std::max(layers, *l + 1);
+    }
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    ModelTensorRequest& t = tensors[i];
+    if (i < preset_tensors) {
+      // embed first, the final norm and the head last.
+      t.stage = StageOfLayerName(t.name, layers, stages)
+                    .value_or(t.name == "embed" ? 0 : stages - 1);
+      continue;
+    }
+    const int listed = static_cast<int>(i - preset_tensors);
+    const v1::ModelTensor& proto = m.tensors(listed);
+    const std::string field =
+        absl::StrCat("reshard_model.tensors[", listed, "].stage");
+    if (proto.has_stage()) {
+      RETURN_IF_ERROR(CheckSpecRange(field, proto.stage(), 0, stages - 1));
+      t.stage = proto.stage();
+      continue;
+    }
+    std::optional<int> stage = StageOfLayerName(t.name, layers, stages);
+    if (!stage.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " is required with reshard_model.src_pipeline: the name '",
+          t.name, "' has no \"layers.N.\" to take it from; allowed: 0 to ",
+          stages - 1));
+    }
+    t.stage = *stage;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+std::optional<int> StageOfLayerName(const std::string& name, int layers,
+                                    int stages) {
+  const std::optional<int> layer = LayerIndex(name);
+  if (!layer.has_value() || layers <= 0 || stages <= 0) return std::nullopt;
+  return static_cast<int>(std::min<int64_t>(
+      stages - 1, int64_t{*layer} * stages / layers));
+}
+
+DeviceMesh MeshRow(const DeviceMesh& mesh, int row) {
+  DeviceMesh out;
+  out.shape.assign(mesh.shape.begin() + 1, mesh.shape.end());
+  int64_t size = 1;
+  for (int extent : out.shape) size *= extent;
+  out.devices.assign(mesh.devices.begin() + row * size,
+                     mesh.devices.begin() + (row + 1) * size);
+  return out;
+}
 
 absl::StatusOr<std::vector<ModelTensorRequest>> PresetTensors(
     const v1::ModelPreset& preset, int src_rank, int dst_rank) {
@@ -138,6 +218,19 @@ absl::StatusOr<ReshardModelRequest> ReshardModelRequestOf(
   }
   ASSIGN_OR_RETURN(request.src_mesh,
                    MeshRequestFromProto(m.src_mesh(), "reshard_model.src_mesh"));
+  request.src_pipeline = m.src_pipeline();
+  // Where the source specs apply: src_mesh, or one row of it.
+  MeshRequest src_layout = request.src_mesh;
+  if (request.src_pipeline) {
+    if (request.src_mesh.shape.size() < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "reshard_model.src_pipeline needs a src_mesh of 2 or more axes "
+          "(pipeline stages x each stage's mesh, e.g. 2x4); got ",
+          request.src_mesh.ToString()));
+    }
+    src_layout.shape.erase(src_layout.shape.begin());
+    src_layout.devices.clear();
+  }
   RETURN_IF_ERROR(CheckSpecRange("reshard_model.dst_meshes (count)",
                                  m.dst_meshes_size(), 1, kMaxReplicas));
   for (int i = 0; i < m.dst_meshes_size(); ++i) {
@@ -157,7 +250,7 @@ absl::StatusOr<ReshardModelRequest> ReshardModelRequestOf(
   if (m.has_preset()) {
     ASSIGN_OR_RETURN(request.tensors,
                      PresetTensors(m.preset(),
-                                   static_cast<int>(request.src_mesh.shape.size()),
+                                   static_cast<int>(src_layout.shape.size()),
                                    static_cast<int>(
                                        request.dst_meshes[0].shape.size())));
     for (const ModelTensorRequest& t : request.tensors) names.insert(t.name);
@@ -183,11 +276,24 @@ absl::StatusOr<ReshardModelRequest> ReshardModelRequestOf(
     ASSIGN_OR_RETURN(out.tensor, TensorFromProto(proto, field));
     ASSIGN_OR_RETURN(out.src_spec,
                      SpecOf(t.src_spec(), field + ".src_spec", out.tensor,
-                            request.src_mesh, "src_mesh"));
+                            src_layout,
+                            request.src_pipeline ? "a row of src_mesh"
+                                                 : "src_mesh"));
+    if (t.has_stage() && !request.src_pipeline) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".stage is set but reshard_model.src_pipeline is not; "
+          "allowed: a stage only with src_pipeline: true"));
+    }
     ASSIGN_OR_RETURN(out.dst_spec,
                      SpecOf(t.dst_spec(), field + ".dst_spec", out.tensor,
                             request.dst_meshes[0], "dst_meshes"));
     request.tensors.push_back(std::move(out));
+  }
+  if (request.src_pipeline) {
+    const size_t preset_tensors =
+        request.tensors.size() - static_cast<size_t>(m.tensors_size());
+    RETURN_IF_ERROR(AssignStages(m, preset_tensors, request.src_mesh.shape[0],
+                                 request.tensors));
   }
   RETURN_IF_ERROR(CheckUserBufferNames(
       "reshard_model.src_buffer_prefix", m.src_buffer_prefix(),
@@ -276,8 +382,10 @@ absl::StatusOr<PlannedJob> ReshardModelKind::Plan(
       std::vector<DeviceMesh>(meshes.begin() + 1, meshes.end()));
   std::vector<ReshardProblem> problems;
   for (const ModelTensorRequest& t : request.tensors) {
-    problems.push_back({t.tensor, meshes[0], t.src_spec, replicas,
-                        OverReplicas(t.dst_spec)});
+    problems.push_back(
+        {t.tensor,
+         request.src_pipeline ? MeshRow(meshes[0], t.stage) : meshes[0],
+         t.src_spec, replicas, OverReplicas(t.dst_spec)});
   }
   ASSIGN_OR_RETURN(PlannedJob job, PlanReshardJob(problems, topology,
                                                   request.strategy, options));

@@ -20,7 +20,12 @@
 // for several replicas is relayed rather than sent once per replica.
 //
 // Meshes: [src_mesh, dst_meshes[0], ...]; they may share hosts (the
-// replicas beside the trainer on a small cluster), never devices. Every
+// replicas beside the trainer on a small cluster), never devices. With
+// src_pipeline, src_mesh's first axis is a pipeline axis: each tensor's
+// source is the row of its stage (a preset puts the embedding on the first
+// stage, layer l on stage l x stages / layers and the final norm and the
+// head on the last; a listed tensor names its stage or has "layers.N." in
+// its name), laid out there by its src_spec. Every
 // destination element is verified against its pattern. Metrics: as the
 // reshard kind's (movbw_bytes_per_second, lower_bound_ratio), plus
 // model_bytes (one copy of the model) and replicas.
@@ -31,6 +36,7 @@
 #ifndef MESHCAST_PLANNER_KINDS_RESHARD_MODEL_RESHARD_MODEL_KIND_H_
 #define MESHCAST_PLANNER_KINDS_RESHARD_MODEL_RESHARD_MODEL_KIND_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,8 +64,9 @@ class ReshardModelKind final : public JobKind {
 struct ModelTensorRequest {
   std::string name;
   TensorSpec tensor;
-  ShardingSpec src_spec;
+  ShardingSpec src_spec;  // on src_mesh, or on its row with src_pipeline
   ShardingSpec dst_spec;  // on one replica's mesh
+  int stage = 0;          // with src_pipeline: the row of src_mesh
 };
 
 struct ReshardModelRequest {
@@ -72,6 +79,9 @@ struct ReshardModelRequest {
   // dst_buffer_prefix + NAME; both empty: the worker's own tiles.
   std::string src_buffer_prefix;
   std::string dst_buffer_prefix;
+  // Pipeline-parallel training (v1::ReshardModelSpec.src_pipeline): row s
+  // of src_mesh (its first axis) holds the tensors of stage s.
+  bool src_pipeline = false;
   bool user_buffers() const { return !src_buffer_prefix.empty(); }
   int64_t model_bytes() const;
 };
@@ -89,6 +99,15 @@ absl::StatusOr<ReshardModelRequest> ReshardModelRequestOf(
 // preset's field.
 absl::StatusOr<std::vector<ModelTensorRequest>> PresetTensors(
     const v1::ModelPreset& preset, int src_rank, int dst_rank);
+
+// The pipeline stage of a tensor named `name` in a model of `layers`
+// layers cut into `stages` stages: N x stages / layers for a name with
+// "layers.N." in it, else nullopt.
+std::optional<int> StageOfLayerName(const std::string& name, int layers,
+                                    int stages);
+
+// Row `row` of `mesh` (its first axis) as a mesh of the remaining axes.
+DeviceMesh MeshRow(const DeviceMesh& mesh, int row);
 
 // The replicas as one mesh with a leading replica axis, and `spec` (on one
 // replica) replicated over that axis.

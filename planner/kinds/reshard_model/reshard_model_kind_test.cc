@@ -1,6 +1,8 @@
 #include "planner/kinds/reshard_model/reshard_model_kind.h"
 
 #include <functional>
+#include <map>
+#include <set>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -257,6 +259,131 @@ TEST(ReshardModelKindTest, PresetJobsPlan) {
   spec.mutable_reshard_model()->mutable_tensors(0)->set_name("embed");
   EXPECT_THAT(std::string(ReshardModelKind().Validate(spec).message()),
               HasSubstr("'embed' repeats"));
+}
+
+TEST(ReshardModelKindTest, StagesComeFromLayerNames) {
+  EXPECT_EQ(StageOfLayerName("layers.0.wq", 4, 2), 0);
+  EXPECT_EQ(StageOfLayerName("layers.1.wq", 4, 2), 0);
+  EXPECT_EQ(StageOfLayerName("model.layers.2.self_attn.q_proj.weight", 4, 2),
+            1);
+  EXPECT_EQ(StageOfLayerName("layers.3.mlp_norm", 4, 2), 1);
+  EXPECT_EQ(StageOfLayerName("layers.10.w1", 12, 4), 3);
+  EXPECT_EQ(StageOfLayerName("embed", 4, 2), std::nullopt);
+  EXPECT_EQ(StageOfLayerName("layers.x.w1", 4, 2), std::nullopt);
+  EXPECT_EQ(StageOfLayerName("layers.3", 4, 2), std::nullopt);  // no '.'
+  const DeviceMesh row =
+      MeshRow(DeviceMesh{{2, 3}, {0, 1, 2, 8, 9, 10}}, 1);
+  EXPECT_THAT(row.shape, ElementsAre(3));
+  EXPECT_THAT(row.devices, ElementsAre(8, 9, 10));
+}
+
+// Pipeline-parallel training, PP2 x TP2 on a 2x2 mesh: each tensor's
+// source is the row of its stage, laid out over that row by its src_spec;
+// the plan delivers every tensor to every replica from that row only.
+TEST(ReshardModelKindTest, PipelineStagesHoldTheirOwnTensors) {
+  v1::JobSpec spec;
+  v1::ReshardModelSpec& m = *spec.mutable_reshard_model();
+  m.set_src_pipeline(true);
+  m.mutable_src_mesh()->add_shape(2);
+  m.mutable_src_mesh()->add_shape(2);
+  for (int r = 0; r < 2; ++r) {
+    v1::DeviceMesh* mesh = m.add_dst_meshes();
+    mesh->add_shape(1);
+    mesh->add_shape(2);
+  }
+  v1::ModelPreset& preset = *m.mutable_preset();
+  preset.set_family("llama");
+  preset.set_layers(4);
+  preset.set_hidden(64);
+  preset.set_heads(4);
+  preset.set_vocab(256);
+  AddTensor(m, "layers.3.extra", {64}, "R", "R");  // stage from the name
+  AddTensor(m, "head_bias", {256}, "S0", "R");     // a stage given
+  m.mutable_tensors(1)->set_stage(0);
+  absl::StatusOr<ReshardModelRequest> request = ReshardModelRequestOf(spec);
+  ASSERT_TRUE(request.ok()) << request.status();
+  std::map<std::string, int> stage;
+  for (const ModelTensorRequest& t : request->tensors) stage[t.name] = t.stage;
+  EXPECT_EQ(stage["embed"], 0);
+  EXPECT_EQ(stage["layers.1.wq"], 0);
+  EXPECT_EQ(stage["layers.2.wq"], 1);
+  EXPECT_EQ(stage["final_norm"], 1);
+  EXPECT_EQ(stage["lm_head"], 1);
+  EXPECT_EQ(stage["layers.3.extra"], 1);
+  EXPECT_EQ(stage["head_bias"], 0);
+  // Source specs are over the row (one axis): the preset splits on it.
+  EXPECT_EQ(request->tensors[2].src_spec.ToString(),
+            ShardingSpec::Parse("R,S0")->ToString());
+
+  const std::vector<DeviceMesh> meshes = {DeviceMesh{{2, 2}, {0, 1, 4, 5}},
+                                          DeviceMesh{{1, 2}, {8, 9}},
+                                          DeviceMesh{{1, 2}, {12, 13}}};
+  const Topology topology = Topology::FromGbps(4, 4, 10, 100);
+  absl::StatusOr<PlannedJob> job =
+      ReshardModelKind().Plan(spec, meshes, topology, {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  // Source buffers: stage 0's tensors on devices 0, 1 only, stage 1's on
+  // 4, 5 only.
+  std::map<int, std::set<int>> source_devices;
+  for (const v1::Buffer& b : job->plan.buffers()) {
+    if (b.role() == v1::Buffer::ROLE_SOURCE) {
+      source_devices[b.tensor()].insert(b.device());
+    }
+  }
+  ASSERT_EQ(job->plan.tensors_size(),
+            static_cast<int>(request->tensors.size()));
+  for (size_t t = 0; t < request->tensors.size(); ++t) {
+    const std::set<int> row = request->tensors[t].stage == 0
+                                  ? std::set<int>{0, 1}
+                                  : std::set<int>{4, 5};
+    EXPECT_EQ(source_devices[static_cast<int>(t)], row)
+        << request->tensors[t].name;
+  }
+  // The strategies' own completeness check over the same problems.
+  std::vector<ReshardProblem> problems;
+  const DeviceMesh replicas = ReplicaMesh({meshes[1], meshes[2]});
+  for (const ModelTensorRequest& t : request->tensors) {
+    problems.push_back({t.tensor, MeshRow(meshes[0], t.stage), t.src_spec,
+                        replicas, OverReplicas(t.dst_spec)});
+  }
+  absl::StatusOr<ReshardPlan> plan =
+      PlanReshard(problems, topology, Strategy::kMeshcast);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(VerifyPlan(*plan, topology).ok());
+}
+
+TEST(ReshardModelKindTest, PipelineErrorsNameTheField) {
+  v1::JobSpec spec = Spec();
+  v1::ReshardModelSpec& m = *spec.mutable_reshard_model();
+  m.mutable_tensors(0)->set_stage(1);
+  EXPECT_THAT(std::string(ReshardModelKind().Validate(spec).message()),
+              HasSubstr("reshard_model.tensors[0].stage is set but "
+                        "reshard_model.src_pipeline is not"));
+  m.set_src_pipeline(true);
+  // 1x4: stages 0..0, and the specs now apply to a row of 4 (one axis).
+  EXPECT_THAT(std::string(ReshardModelKind().Validate(spec).message()),
+              HasSubstr("reshard_model.tensors[0].src_spec"));
+  m.mutable_src_mesh()->clear_shape();
+  m.mutable_src_mesh()->add_shape(4);
+  EXPECT_THAT(std::string(ReshardModelKind().Validate(spec).message()),
+              HasSubstr("reshard_model.src_pipeline needs a src_mesh of 2 or "
+                        "more axes"));
+  // 2x2, one-axis specs, no stage for a name without layers.N.
+  m.mutable_src_mesh()->clear_shape();
+  m.mutable_src_mesh()->add_shape(2);
+  m.mutable_src_mesh()->add_shape(2);
+  for (v1::ModelTensor& t : *m.mutable_tensors()) {
+    t.mutable_src_spec()->set_text(t.shape_size() == 1 ? "R" : "R,S0");
+    t.clear_stage();
+  }
+  EXPECT_THAT(std::string(ReshardModelKind().Validate(spec).message()),
+              HasSubstr("reshard_model.tensors[0].stage is required with "
+                        "reshard_model.src_pipeline"));
+  for (v1::ModelTensor& t : *m.mutable_tensors()) t.set_stage(1);
+  EXPECT_TRUE(ReshardModelKind().Validate(spec).ok());
+  m.mutable_tensors(2)->set_stage(2);
+  EXPECT_THAT(std::string(ReshardModelKind().Validate(spec).message()),
+              HasSubstr("reshard_model.tensors[2].stage"));
 }
 
 TEST(ReshardModelKindTest, MeshesAreSourceThenReplicasOnSeparateDevices) {
