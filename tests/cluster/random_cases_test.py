@@ -133,8 +133,12 @@ def concurrent_jobs(cluster):
     events = [json.loads(line) for line in watch.out.splitlines()]
     lib.check(events[-1]["state"] == "SUCCEEDED",
               "watch ended with %s" % events[-1])
-    lib.check(any(e.get("state") == "RUNNING" for e in events),
-              "watch never saw RUNNING: %s" % events)
+    # A watch that starts before C has finished sees it run; on a loaded
+    # machine meshctl may start only after C's few hundred milliseconds,
+    # and then there is only the final state to see.
+    if events[0].get("state") not in lib.FINAL_STATES:
+        lib.check(any(e.get("state") == "RUNNING" for e in events),
+                  "watch never saw RUNNING: %s" % events)
     jobs = {name: cluster.wait_for(job_id, lib.FINAL_STATES, timeout=120)
             for name, job_id in (("A", a), ("B", b), ("C", c))}
     expected = lib.expected_elements([16, 1024, 1024], [1, 4], "RS1R")
