@@ -262,6 +262,13 @@ fi
 # every schedule, a model's weights to two replicas and the link
 # calibration.
 MESHCTL="$BUILD_DIR/cli/meshctl"
+# submit_file WHAT FILE: one end-to-end job from a job file, waited for.
+submit_file() {
+  run_step "end to end: meshctl submit -f $1" \
+    timeout --kill-after=30 "$STEP_TIMEOUT" \
+    env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit -f "$2" --wait
+}
+
 if ! wants_e2e; then
   :
 elif [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
@@ -297,16 +304,10 @@ elif [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
     for mode in ${TP_OVERLAP_MODES-sequential chunked fused auto}; do
       printf 'verify: full\ntp_overlap: {m: 1024, n: 1024, k: 2048, dtype: float32, mesh: 1x4, collective: reduce_scatter, mode: %s}\n' \
         "$mode" >"$E2E_DIR/tp-overlap-$mode.yaml"
-      run_step "end to end: meshctl submit -f tp_overlap ($mode, verified)" \
-        timeout --kill-after=30 "$STEP_TIMEOUT" \
-        env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit \
-        -f "$E2E_DIR/tp-overlap-$mode.yaml" --wait
+      submit_file "tp_overlap ($mode, verified)" "$E2E_DIR/tp-overlap-$mode.yaml"
       printf 'verify: sample\ntp_overlap: {m: 8192, n: 8192, k: 8192, dtype: bfloat16, mesh: 1x4, collective: reduce_scatter, mode: %s}\n' \
         "$mode" >"$E2E_DIR/tp-overlap-large-$mode.yaml"
-      run_step "end to end: meshctl submit -f tp_overlap ($mode, 8192x8192x8192 bf16)" \
-        timeout --kill-after=30 "$STEP_TIMEOUT" \
-        env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit \
-        -f "$E2E_DIR/tp-overlap-large-$mode.yaml" --wait
+      submit_file "tp_overlap ($mode, 8192x8192x8192 bf16)" "$E2E_DIR/tp-overlap-large-$mode.yaml"
     done
     # An MoE layer (docs/moe.md) in every schedule on the same devices,
     # forward and forward_backward: the GPU's gather, ReLU, sigmoid, their
@@ -317,10 +318,7 @@ elif [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
       for schedule in ${MOE_SCHEDULES-baseline s1 s2}; do
         printf 'verify: full\nmoe: {tokens: 1024, hidden: 256, ffn: 512, experts: 8, top_k: 2, capacity_factor: 1.2, mesh: 1x8, schedule: %s, pass: %s}\n' \
           "$schedule" "$pass" >"$E2E_DIR/moe-$schedule-$pass.yaml"
-        run_step "end to end: meshctl submit -f moe ($schedule, $pass)" \
-          timeout --kill-after=30 "$STEP_TIMEOUT" \
-          env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit \
-          -f "$E2E_DIR/moe-$schedule-$pass.yaml" --wait
+        submit_file "moe ($schedule, $pass)" "$E2E_DIR/moe-$schedule-$pass.yaml"
       done
     done
     # Sequence-parallel attention (docs/attention.md), every algorithm on
@@ -330,10 +328,7 @@ elif [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
     for algorithm in ${ATTENTION_ALGORITHMS-rsa ring ulysses}; do
       printf 'verify: full\nattention: {batch: 1, heads: 8, kv_heads: 8, seq_len: 4096, head_dim: 64, causal: true, layout: zigzag, mesh: 1x8, algorithm: %s}\n' \
         "$algorithm" >"$E2E_DIR/attention-$algorithm.yaml"
-      run_step "end to end: meshctl submit -f attention ($algorithm)" \
-        timeout --kill-after=30 "$STEP_TIMEOUT" \
-        env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit \
-        -f "$E2E_DIR/attention-$algorithm.yaml" --wait
+      submit_file "attention ($algorithm)" "$E2E_DIR/attention-$algorithm.yaml"
     done
     # A pipeline training step (docs/pipeline.md) of two stages of 4
     # virtual devices, in every schedule: GEMM, ReLU and its gradient,
@@ -344,19 +339,13 @@ elif [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
     for schedule in ${PIPELINE_SCHEDULES-eager_1f1b 1f1b gpipe}; do
       printf 'verify: full\npipeline: {stages: [{mesh: 1x4, input_spec: "S0,R", output_spec: "R,S1"}, {mesh: 1x4, input_spec: "R,S1", output_spec: "R,R"}], microbatches: 8, microbatch_size: 128, hidden: 256, layers_per_stage: 2, schedule: %s}\n' \
         "$schedule" >"$E2E_DIR/pipeline-$schedule.yaml"
-      run_step "end to end: meshctl submit -f pipeline ($schedule)" \
-        timeout --kill-after=30 "$STEP_TIMEOUT" \
-        env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit \
-        -f "$E2E_DIR/pipeline-$schedule.yaml" --wait
+      submit_file "pipeline ($schedule)" "$E2E_DIR/pipeline-$schedule.yaml"
     done
     # A Llama-like model's weights (docs/reshard_model.md) from a 1x4
     # training mesh to two 1x2 inference replicas, every tensor verified.
     printf 'verify: full\nreshard_model: {src_mesh: 1x4, dst_meshes: [1x2, 1x2], preset: {family: llama, layers: 4, hidden: 1024, heads: 16, kv_heads: 4, vocab: 32000}}\n' \
       >"$E2E_DIR/reshard-model.yaml"
-    wants reshard_model && run_step "end to end: meshctl submit -f reshard_model (llama preset)" \
-      timeout --kill-after=30 "$STEP_TIMEOUT" \
-      env MESHCAST_HOME="$E2E_DIR" "$MESHCTL" submit \
-      -f "$E2E_DIR/reshard-model.yaml" --wait
+    wants reshard_model && submit_file "reshard_model (llama preset)" "$E2E_DIR/reshard-model.yaml"
     # The link calibration (docs/calibration.md) of the 8 virtual devices'
     # collectives over NCCL, and the fit it stores.
     wants calibrate && run_step "end to end: meshctl calibrate --mesh 1x8" \

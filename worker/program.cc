@@ -313,6 +313,21 @@ bool DefinesValues(const v1::Step& step) {
   return DefinesValues(step.op()) || IsOperandCopy(step);
 }
 
+std::string DescribeRelayStep(const StepDesc& step,
+                              absl::string_view backend) {
+  const std::string what =
+      step.operand_form
+          ? absl::StrCat("OP_SEND_RECV buffer ", step.inputs[0].buffer, " ",
+                         BoxToString(step.inputs[0].box), " -> buffer ",
+                         step.outputs[0].buffer, " ",
+                         BoxToString(step.outputs[0].box))
+          : absl::StrCat("tensor ", step.tensor, " slice ",
+                         BoxToString(step.slice));
+  return absl::StrCat("step ", step.id, " (", what, " chain ",
+                      absl::StrJoin(step.chain, "->"),
+                      backend.empty() ? "" : ", ", backend, ")");
+}
+
 int64_t RelayElements(const StepDesc& step) {
   if (!step.operand_form) return NumElements(step.slice);
   const OperandDesc& known =

@@ -33,6 +33,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "meshcast/v1/plan.pb.h"
 #include "planner/tensor.h"
 
@@ -157,6 +158,13 @@ struct ParsedProgram {
 };
 
 absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& program);
+
+// A relay step as errors name it: "step 5 (tensor 0 slice [0:4,0:8] chain
+// 1->3)", in the operand form "step 5 (OP_SEND_RECV buffer 2 [0:4] ->
+// buffer 7 [0:4] chain 1->3)"; `backend` (e.g. "GPU"), when given, closes
+// the parentheses: "... chain 1->3, GPU)".
+std::string DescribeRelayStep(const StepDesc& step,
+                              absl::string_view backend = "");
 
 // A relay step's elements and element size: its slice of `tensor`, or in
 // the operand form its operands' region (whichever this program knows).

@@ -756,5 +756,30 @@ TEST(ParseProgramTest, RejectsBadAttentionStepsNamingTheField) {
       << integer.status();
 }
 
+TEST(DescribeRelayStepTest, NamesTheSliceOrTheOperandsAndTheChain) {
+  StepDesc step;
+  step.id = 5;
+  step.tensor = 2;
+  step.slice = {{0, 4}, {8, 16}};
+  step.chain = {1, 3, 6};
+  EXPECT_EQ(DescribeRelayStep(step),
+            "step 5 (tensor 2 slice [0:4,8:16] chain 1->3->6)");
+  EXPECT_EQ(DescribeRelayStep(step, "GPU"),
+            "step 5 (tensor 2 slice [0:4,8:16] chain 1->3->6, GPU)");
+  step.operand_form = true;
+  step.tensor = -1;
+  step.chain = {1, 3};
+  OperandDesc in, out;
+  in.buffer = 7;
+  in.box = {{2, 6}};
+  out.buffer = 9;
+  out.box = {{0, 2}, {0, 2}};
+  step.inputs = {in};
+  step.outputs = {out};
+  EXPECT_EQ(DescribeRelayStep(step, "GPU"),
+            "step 5 (OP_SEND_RECV buffer 7 [2:6] -> buffer 9 [0:2,0:2] "
+            "chain 1->3, GPU)");
+}
+
 }  // namespace
 }  // namespace meshcast::worker

@@ -429,21 +429,8 @@ absl::Status ExecuteRelayStep(const StepDesc& step,
                               const RelayEnvironment& env) {
   absl::Status status = RelayRun(step, env).Run();
   if (status.ok()) return status;
-  if (step.operand_form) {
-    return absl::Status(
-        status.code(),
-        absl::StrCat("step ", step.id, " (OP_SEND_RECV buffer ",
-                     step.inputs[0].buffer, " ",
-                     BoxToString(step.inputs[0].box), " -> buffer ",
-                     step.outputs[0].buffer, " ",
-                     BoxToString(step.outputs[0].box), " chain ",
-                     absl::StrJoin(step.chain, "->"), "): ", status.message()));
-  }
-  return absl::Status(
-      status.code(),
-      absl::StrCat("step ", step.id, " (tensor ", step.tensor, " slice ",
-                   BoxToString(step.slice), " chain ",
-                   absl::StrJoin(step.chain, "->"), "): ", status.message()));
+  return absl::Status(status.code(), absl::StrCat(DescribeRelayStep(step),
+                                                  ": ", status.message()));
 }
 
 }  // namespace meshcast::worker

@@ -623,21 +623,9 @@ absl::Status EnqueueRelayStep(const StepDesc& step,
                               const StepEvents& events) {
   absl::Status status = StepEnqueuer(step, env, lane).Enqueue(waits, events);
   if (status.ok()) return status;
-  if (step.operand_form) {
-    return absl::Status(
-        status.code(),
-        absl::StrCat("step ", step.id, " (OP_SEND_RECV from buffer ",
-                     step.inputs[0].buffer, " ",
-                     BoxToString(step.inputs[0].box), " to buffer ",
-                     step.outputs[0].buffer, " ",
-                     BoxToString(step.outputs[0].box), ", GPU): ",
-                     status.message()));
-  }
-  return absl::Status(
-      status.code(), absl::StrCat("step ", step.id, " (tensor ", step.tensor,
-                                  " slice ", BoxToString(step.slice), " chain ",
-                                  absl::StrJoin(step.chain, "->"),
-                                  ", GPU): ", status.message()));
+  return absl::Status(status.code(),
+                      absl::StrCat(DescribeRelayStep(step, "GPU"), ": ",
+                                   status.message()));
 }
 
 }  // namespace meshcast::worker::cuda
