@@ -178,6 +178,9 @@ def restart_controller(cluster):
     hosts_before = {w["name"]: w["host_index"] for w in
                     cluster.ctl("cluster", "--output",
                                 "json").json()["workers"]}
+    # The slow job runs about a second; on a loaded machine the calls above
+    # can outlast it, and then there is no job to interrupt.
+    interrupted = cluster.get(running)["state"] not in lib.FINAL_STATES
     cluster.kill("controller")
     time.sleep(0.2)
     result = cluster.ctl("list")
@@ -195,9 +198,12 @@ def restart_controller(cluster):
         lib.check(after[job["id"]]["state"] == job["state"],
                   "job %s was %s, is %s after the restart" %
                   (job["id"], job["state"], after[job["id"]]["state"]))
-    lib.check(after[running]["state"] == "FAILED" and
-              "controller restarted" in after[running]["message"],
-              "the interrupted job: %s" % after[running])
+    if interrupted:
+        lib.check(after[running]["state"] == "FAILED" and
+                  "controller restarted" in after[running]["message"],
+                  "the interrupted job: %s" % after[running])
+    else:
+        lib.log("the slow job ended before the kill; nothing was interrupted")
     hosts_after = {w["name"]: w["host_index"] for w in
                    cluster.ctl("cluster", "--output",
                                "json").json()["workers"]}
