@@ -4,12 +4,6 @@
 # Environment: BUILD_DIR (default build), MESHCAST_CUDA (default OFF: the
 # benchmark needs no device code), JOBS (default: number of cores).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-BUILD_DIR=${BUILD_DIR:-build}
-JOBS=${JOBS:-$(nproc)}
-if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DMESHCAST_CUDA="${MESHCAST_CUDA:-OFF}" >/dev/null
-fi
-cmake --build "$BUILD_DIR" -j "$JOBS" --target reshard_plan_bench >/dev/null
+source "$(dirname "$0")/common/build_targets.sh"
+build_targets reshard_plan_bench
 exec "$BUILD_DIR/bench/reshard_plan_bench" "$@"

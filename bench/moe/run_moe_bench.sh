@@ -7,13 +7,6 @@
 #   sudo bench/moe/run_moe_bench.sh --sections net --rate 1gbit --limit 40
 # Environment: BUILD_DIR (default build), JOBS (default: number of cores).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-BUILD_DIR=${BUILD_DIR:-build}
-JOBS=${JOBS:-$(nproc)}
-if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DMESHCAST_CUDA="${MESHCAST_CUDA:-OFF}" >/dev/null
-fi
-cmake --build "$BUILD_DIR" -j "$JOBS" --target meshcast-controller \
-  meshcast-worker meshctl >/dev/null
+source "$(dirname "$0")/../common/build_targets.sh"
+build_targets meshcast-controller meshcast-worker meshctl
 exec python3 bench/moe/moe_bench.py --bin-dir "$BUILD_DIR" "$@"
