@@ -5,6 +5,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "planner/ir/plan_hazards.h"
 #include "planner/sim/plan_simulator.h"
 #include "planner/topology.h"
 
@@ -217,6 +218,8 @@ TEST(MoeLoweringTest, TheBackwardMirrorsEveryScheduleAndCoversEachGradient) {
         LowerMoe(shape, routing, schedule, chunks, Devices(4));
     ASSERT_TRUE(forward.ok()) << forward.status();
     ASSERT_TRUE(both.ok()) << both.status();
+    EXPECT_TRUE(CheckPlanHazards(*forward).ok()) << CheckPlanHazards(*forward);
+    EXPECT_TRUE(CheckPlanHazards(*both).ok()) << CheckPlanHazards(*both);
     // Twice the all-to-alls (dYE out, dXE back), of the same sizes.
     EXPECT_EQ(Count(*both, v1::Step::OP_ALL_TO_ALL),
               2 * Count(*forward, v1::Step::OP_ALL_TO_ALL));

@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "planner/ir/plan_hazards.h"
 
 namespace meshcast {
 namespace {
@@ -181,6 +182,8 @@ TEST(PipelineKindTest, PredictedFiguresOfTheSimulatedPlan) {
     absl::StatusOr<PlannedJob> job =
         PipelineKind().Plan(spec, Meshes(2), topology, {});
     ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_TRUE(CheckPlanHazards(job->plan).ok())
+        << schedule << ": " << CheckPlanHazards(job->plan);
     v1::JobResult result;  // no steps: the figures of the prediction
     PipelineKind().Summarize(spec, job->plan, result);
     const auto& m = result.metrics();

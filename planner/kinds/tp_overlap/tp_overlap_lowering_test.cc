@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "planner/ir/plan_hazards.h"
 #include "planner/ir/spec_convert.h"
 
 namespace meshcast {
@@ -366,6 +367,7 @@ TEST(TpOverlapLoweringTest, EveryModeIsAWellFormedDag) {
     absl::StatusOr<TpLowering> lowering = Lower(c);
     ASSERT_TRUE(lowering.ok()) << lowering.status();
     const v1::Plan& plan = lowering->plan;
+    EXPECT_TRUE(CheckPlanHazards(plan).ok()) << CheckPlanHazards(plan);
     EXPECT_EQ(plan.kind(), "tp_overlap");
     EXPECT_EQ(plan.strategy(), TpStrategyName(c.mode, c.chunks));
     ASSERT_EQ(plan.tensor_inits_size(), plan.tensors_size());
