@@ -150,12 +150,17 @@ absl::Status CheckOperandCounts(const v1::Step& step, const StepDesc& desc,
           min_inputs = max_inputs = 1;
           name = "attention_finish";
           break;
+        case v1::ComputeAttrs::kAttentionBackward:
+          // [Q, K, V, dO, O, S].
+          min_inputs = max_inputs = 6;
+          name = "attention_backward";
+          break;
         default:
           return absl::InvalidArgumentError(absl::StrCat(
               what,
               ": OP_COMPUTE needs compute.gemm, compute.elementwise, "
-              "compute.gather, compute.row_dot, compute.attention_block or "
-              "compute.attention_finish"));
+              "compute.gather, compute.row_dot, compute.attention_block, "
+              "compute.attention_finish or compute.attention_backward"));
       }
       if (step.inputs_size() < min_inputs || step.inputs_size() > max_inputs ||
           step.outputs_size() != 1) {
@@ -242,6 +247,27 @@ absl::Status CheckComputeOperands(const ParsedProgram& program,
     const absl::Status valid = CheckRowDot(
         step.compute().row_dot(), NumElements(desc.inputs[0].box),
         NumElements(desc.inputs[1].box), NumElements(desc.outputs[0].box));
+    if (!valid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": compute.", valid.message()));
+    }
+    return absl::OkStatus();
+  }
+  if (step.compute().has_attention_backward()) {
+    if (IsIntegerDType(dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": compute.attention_backward on ", DTypeName(dtype),
+          " (output buffer ", desc.outputs[0].buffer,
+          ") is not defined; allowed dtypes: float16, bfloat16, float32, "
+          "float64"));
+    }
+    for (const OperandDesc& input : desc.inputs) {
+      if (!input.known()) return absl::OkStatus();
+    }
+    auto n = [&](int i) { return NumElements(desc.inputs[i].box); };
+    const absl::Status valid = CheckAttentionBackward(
+        step.compute().attention_backward(), n(0), n(1), n(2), n(3), n(4),
+        n(5), NumElements(desc.outputs[0].box));
     if (!valid.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": compute.", valid.message()));

@@ -420,7 +420,8 @@ TEST(ParseProgramTest, RejectsBadGathersAndActivationsNamingTheField) {
        },
        absl::StatusCode::kInvalidArgument,
        "OP_COMPUTE needs compute.gemm, compute.elementwise, compute.gather, "
-       "compute.row_dot, compute.attention_block or compute.attention_finish"},
+       "compute.row_dot, compute.attention_block, compute.attention_finish or "
+       "compute.attention_backward"},
   };
   for (const BadCase& bad : cases) {
     SCOPED_TRACE(bad.name);
@@ -558,7 +559,8 @@ TEST(ParseProgramTest, RejectsBadRowDotsAndGradientsNamingTheField) {
        },
        absl::StatusCode::kInvalidArgument,
        "OP_COMPUTE needs compute.gemm, compute.elementwise, compute.gather, "
-       "compute.row_dot, compute.attention_block or compute.attention_finish"},
+       "compute.row_dot, compute.attention_block, compute.attention_finish or "
+       "compute.attention_backward"},
   };
   for (const BadCase& bad : cases) {
     SCOPED_TRACE(bad.name);
@@ -720,6 +722,17 @@ TEST(ParseProgramTest, RejectsBadAttentionStepsNamingTheField) {
        absl::StatusCode::kInvalidArgument,
        "plan.steps id 2: compute.attention_finish.head_dim = 5: S has 36 "
        "elements, not whole rows of head_dim + 2 = 7"},
+      {"backward with one input",
+       [](v1::WorkerProgram& p) {
+         p.mutable_plan()
+             ->mutable_steps(2)
+             ->mutable_compute()
+             ->mutable_attention_backward()
+             ->set_target(v1::AttentionBackwardAttrs::TARGET_DQ);
+       },
+       absl::StatusCode::kInvalidArgument,
+       "plan.steps id 2: OP_COMPUTE (attention_backward) needs 6 inputs and 1 "
+       "output, has 1 and 1"},
   };
   for (const BadCase& bad : cases) {
     SCOPED_TRACE(bad.name);

@@ -120,7 +120,8 @@ __global__ void GatherKernel(const WordT<kType>* x, const WordT<kType>* w,
   }
 }
 
-// Attention (LaunchAttentionBlock, LaunchAttentionFinish).
+// Attention (LaunchAttentionBlock, LaunchAttentionFinish,
+// LaunchAttentionBackward).
 constexpr int kAttentionThreads = 128;  // a power of two (the reductions)
 constexpr int kAttentionChunk = 256;    // keys per chunk: the host's
 constexpr int64_t kAttentionMaxBlocks = 4096;
@@ -298,6 +299,197 @@ __global__ void AttentionFinishKernel(const WordT<kType>* state,
   }
 }
 
+// D_i = dO_i . O_i in the accumulator type, summed in column order: one
+// query row per iteration; see LaunchAttentionBackward.
+template <PatternType kType>
+__global__ void AttentionDeltaKernel(const WordT<kType>* dout,
+                                     const WordT<kType>* o, int64_t d,
+                                     int64_t rows,
+                                     typename AttentionAcc<kType>::T* delta) {
+  using T = typename AttentionAcc<kType>::T;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       r < rows; r += stride) {
+    T sum = 0;
+    for (int64_t c = 0; c < d; ++c) {
+      sum += AttentionValue<kType, T>(dout[r * d + c]) *
+             AttentionValue<kType, T>(o[r * d + c]);
+    }
+    delta[r] = sum;
+  }
+}
+
+// dQ: one query row per thread block (grid-stride); see
+// LaunchAttentionBackward. Each thread scores keys of a chunk and leaves
+// their dS_ij in shared memory, then adds the chunk's sum_j dS_ij k_j to
+// its columns of the row's accumulator (`scratch`, one head_dim row per
+// thread block), in key order.
+template <PatternType kType>
+__global__ void AttentionBackwardDqKernel(
+    AttentionBackwardShape sh, const WordT<kType>* q, const WordT<kType>* k,
+    const WordT<kType>* v, const WordT<kType>* dout, const WordT<kType>* state,
+    WordT<kType>* out, const int64_t* q_pos, const int64_t* kv_pos,
+    const typename AttentionAcc<kType>::T* delta,
+    typename AttentionAcc<kType>::T* scratch) {
+  using T = typename AttentionAcc<kType>::T;
+  using W = WordT<kType>;
+  __shared__ T ds[kAttentionChunk];
+  const AttentionBlockShape& a = sh.block;
+  const int64_t d = a.head_dim, width = d + 2;
+  const int64_t rows = a.batch * a.heads * a.q_rows;
+  const int64_t group = a.heads / a.kv_heads;
+  const T alpha = static_cast<T>(a.scale);
+  const int tid = threadIdx.x;
+  T* acc = scratch + static_cast<int64_t>(blockIdx.x) * d;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t i = row % a.q_rows;
+    const int64_t h = (row / a.q_rows) % a.heads;
+    const int64_t b = row / (a.q_rows * a.heads);
+    const int64_t kv_offset = (b * a.kv_heads + h / group) * a.kv_rows * d;
+    const W* qrow = q + row * d;
+    const W* dorow = dout + row * d;
+    const T m = AttentionValue<kType, T>(state[row * width + d]);
+    const T l = AttentionValue<kType, T>(state[row * width + d + 1]);
+    const T delta_i = delta[row];
+    for (int64_t c = tid; c < d; c += kAttentionThreads) acc[c] = 0;
+    // l == 0: the row saw no key and has no gradient (the same for every
+    // thread of the block, so the barriers below stay uniform).
+    const int64_t qp = a.causal ? q_pos[i] : 0;
+    for (int64_t j0 = 0; l != T(0) && j0 < a.kv_rows; j0 += kAttentionChunk) {
+      const int cols = static_cast<int>(
+          a.kv_rows - j0 < kAttentionChunk ? a.kv_rows - j0 : kAttentionChunk);
+      int kept = 0;
+      for (int jj = tid; jj < cols; jj += kAttentionThreads) {
+        T g = 0;
+        if (!a.causal || kv_pos[j0 + jj] <= qp) {
+          const W* krow = k + kv_offset + (j0 + jj) * d;
+          const W* vrow = v + kv_offset + (j0 + jj) * d;
+          T dot = 0, dp = 0;
+          for (int64_t c = 0; c < d; ++c) {
+            dot += AttentionValue<kType, T>(qrow[c]) *
+                   AttentionValue<kType, T>(krow[c]);
+            dp += AttentionValue<kType, T>(dorow[c]) *
+                  AttentionValue<kType, T>(vrow[c]);
+          }
+          const T p = AttentionExp(alpha * dot - m) / l;
+          g = p * (dp - delta_i);
+          kept = 1;
+        }
+        ds[jj] = g;
+      }
+      // Also the barrier between writing ds and reading it.
+      if (!__syncthreads_or(kept)) continue;  // every key of the chunk masked
+      for (int64_t c = tid; c < d; c += kAttentionThreads) {
+        T sum = acc[c];
+        const W* kcol = k + kv_offset + j0 * d + c;
+        for (int jj = 0; jj < cols; ++jj) {
+          sum += ds[jj] * AttentionValue<kType, T>(kcol[jj * d]);
+        }
+        acc[c] = sum;
+      }
+      __syncthreads();  // ds is read above before the next chunk writes it
+    }
+    W* orow = out + row * d;
+    for (int64_t c = tid; c < d; c += kAttentionThreads) {
+      const T before = sh.accumulate ? AttentionValue<kType, T>(orow[c]) : T(0);
+      orow[c] = AttentionBits<kType, T>(before + alpha * acc[c]);
+    }
+  }
+}
+
+// dK and dV: one key row per thread block (grid-stride); see
+// LaunchAttentionBackward. Each thread takes query rows of a chunk of one
+// head of the key's group and leaves their P_ij and dS_ij in shared
+// memory, then adds the chunk's sum_i dS_ij q_i and sum_i P_ij dO_i to its
+// columns of the key row's two accumulators (`scratch`, two head_dim rows
+// per thread block), in query order.
+template <PatternType kType>
+__global__ void AttentionBackwardDkvKernel(
+    AttentionBackwardShape sh, const WordT<kType>* q, const WordT<kType>* k,
+    const WordT<kType>* v, const WordT<kType>* dout, const WordT<kType>* state,
+    WordT<kType>* out, const int64_t* q_pos, const int64_t* kv_pos,
+    const typename AttentionAcc<kType>::T* delta,
+    typename AttentionAcc<kType>::T* scratch) {
+  using T = typename AttentionAcc<kType>::T;
+  using W = WordT<kType>;
+  __shared__ T ps[kAttentionChunk];
+  __shared__ T ds[kAttentionChunk];
+  const AttentionBlockShape& a = sh.block;
+  const int64_t d = a.head_dim, width = d + 2;
+  const int64_t keys = a.batch * a.kv_heads * a.kv_rows;
+  const int64_t group = a.heads / a.kv_heads;
+  const T alpha = static_cast<T>(a.scale);
+  const int tid = threadIdx.x;
+  T* dk = scratch + static_cast<int64_t>(blockIdx.x) * 2 * d;
+  T* dv = dk + d;
+  for (int64_t key = blockIdx.x; key < keys; key += gridDim.x) {
+    const int64_t j = key % a.kv_rows;
+    const int64_t g = (key / a.kv_rows) % a.kv_heads;
+    const int64_t b = key / (a.kv_rows * a.kv_heads);
+    const W* krow = k + key * d;
+    const W* vrow = v + key * d;
+    const int64_t kp = a.causal ? kv_pos[j] : 0;
+    for (int64_t c = tid; c < d; c += kAttentionThreads) {
+      dk[c] = 0;
+      dv[c] = 0;
+    }
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+      const int64_t row0 = (b * a.heads + h) * a.q_rows;  // query row 0
+      for (int64_t i0 = 0; i0 < a.q_rows; i0 += kAttentionChunk) {
+        const int cols = static_cast<int>(
+            a.q_rows - i0 < kAttentionChunk ? a.q_rows - i0 : kAttentionChunk);
+        int kept = 0;
+        for (int ii = tid; ii < cols; ii += kAttentionThreads) {
+          const int64_t row = row0 + i0 + ii;
+          const T l = AttentionValue<kType, T>(state[row * width + d + 1]);
+          T p = 0, gs = 0;
+          if (l != T(0) && (!a.causal || kp <= q_pos[i0 + ii])) {
+            const T m = AttentionValue<kType, T>(state[row * width + d]);
+            const W* qrow = q + row * d;
+            const W* dorow = dout + row * d;
+            T dot = 0, dp = 0;
+            for (int64_t c = 0; c < d; ++c) {
+              dot += AttentionValue<kType, T>(qrow[c]) *
+                     AttentionValue<kType, T>(krow[c]);
+              dp += AttentionValue<kType, T>(dorow[c]) *
+                    AttentionValue<kType, T>(vrow[c]);
+            }
+            p = AttentionExp(alpha * dot - m) / l;
+            gs = p * (dp - delta[row]);
+            kept = 1;
+          }
+          ps[ii] = p;
+          ds[ii] = gs;
+        }
+        // Also the barrier between writing ps / ds and reading them.
+        if (!__syncthreads_or(kept)) continue;  // no query row kept this key
+        for (int64_t c = tid; c < d; c += kAttentionThreads) {
+          T sum_k = dk[c], sum_v = dv[c];
+          const W* qcol = q + (row0 + i0) * d + c;
+          const W* docol = dout + (row0 + i0) * d + c;
+          for (int ii = 0; ii < cols; ++ii) {
+            sum_k += ds[ii] * AttentionValue<kType, T>(qcol[ii * d]);
+            sum_v += ps[ii] * AttentionValue<kType, T>(docol[ii * d]);
+          }
+          dk[c] = sum_k;
+          dv[c] = sum_v;
+        }
+        __syncthreads();  // ps / ds are read above before the next chunk
+      }
+    }
+    W* dk_row = out + key * d;
+    W* dv_row = out + (keys + key) * d;  // dV after all of dK
+    for (int64_t c = tid; c < d; c += kAttentionThreads) {
+      const T dk_before =
+          sh.accumulate ? AttentionValue<kType, T>(dk_row[c]) : T(0);
+      const T dv_before =
+          sh.accumulate ? AttentionValue<kType, T>(dv_row[c]) : T(0);
+      dk_row[c] = AttentionBits<kType, T>(dk_before + alpha * dk[c]);
+      dv_row[c] = AttentionBits<kType, T>(dv_before + dv[c]);
+    }
+  }
+}
+
 int64_t AttentionGrid(const AttentionBlockShape& sh) {
   const int64_t rows = sh.batch * sh.heads * sh.q_rows;
   return rows < kAttentionMaxBlocks ? rows : kAttentionMaxBlocks;
@@ -316,6 +508,51 @@ cudaError_t AttentionBlock(const AttentionBlockShape& sh, const void* q,
           sh, static_cast<const W*>(q), static_cast<const W*>(k),
           static_cast<const W*>(v), static_cast<const W*>(s_in),
           static_cast<W*>(s_out), q_pos, kv_pos, static_cast<T*>(scratch));
+  return cudaGetLastError();
+}
+
+// Thread blocks of the backward's dQ (one per query row) or dK / dV (one
+// per key row) kernel.
+int64_t AttentionBackwardGrid(const AttentionBackwardShape& sh) {
+  const AttentionBlockShape& a = sh.block;
+  const int64_t rows =
+      sh.dkv ? a.batch * a.kv_heads * a.kv_rows : a.batch * a.heads * a.q_rows;
+  return rows < kAttentionMaxBlocks ? rows : kAttentionMaxBlocks;
+}
+
+template <PatternType kType>
+cudaError_t AttentionBackward(const AttentionBackwardShape& sh, const void* q,
+                              const void* k, const void* v, const void* dout,
+                              const void* o, const void* state, void* out,
+                              const int64_t* q_pos, const int64_t* kv_pos,
+                              void* scratch, cudaStream_t stream) {
+  using W = WordT<kType>;
+  using T = typename AttentionAcc<kType>::T;
+  const AttentionBlockShape& a = sh.block;
+  const int64_t q_rows = a.batch * a.heads * a.q_rows;
+  // Scratch: D (q_rows entries), then the thread blocks' accumulators.
+  T* delta = static_cast<T*>(scratch);
+  T* acc = delta + q_rows;
+  AttentionDeltaKernel<kType>
+      <<<LaunchBlocks(q_rows), kLaunchThreads, 0, stream>>>(
+          static_cast<const W*>(dout), static_cast<const W*>(o), a.head_dim,
+          q_rows, delta);
+  const cudaError_t launched = cudaGetLastError();
+  if (launched != cudaSuccess) return launched;
+  const int grid = static_cast<int>(AttentionBackwardGrid(sh));
+  if (sh.dkv) {
+    AttentionBackwardDkvKernel<kType><<<grid, kAttentionThreads, 0, stream>>>(
+        sh, static_cast<const W*>(q), static_cast<const W*>(k),
+        static_cast<const W*>(v), static_cast<const W*>(dout),
+        static_cast<const W*>(state), static_cast<W*>(out), q_pos, kv_pos,
+        delta, acc);
+  } else {
+    AttentionBackwardDqKernel<kType><<<grid, kAttentionThreads, 0, stream>>>(
+        sh, static_cast<const W*>(q), static_cast<const W*>(k),
+        static_cast<const W*>(v), static_cast<const W*>(dout),
+        static_cast<const W*>(state), static_cast<W*>(out), q_pos, kv_pos,
+        delta, acc);
+  }
   return cudaGetLastError();
 }
 
@@ -577,6 +814,47 @@ cudaError_t LaunchAttentionFinish(PatternType type, const void* state,
     case PatternType::kFloat64:
       return AttentionFinish<PatternType::kFloat64>(state, out, head_dim, n,
                                                     stream);
+    default:
+      return cudaErrorInvalidValue;  // attention takes floats only
+  }
+}
+
+int64_t AttentionBackwardScratchBytes(PatternType type,
+                                      const AttentionBackwardShape& shape) {
+  const int64_t acc =
+      type == PatternType::kFloat16 || type == PatternType::kBFloat16 ? 4 : 8;
+  const AttentionBlockShape& a = shape.block;
+  const int64_t delta = a.batch * a.heads * a.q_rows;
+  const int64_t rows = shape.dkv ? 2 : 1;  // head_dim rows per thread block
+  return (delta + AttentionBackwardGrid(shape) * rows * a.head_dim) * acc;
+}
+
+cudaError_t LaunchAttentionBackward(PatternType type,
+                                    const AttentionBackwardShape& shape,
+                                    const void* q, const void* k, const void* v,
+                                    const void* dout, const void* o,
+                                    const void* state, void* out,
+                                    const int64_t* q_pos, const int64_t* kv_pos,
+                                    void* scratch, cudaStream_t stream) {
+  const AttentionBlockShape& a = shape.block;
+  if (a.batch < 1 || a.heads < 1 || a.kv_heads < 1 || a.q_rows < 1 ||
+      a.kv_rows < 1 || a.head_dim < 1 || a.heads % a.kv_heads != 0 ||
+      (a.causal && (q_pos == nullptr || kv_pos == nullptr))) {
+    return cudaErrorInvalidValue;
+  }
+  switch (type) {
+    case PatternType::kFloat16:
+      return AttentionBackward<PatternType::kFloat16>(
+          shape, q, k, v, dout, o, state, out, q_pos, kv_pos, scratch, stream);
+    case PatternType::kBFloat16:
+      return AttentionBackward<PatternType::kBFloat16>(
+          shape, q, k, v, dout, o, state, out, q_pos, kv_pos, scratch, stream);
+    case PatternType::kFloat32:
+      return AttentionBackward<PatternType::kFloat32>(
+          shape, q, k, v, dout, o, state, out, q_pos, kv_pos, scratch, stream);
+    case PatternType::kFloat64:
+      return AttentionBackward<PatternType::kFloat64>(
+          shape, q, k, v, dout, o, state, out, q_pos, kv_pos, scratch, stream);
     default:
       return cudaErrorInvalidValue;  // attention takes floats only
   }

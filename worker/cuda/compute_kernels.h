@@ -1,9 +1,9 @@
 // CUDA kernels for the element arithmetic of the GPU backend: the combine
 // step of reducing collectives, the elementwise compute ops, the row gather
 // and the row dot, with the bits of worker/kernels/element_core.h (the host's
-// rules, reduce.h and compute.h); and the attention block and finish
-// (worker/kernels/attention.h's arithmetic, not its bits). Plain C++ and
-// the CUDA runtime API, so nvcc compiles it without Abseil;
+// rules, reduce.h and compute.h); and the attention block, finish and
+// backward (worker/kernels/attention.h's arithmetic, not its bits). Plain C++
+// and the CUDA runtime API, so nvcc compiles it without Abseil;
 // worker/cuda/device_compute.h and device_collectives.h wrap it with
 // absl::Status.
 //
@@ -15,6 +15,8 @@
 //   LaunchAttentionBlock(PatternType::kFloat32, shape, q, k, v, s_in, s_out,
 //                        q_pos, kv_pos, scratch, s);
 //   LaunchAttentionFinish(PatternType::kFloat32, state, out, rows, d, s);
+//   LaunchAttentionBackward(PatternType::kBFloat16, grad_shape, q, k, v, dout,
+//                           o, state, out, q_pos, kv_pos, scratch, s);
 //
 // Contract: n elements of PatternTypeSize(type) bytes each, device memory of
 // the stream's GPU (or peer memory it can reach). `inout` and `in` must not
@@ -141,6 +143,55 @@ cudaError_t LaunchAttentionBlock(PatternType type,
 cudaError_t LaunchAttentionFinish(PatternType type, const void* state,
                                   void* out, int64_t rows, int64_t head_dim,
                                   cudaStream_t stream);
+
+// The attributes of an attention backward (plan.proto
+// AttentionBackwardAttrs), checked by the caller (attention.h
+// CheckAttentionBackward): the forward's block, the target and accumulate.
+struct AttentionBackwardShape {
+  AttentionBlockShape block;
+  bool dkv = false;  // TARGET_DKV: dK and dV; else TARGET_DQ: dQ
+  bool accumulate = false;
+};
+
+// Device memory LaunchAttentionBackward needs for `shape` in `type` (D per
+// query row, and one or two head_dim rows of accumulators per thread
+// block).
+int64_t AttentionBackwardScratchBytes(PatternType type,
+                                      const AttentionBackwardShape& shape);
+
+// attention.h's RunAttentionBackward on device memory: q, dout and o
+// [batch, heads, q_rows, head_dim], k and v [batch, kv_heads, kv_rows,
+// head_dim], `state` the forward's final state [batch, heads, q_rows,
+// head_dim + 2] (only its m and l are read), `out` dQ [batch, heads,
+// q_rows, head_dim] or dKV [2, batch, kv_heads, kv_rows, head_dim] (dK
+// then dV), read first when `accumulate`; q_pos and kv_pos as for
+// LaunchAttentionBlock; `scratch` AttentionBackwardScratchBytes of device
+// memory. With P_ij = exp(s_ij - m_i) / l_i (s_ij = scale q_i . k_j; 0
+// where masked or l_i is 0), D_i = dO_i . O_i, dP_ij = dO_i . v_j and dS_ij
+// = P_ij (dP_ij - D_i): dQ_i (+)= scale sum_j dS_ij k_j, dK_j (+)= scale
+// sum dS_ij q_i and dV_j (+)= sum P_ij dO_i, the last two over every query
+// row i of every head of k_j's group. Arithmetic in the accumulator type
+// (float for fp16 / bf16, double for float32 / float64), each output
+// element rounded once; the bits may differ from the host's (the order of
+// the sums). A straightforward kernel, not tuned (no tensor cores, no
+// tiling beyond shared-memory chunks): a first kernel computes D, one
+// thread per query row; then, for dQ, one thread block of 128 threads per
+// query row (grid-stride over the rows) whose threads each take keys of a
+// 256-key chunk (the row's dS_ij into shared memory) and then columns of
+// the row's accumulator in `scratch` (sum over the chunk, key order); for
+// dK and dV, one thread block per key row whose threads take query rows of
+// a 256-row chunk of each head of the group (P_ij and dS_ij into shared
+// memory) and then columns of the key row's two accumulators. No atomics:
+// every output element has one writer. `out` must not overlap any input.
+// Float types only (cudaErrorInvalidValue for integers or a dimension <
+// 1).
+cudaError_t LaunchAttentionBackward(PatternType type,
+                                    const AttentionBackwardShape& shape,
+                                    const void* q, const void* k, const void* v,
+                                    const void* dout, const void* o,
+                                    const void* state, void* out,
+                                    const int64_t* q_pos, const int64_t* kv_pos,
+                                    void* scratch, cudaStream_t stream);
 
 }  // namespace meshcast::worker::cuda
 

@@ -570,6 +570,122 @@ absl::Status EnqueueAttentionFinish(const StepDesc& step,
   return s.End();
 }
 
+absl::Status EnqueueAttentionBackward(const StepDesc& step,
+                                      const DeviceRelayEnvironment& env,
+                                      const DeviceLane& lane,
+                                      absl::Span<const cudaEvent_t> waits,
+                                      const StepEvents& events) {
+  const v1::AttentionBackwardAttrs& g = step.compute.attention_backward();
+  const v1::AttentionBlockAttrs& a = g.block();
+  if (step.inputs.size() != 6 || step.outputs.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention_backward needs inputs [Q, K, V, dO, O, S] and outputs [dQ] "
+        "or [dKV], has ",
+        step.inputs.size(), " inputs and ", step.outputs.size(), " outputs"));
+  }
+  const bool dkv = g.target() == v1::AttentionBackwardAttrs::TARGET_DKV;
+  ASSIGN_OR_RETURN(const int gpu, StepPrimaryGpu(step, env));
+  ASSIGN_OR_RETURN(StepStream s, StepStream::Begin(lane, gpu, waits, events));
+  ASSIGN_OR_RETURN(const Dense q,
+                   MakeDense(step.inputs[0], env, "inputs[0] (Q)", true, s));
+  ASSIGN_OR_RETURN(const Dense k,
+                   MakeDense(step.inputs[1], env, "inputs[1] (K)", true, s));
+  ASSIGN_OR_RETURN(const Dense v,
+                   MakeDense(step.inputs[2], env, "inputs[2] (V)", true, s));
+  ASSIGN_OR_RETURN(const Dense dout,
+                   MakeDense(step.inputs[3], env, "inputs[3] (dO)", true, s));
+  ASSIGN_OR_RETURN(const Dense o,
+                   MakeDense(step.inputs[4], env, "inputs[4] (O)", true, s));
+  ASSIGN_OR_RETURN(const Dense state,
+                   MakeDense(step.inputs[5], env, "inputs[5] (S)", true, s));
+  // The output is read when accumulating (as a GEMM's C).
+  ASSIGN_OR_RETURN(Dense out,
+                   MakeDense(step.outputs[0], env,
+                             dkv ? "outputs[0] (dKV)" : "outputs[0] (dQ)",
+                             g.accumulate(), s));
+  const DType dtype = out.tile->dtype();
+  if (q.tile->dtype() != dtype || k.tile->dtype() != dtype ||
+      v.tile->dtype() != dtype || dout.tile->dtype() != dtype ||
+      o.tile->dtype() != dtype || state.tile->dtype() != dtype) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "attention_backward operands must share one dtype: Q is ",
+        DTypeName(q.tile->dtype()), ", K ", DTypeName(k.tile->dtype()), ", V ",
+        DTypeName(v.tile->dtype()), ", dO ", DTypeName(dout.tile->dtype()),
+        ", O ", DTypeName(o.tile->dtype()), ", S ",
+        DTypeName(state.tile->dtype()), dkv ? ", dKV " : ", dQ ",
+        DTypeName(dtype)));
+  }
+  if (IsIntegerDType(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention_backward on ", DTypeName(dtype),
+        " is not defined; allowed dtypes: float16, bfloat16, float32, "
+        "float64"));
+  }
+  RETURN_IF_ERROR(CheckAttentionBackward(
+      g, NumElements(q.box), NumElements(k.box), NumElements(v.box),
+      NumElements(dout.box), NumElements(o.box), NumElements(state.box),
+      NumElements(out.box)));
+  // An output that shares bytes with an input is computed into staging
+  // (holding its old value when accumulating) and copied over afterwards,
+  // so the inputs are read as they were before the step.
+  const int64_t out_bytes = NumElements(out.box) * out.tile->element_size();
+  if (!out.staged && (SharesBytes(out, q) || SharesBytes(out, k) ||
+                      SharesBytes(out, v) || SharesBytes(out, dout) ||
+                      SharesBytes(out, o) || SharesBytes(out, state))) {
+    ASSIGN_OR_RETURN(uint8_t * staging, s.Allocate(out_bytes));
+    if (g.accumulate()) {
+      RETURN_IF_ERROR(CopyBytes(staging, gpu, out.data, gpu, out_bytes, s));
+    }
+    out.data = staging;
+    out.staged = true;
+  }
+  AttentionBackwardShape shape;
+  shape.block.batch = a.batch();
+  shape.block.heads = a.heads();
+  shape.block.kv_heads = a.kv_heads();
+  shape.block.q_rows = a.q_rows();
+  shape.block.kv_rows = a.kv_rows();
+  shape.block.head_dim = a.head_dim();
+  shape.block.scale = AttentionScale(a);
+  shape.block.causal = a.causal();
+  shape.dkv = dkv;
+  shape.accumulate = g.accumulate();
+  const PatternType type = ToPatternType(dtype);
+  ASSIGN_OR_RETURN(uint8_t * scratch,
+                   s.Allocate(AttentionBackwardScratchBytes(type, shape)));
+  {
+    ScopedCudaDevice on(gpu);
+    RETURN_IF_ERROR(on.status());
+    const int64_t* q_pos = nullptr;
+    const int64_t* kv_pos = nullptr;
+    if (a.causal()) {
+      // The positions, to the GPU on the step's stream (see EnqueueGather).
+      const size_t q_bytes = sizeof(int64_t) * a.q_position_size();
+      const size_t kv_bytes = sizeof(int64_t) * a.kv_position_size();
+      ASSIGN_OR_RETURN(uint8_t * positions, s.Allocate(q_bytes + kv_bytes));
+      RETURN_IF_ERROR(
+          CudaStatus(cudaMemcpyAsync(positions, a.q_position().data(), q_bytes,
+                                     cudaMemcpyHostToDevice, s.stream()),
+                     "copying attention_backward.block.q_position to the GPU"));
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(positions + q_bytes, a.kv_position().data(), kv_bytes,
+                          cudaMemcpyHostToDevice, s.stream()),
+          "copying attention_backward.block.kv_position to the GPU"));
+      q_pos = reinterpret_cast<const int64_t*>(positions);
+      kv_pos = reinterpret_cast<const int64_t*>(positions + q_bytes);
+    }
+    RETURN_IF_ERROR(CudaStatus(
+        LaunchAttentionBackward(type, shape, q.data, k.data, v.data, dout.data,
+                                o.data, state.data, out.data, q_pos, kv_pos,
+                                scratch, s.stream()),
+        "launching the attention_backward kernel"));
+  }
+  if (out.staged) {
+    RETURN_IF_ERROR(UnpackRegion(out.data, gpu, out.box, *out.tile, s));
+  }
+  return s.End();
+}
+
 }  // namespace
 
 absl::Status WarmUpGemms(const ParsedProgram& program,
@@ -650,10 +766,12 @@ absl::Status EnqueueCompute(const StepDesc& step,
       return EnqueueAttentionBlock(step, env, lane, waits, events);
     case v1::ComputeAttrs::kAttentionFinish:
       return EnqueueAttentionFinish(step, env, lane, waits, events);
+    case v1::ComputeAttrs::kAttentionBackward:
+      return EnqueueAttentionBackward(step, env, lane, waits, events);
     default:
       return absl::InvalidArgumentError(
           "compute names no op; allowed: gemm, elementwise, gather, row_dot, "
-          "attention_block, attention_finish");
+          "attention_block, attention_finish, attention_backward");
   }
 }
 

@@ -1,14 +1,16 @@
 // The GPU kernel of OP_COMPUTE: GEMM with cuBLAS (cublasGemmEx), the
-// elementwise ops, the row gather, the row dot and attention (block and
-// finish) with CUDA kernels (compute_kernels.h), on the step's device; the
-// GPU counterpart of worker/engine/compute_step.h with the same contract
-// (plan.proto GemmAttrs, ElementwiseAttrs, GatherAttrs, RowDotAttrs,
-// AttentionBlockAttrs, AttentionFinishAttrs; compute.h, attention.h).
+// elementwise ops, the row gather, the row dot and attention (block,
+// finish and backward) with CUDA kernels (compute_kernels.h), on the step's
+// device; the GPU counterpart of worker/engine/compute_step.h with the same
+// contract (plan.proto GemmAttrs, ElementwiseAttrs, GatherAttrs,
+// RowDotAttrs, AttentionBlockAttrs, AttentionFinishAttrs,
+// AttentionBackwardAttrs; compute.h, attention.h).
 //
 // Each operand is row-major over its own box. An operand that is one
 // contiguous segment of its tile is used in place; any other slice is
 // packed into stream-ordered staging first (and an output slice unpacked
-// afterwards, after packing its old value when the GEMM accumulates).
+// afterwards, after packing its old value when the GEMM or the attention
+// backward accumulates).
 //
 // GEMM: C = alpha * op(A) * op(B) (+ C when accumulate), alpha 0 read as 1.
 // cuBLAS is column-major; a row-major m x n C is the column-major n x m
@@ -47,12 +49,24 @@
 // inputs [S], outputs [O], one thread per O element (o / l, 0 where l is
 // 0); an O that shares bytes with S is computed into staging first.
 //
+// Attention backward (AttentionBackwardAttrs): inputs [Q, K, V, dO, O, S]
+// (S the forward's final state: its m and l), outputs [dQ] (TARGET_DQ) or
+// [dKV] (TARGET_DKV: dK then dV), floats only; the causal positions are
+// copied to the GPU likewise. A straightforward kernel, not tuned: D = dO .
+// O one thread per query row, then one thread block per query row (dQ) or
+// per key row (dK and dV, over every query row of every head of its
+// group), with the host's arithmetic (attention.h; the bits may differ in
+// the order of the sums). With accumulate the output's old value is read
+// and the gradient added to it. An output that shares bytes with an input
+// is computed into staging first (holding the old value when
+// accumulating).
+//
 // Errors: INVALID_ARGUMENT for m, n, k outside [0, 2^31 - 1], operand sizes
 // that do not match them or a gather's, row dot's or attention step's
 // attributes (compute.h CheckGather, CheckRowDot; attention.h
-// CheckAttentionBlock, CheckAttentionFinish), an unknown kind, RELU /
-// SIGMOID / RELU_GRAD / SIGMOID_GRAD, a row dot or attention on integers or
-// the wrong operand count;
+// CheckAttentionBlock, CheckAttentionFinish, CheckAttentionBackward), an
+// unknown kind, RELU / SIGMOID / RELU_GRAD / SIGMOID_GRAD, a row dot or
+// attention on integers or the wrong operand count;
 // UNIMPLEMENTED for a weighted integer gather; FAILED_PRECONDITION for an
 // operand without a tile here or mixed dtypes; cuBLAS and CUDA errors.
 // Thread safety: one lane thread per call (device_step.h).

@@ -6,22 +6,32 @@
 // ops (relu, sigmoid and their gradients included), the weighted row
 // gather, the row dot, attention (blocks and finish), initializer bits
 // against the host BufferSet's, the GEMM -> reduce-scatter DAG, and, on a
-// machine with two GPUs, every collective across two workers over NCCL. The
-// table test runs everywhere; the rest skip without a GPU (two GPUs for the
-// last).
+// machine with two GPUs, every collective across two workers over NCCL.
+// The attention backward, which the reference does not model, is checked
+// against the host kernel (attention.h RunAttentionBackward) on the same
+// input bytes. The table test runs everywhere; the rest skip without a GPU
+// (two GPUs for the last).
 #include "worker/cuda/device_kernels.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <numeric>
+#include <random>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/buffer_set.h"
+#include "worker/cuda/cuda_handles.h"
 #include "worker/cuda/device_buffer_set.h"
 #include "worker/cuda/device_executor.h"
 #include "worker/cuda/device_pattern.h"
 #include "worker/in_memory_kv_store.h"
+#include "worker/kernels/attention.h"
+#include "worker/kernels/element_core.h"
+#include "worker/pattern.h"
 #include "worker/testing/test_job.h"
 
 namespace meshcast::worker::cuda {
@@ -745,6 +755,314 @@ TEST_F(DeviceKernelsTest, AttentionAgainstTheReference) {
       verified += heads * n * width + heads * n * d;
     }
     ExpectVerified(RunWorker(job, 0, 0, 1), verified, 4.0);
+  }
+}
+
+// Element e of `bytes` (dtype elements) as a double, and `value` rounded to
+// the dtype into element e.
+double ElementAt(DType dtype, const std::vector<uint8_t>& bytes, int64_t e) {
+  const int size = DTypeSize(dtype);
+  uint64_t bits = 0;
+  std::memcpy(&bits, bytes.data() + e * size, size);
+  return CoreFloatValue(ToPatternType(dtype), bits);
+}
+void SetElement(DType dtype, std::vector<uint8_t>& bytes, int64_t e,
+                double value) {
+  const int size = DTypeSize(dtype);
+  const uint64_t bits = CoreFloatStoreBits(ToPatternType(dtype), value);
+  std::memcpy(bytes.data() + e * size, &bits, size);
+}
+
+// `n` elements uniform in [-1, 1), rounded to the dtype.
+std::vector<uint8_t> RandomElements(DType dtype, int64_t n,
+                                    std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  std::vector<uint8_t> bytes(n * DTypeSize(dtype));
+  for (int64_t e = 0; e < n; ++e) SetElement(dtype, bytes, e, uniform(rng));
+  return bytes;
+}
+
+// Rows of `width` elements of a dense array to and from columns [first,
+// first + width) of an array whose rows hold `full` elements.
+void WidenRows(const std::vector<uint8_t>& dense, int64_t width, int64_t first,
+               int64_t full, int size, std::vector<uint8_t>& wide) {
+  const int64_t rows = static_cast<int64_t>(dense.size()) / (width * size);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(wide.data() + (r * full + first) * size,
+                dense.data() + r * width * size, width * size);
+  }
+}
+std::vector<uint8_t> NarrowRows(const std::vector<uint8_t>& wide, int64_t width,
+                                int64_t first, int64_t full, int size) {
+  const int64_t rows = static_cast<int64_t>(wide.size()) / (full * size);
+  std::vector<uint8_t> dense(rows * width * size);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(dense.data() + r * width * size,
+                wide.data() + (r * full + first) * size, width * size);
+  }
+  return dense;
+}
+
+// The attention backward (AttentionBackwardAttrs) on the GPU against the
+// host kernel RunAttentionBackward on the same input bytes, element by
+// element: every float dtype, TARGET_DQ and TARGET_DKV, with and without
+// accumulate, causal and not, GQA (4 heads on 2 kv heads, batch 2), in two
+// shapes: 7 query rows against 300 keys (two 256-key chunks of the dQ
+// kernel), head_dim 8, and 300 query rows (two chunks of the dK / dV
+// kernel) against 7 keys, head_dim 130 (more columns than threads). Q, K,
+// V, dO and the output's previous value are random in [-1, 1); S and O come
+// from the host's forward (RunAttentionBlock, RunAttentionFinish), so m and
+// l are the real ones; the causal positions leave query rows with no kept
+// key (l = 0: no gradient) and a key no query row keeps. The step runs
+// through the GPU backend's OP_COMPUTE kernel on a DeviceBufferSet built
+// from a TestJob, so the dispatch, the packing of a strided S (non-causal
+// cases) and of a strided output (causal cases: packed first when
+// accumulating, unpacked after; the columns around it must keep their
+// bytes) are covered too. Tolerance per element, with G the gradient
+// alone (the host's result without accumulate): 2 ulps of the dtype
+// relative to the element (the final rounding may fall either way) plus a
+// floor for the order of the sums, relative to max |G|: 4 ulps of the
+// dtype for float16 / bfloat16 (float accumulators), 1e-6 for float32 and
+// 1e-12 for float64 (double accumulators).
+TEST_F(DeviceKernelsTest, AttentionBackwardAgainstTheHostKernel) {
+  struct Shape {
+    int64_t q_rows, kv_rows, head_dim;
+    std::vector<int64_t> q_position, kv_position;  // when causal
+  };
+  std::vector<Shape> shapes(2);
+  shapes[0] = {7, 300, 8, {-1, 5, 100, 260, 299, 400, 0}, {}};
+  for (int64_t j = 0; j < 300; ++j) shapes[0].kv_position.push_back(j);
+  shapes[1] = {300, 7, 130, {}, {0, 3, 50, 255, 256, 290, 310}};
+  for (int64_t i = 0; i < 300; ++i) shapes[1].q_position.push_back(i - 2);
+  const int64_t batch = 2, heads = 4, kv_heads = 2;
+  for (DType dtype :
+       {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    const int size = DTypeSize(dtype);
+    const double eps = dtype == DType::kFloat16    ? std::ldexp(1.0, -10)
+                       : dtype == DType::kBFloat16 ? std::ldexp(1.0, -7)
+                       : dtype == DType::kFloat32  ? std::ldexp(1.0, -23)
+                                                   : std::ldexp(1.0, -52);
+    const double floor_rel =
+        dtype == DType::kFloat16 || dtype == DType::kBFloat16 ? 4 * eps
+        : dtype == DType::kFloat32                            ? 1e-6
+                                                              : 1e-12;
+    for (size_t shape_index = 0; shape_index < shapes.size(); ++shape_index) {
+      const Shape& shape = shapes[shape_index];
+      const int64_t d = shape.head_dim;
+      for (bool causal : {false, true}) {
+        v1::AttentionBlockAttrs block;
+        block.set_batch(batch);
+        block.set_heads(heads);
+        block.set_kv_heads(kv_heads);
+        block.set_q_rows(shape.q_rows);
+        block.set_kv_rows(shape.kv_rows);
+        block.set_head_dim(d);
+        block.set_causal(causal);
+        if (causal) {
+          for (int64_t p : shape.q_position) block.add_q_position(p);
+          for (int64_t p : shape.kv_position) block.add_kv_position(p);
+        } else {
+          block.set_scale(0.3);  // causal: 0, read as 1 / sqrt(head_dim)
+        }
+        const int64_t q_elements = batch * heads * shape.q_rows * d;
+        const int64_t kv_elements = batch * kv_heads * shape.kv_rows * d;
+        std::mt19937_64 rng(1000 + 10 * shape_index + causal);
+        const std::vector<uint8_t> q = RandomElements(dtype, q_elements, rng);
+        const std::vector<uint8_t> k = RandomElements(dtype, kv_elements, rng);
+        const std::vector<uint8_t> v = RandomElements(dtype, kv_elements, rng);
+        const std::vector<uint8_t> dout =
+            RandomElements(dtype, q_elements, rng);
+        // S and O from the host's forward.
+        std::vector<uint8_t> state(batch * heads * shape.q_rows * (d + 2) *
+                                   size);
+        std::vector<uint8_t> o(q_elements * size);
+        ASSERT_TRUE(
+            RunAttentionBlock(block, dtype, q, k, v, {}, absl::MakeSpan(state))
+                .ok());
+        v1::AttentionFinishAttrs finish;
+        finish.set_head_dim(d);
+        ASSERT_TRUE(
+            RunAttentionFinish(finish, dtype, state, absl::MakeSpan(o)).ok());
+        for (auto target : {v1::AttentionBackwardAttrs::TARGET_DQ,
+                            v1::AttentionBackwardAttrs::TARGET_DKV}) {
+          const bool dkv = target == v1::AttentionBackwardAttrs::TARGET_DKV;
+          for (bool accumulate : {false, true}) {
+            SCOPED_TRACE(absl::StrCat(
+                DTypeName(dtype), " q_rows=", shape.q_rows, " kv_rows=",
+                shape.kv_rows, " head_dim=", d, causal ? " causal" : "",
+                dkv ? " dKV" : " dQ", accumulate ? " accumulate" : ""));
+            TestJob job(1, 1,
+                        absl::StrCat("attention-backward-", DTypeName(dtype),
+                                     shape_index, causal, dkv, accumulate));
+            // Strided S without causal, strided output with: columns 1 to
+            // width + 1 of rows two elements wider.
+            const bool strided_s = !causal, strided_out = causal;
+            const int64_t out_elements = dkv ? 2 * kv_elements : q_elements;
+            std::vector<int64_t> out_shape =
+                dkv ? std::vector<int64_t>{2, batch, kv_heads, shape.kv_rows, d}
+                    : std::vector<int64_t>{batch, heads, shape.q_rows, d};
+            if (strided_out) out_shape.back() += 2;
+            const std::vector<int64_t> s_shape = {batch, heads, shape.q_rows,
+                                                  d + (strided_s ? 4 : 2)};
+            const int tq =
+                job.AddTensor({{batch, heads, shape.q_rows, d}, dtype});
+            const int tk =
+                job.AddTensor({{batch, kv_heads, shape.kv_rows, d}, dtype});
+            const int tv =
+                job.AddTensor({{batch, kv_heads, shape.kv_rows, d}, dtype});
+            const int tdo =
+                job.AddTensor({{batch, heads, shape.q_rows, d}, dtype});
+            const int to =
+                job.AddTensor({{batch, heads, shape.q_rows, d}, dtype});
+            const int ts = job.AddTensor({s_shape, dtype});
+            const int tout = job.AddTensor({out_shape, dtype});
+            std::vector<std::pair<int, std::vector<uint8_t>>> tiles;
+            auto source = [&](int tensor, std::vector<uint8_t> bytes) {
+              const int buffer = job.AddBuffer(0, tensor, job.FullBox(tensor),
+                                               BufferRole::kSource);
+              tiles.emplace_back(buffer, std::move(bytes));
+              return buffer;
+            };
+            v1::Step step;
+            step.set_op(v1::Step::OP_COMPUTE);
+            step.set_device(0);
+            v1::AttentionBackwardAttrs* attrs =
+                step.mutable_compute()->mutable_attention_backward();
+            *attrs->mutable_block() = block;
+            attrs->set_target(target);
+            attrs->set_accumulate(accumulate);
+            *step.add_inputs() = TestJob::Operand(source(tq, q));
+            *step.add_inputs() = TestJob::Operand(source(tk, k));
+            *step.add_inputs() = TestJob::Operand(source(tv, v));
+            *step.add_inputs() = TestJob::Operand(source(tdo, dout));
+            *step.add_inputs() = TestJob::Operand(source(to, o));
+            Box s_slice, out_slice;
+            if (strided_s) {
+              std::vector<uint8_t> wide =
+                  RandomElements(dtype, NumElements(job.FullBox(ts)), rng);
+              WidenRows(state, d + 2, 1, d + 4, size, wide);
+              s_slice = job.FullBox(ts);
+              s_slice.back() = {1, d + 3};
+              *step.add_inputs() = TestJob::Operand(source(ts, wide), s_slice);
+            } else {
+              *step.add_inputs() = TestJob::Operand(source(ts, state));
+            }
+            // The output's tile starts random (its previous value).
+            const std::vector<uint8_t> before =
+                RandomElements(dtype, NumElements(job.FullBox(tout)), rng);
+            const int out_buffer = job.AddBuffer(0, tout, job.FullBox(tout),
+                                                 BufferRole::kDestination);
+            tiles.emplace_back(out_buffer, before);
+            if (strided_out) {
+              out_slice = job.FullBox(tout);
+              out_slice.back() = {1, d + 1};
+            }
+            *step.add_outputs() = TestJob::Operand(out_buffer, out_slice);
+            job.AddStep(step);
+
+            // The host: the gradient alone (G), then the step's result.
+            const std::vector<uint8_t> previous =
+                strided_out ? NarrowRows(before, d, 1, d + 2, size) : before;
+            std::vector<uint8_t> gradient(out_elements * size);
+            v1::AttentionBackwardAttrs alone = *attrs;
+            alone.set_accumulate(false);
+            ASSERT_TRUE(RunAttentionBackward(alone, dtype, q, k, v, dout, o,
+                                             state, absl::MakeSpan(gradient))
+                            .ok());
+            std::vector<uint8_t> want = previous;
+            ASSERT_TRUE(RunAttentionBackward(*attrs, dtype, q, k, v, dout, o,
+                                             state, absl::MakeSpan(want))
+                            .ok());
+
+            // The GPU: the step through the backend's OP_COMPUTE kernel.
+            absl::StatusOr<ParsedProgram> program =
+                ParseProgram(job.ProgramFor(0));
+            ASSERT_TRUE(program.ok()) << program.status();
+            Cancellation cancellation;
+            absl::StatusOr<DeviceBufferSet> buffers =
+                DeviceBufferSet::Create(*program, {{0, 0}}, cancellation);
+            ASSERT_TRUE(buffers.ok()) << buffers.status();
+            for (const auto& [buffer, bytes] : tiles) {
+              const DeviceTile* tile = buffers->ById(buffer);
+              ASSERT_NE(tile, nullptr);
+              ASSERT_EQ(tile->size_bytes(), static_cast<int64_t>(bytes.size()));
+              ASSERT_EQ(cudaMemcpy(tile->data(), bytes.data(), bytes.size(),
+                                   cudaMemcpyHostToDevice),
+                        cudaSuccess);
+            }
+            // A copy from pageable memory may return before its DMA ends.
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            absl::StatusOr<CudaStream> stream = CudaStream::Create(0);
+            ASSERT_TRUE(stream.ok()) << stream.status();
+            absl::StatusOr<CudaEvent> start = CudaEvent::Create(0);
+            absl::StatusOr<CudaEvent> done = CudaEvent::Create(0);
+            ASSERT_TRUE(start.ok() && done.ok());
+            DeviceLane lane;
+            lane.streams[0] = stream->get();
+            StepEvents events;
+            events.start = start->get();
+            events.done = done->get();
+            DeviceRelayEnvironment env;
+            env.program = &*program;
+            env.buffers = &*buffers;
+            auto kernel = CudaKernels().Find(v1::Step::OP_COMPUTE);
+            ASSERT_TRUE(kernel.ok()) << kernel.status();
+            const StepDesc* compute = nullptr;
+            for (const StepDesc& desc : program->steps) {
+              if (desc.op == v1::Step::OP_COMPUTE) compute = &desc;
+            }
+            ASSERT_NE(compute, nullptr);
+            const absl::Status enqueued =
+                (**kernel)(*compute, env, lane, {}, events);
+            ASSERT_TRUE(enqueued.ok()) << enqueued;
+            ASSERT_EQ(cudaStreamSynchronize(stream->get()), cudaSuccess);
+            std::vector<uint8_t> after(before.size());
+            ASSERT_EQ(
+                cudaMemcpy(after.data(), buffers->ById(out_buffer)->data(),
+                           after.size(), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+            std::vector<uint8_t> got = after;
+            if (strided_out) {
+              got = NarrowRows(after, d, 1, d + 2, size);
+              // The columns around the slice keep their bytes.
+              const int64_t rows = NumElements(job.FullBox(tout)) / (d + 2);
+              int64_t changed = 0;
+              for (int64_t r = 0; r < rows; ++r) {
+                for (int64_t c : {int64_t{0}, d + 1}) {
+                  changed +=
+                      std::memcmp(after.data() + (r * (d + 2) + c) * size,
+                                  before.data() + (r * (d + 2) + c) * size,
+                                  size) != 0;
+                }
+              }
+              EXPECT_EQ(changed, 0);
+            }
+            double max_gradient = 0;
+            for (int64_t e = 0; e < out_elements; ++e) {
+              max_gradient = std::max(max_gradient,
+                                      std::abs(ElementAt(dtype, gradient, e)));
+            }
+            ASSERT_GT(max_gradient, 0);  // the case computes something
+            const double floor = floor_rel * max_gradient;
+            int64_t mismatches = 0;
+            for (int64_t e = 0; e < out_elements; ++e) {
+              const double w = ElementAt(dtype, want, e);
+              const double g = ElementAt(dtype, got, e);
+              const double tolerance = 2 * eps * std::abs(w) + floor;
+              if (!(std::abs(g - w) <= tolerance)) {
+                if (++mismatches <= 5) {
+                  ADD_FAILURE()
+                      << "element " << e << " of " << (dkv ? "dKV" : "dQ")
+                      << ": GPU " << g << ", host " << w << ", tolerance "
+                      << tolerance;
+                }
+              }
+            }
+            EXPECT_EQ(mismatches, 0) << "of " << out_elements << " elements";
+          }
+        }
+      }
+    }
   }
 }
 

@@ -68,9 +68,12 @@ absl::Status RunCompute(const StepDesc& step, const StepEnvironment& env) {
     ASSIGN_OR_RETURN(inputs.emplace_back(),
                      DenseOf(env, step.inputs[i], "inputs", i, dtype, true));
   }
-  // GEMM with accumulate reads C; everything else only writes it.
+  // GEMM and attention backward with accumulate read their output;
+  // everything else only writes it.
   const bool reads_output =
-      step.compute.has_gemm() && step.compute.gemm().accumulate();
+      (step.compute.has_gemm() && step.compute.gemm().accumulate()) ||
+      (step.compute.has_attention_backward() &&
+       step.compute.attention_backward().accumulate());
   ASSIGN_OR_RETURN(Dense out,
                    DenseOf(env, output, "outputs", 0, dtype, reads_output));
   if (step.compute.has_gemm()) {
@@ -110,6 +113,17 @@ absl::Status RunCompute(const StepDesc& step, const StepEnvironment& env) {
     RETURN_IF_ERROR(RunAttentionBlock(step.compute.attention_block(), dtype,
                                       inputs[0].bytes(), inputs[1].bytes(),
                                       inputs[2].bytes(), state, out.bytes()));
+  } else if (step.compute.has_attention_backward()) {
+    // inputs [Q, K, V, dO, O, S] (ParseProgram checked the count).
+    if (inputs.size() != 6) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "attention_backward takes inputs [Q, K, V, dO, O, S], got ",
+          inputs.size()));
+    }
+    RETURN_IF_ERROR(RunAttentionBackward(
+        step.compute.attention_backward(), dtype, inputs[0].bytes(),
+        inputs[1].bytes(), inputs[2].bytes(), inputs[3].bytes(),
+        inputs[4].bytes(), inputs[5].bytes(), out.bytes()));
   } else if (step.compute.has_attention_finish()) {
     // inputs [S] (ParseProgram checked the count).
     if (inputs.size() != 1) {

@@ -32,7 +32,8 @@ absl::Status CheckDim(const char* op, const char* field, int64_t value) {
 absl::Status CheckCount(const char* operand, int64_t found,
                         const char* formula,
                         std::initializer_list<int64_t> factors,
-                        int64_t state_head_dim = -1) {
+                        int64_t state_head_dim = -1,
+                        const char* op = "attention_block") {
   unsigned __int128 want = 1;
   for (int64_t f : factors) want *= static_cast<uint64_t>(f);
   if (found >= 0 && static_cast<unsigned __int128>(found) == want) {
@@ -53,7 +54,7 @@ absl::Status CheckCount(const char* operand, int64_t found,
           ? std::string("more than 2^63")
           : absl::StrCat(static_cast<int64_t>(want));
   return absl::InvalidArgumentError(
-      absl::StrCat("attention_block: ", operand, " has ", found,
+      absl::StrCat(op, ": ", operand, " has ", found,
                    " elements; want ", formula, " = ", product, " = ", total));
 }
 
@@ -176,6 +177,22 @@ void Gemm(bool trans_b, int m, int n, int k, double alpha, const double* a,
           int lda, const double* b, int ldb, double beta, double* c, int ldc) {
   cblas_dgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
               m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// Row-major C = alpha op(A) op(B) + beta C with both transposes.
+void Gemm2(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+           const float* a, int lda, const float* b, int ldb, float beta,
+           float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
+              ldb, beta, c, ldc);
+}
+void Gemm2(bool trans_a, bool trans_b, int m, int n, int k, double alpha,
+           const double* a, int lda, const double* b, int ldb, double beta,
+           double* c, int ldc) {
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
+              ldb, beta, c, ldc);
 }
 
 // The block of RunAttentionBlock on validated operands; `s_in` null
@@ -307,6 +324,142 @@ void AttentionBlockInto(const v1::AttentionBlockAttrs& a, DType dtype,
             }
           }
         }
+      }
+    }
+  }
+}
+
+// The gradients of RunAttentionBackward on validated operands, into `out`
+// (which holds the previous values when accumulating). Per (batch, kv
+// head), per query head of its group and tile of query rows, per chunk of
+// keys: the scores by one GEMM, P from the stored m and l, dP = dO V^T by
+// a second, dS = P (dP - D); then dQ += scale dS K (TARGET_DQ) or dK +=
+// scale dS^T Q and dV += P^T dO (TARGET_DKV), accumulated in T and stored
+// once.
+template <typename T>
+void AttentionBackwardInto(const v1::AttentionBackwardAttrs& ab, DType dtype,
+                           const uint8_t* q, const uint8_t* k,
+                           const uint8_t* v, const uint8_t* dout,
+                           const uint8_t* o, const uint8_t* s, uint8_t* out) {
+  const v1::AttentionBlockAttrs& a = ab.block();
+  const bool want_dq = ab.target() == v1::AttentionBackwardAttrs::TARGET_DQ;
+  const bool accumulate = ab.accumulate();
+  const int64_t batch = a.batch(), heads = a.heads(), kv_heads = a.kv_heads();
+  const int64_t q_rows = a.q_rows(), kv_rows = a.kv_rows(), d = a.head_dim();
+  const int64_t group = heads / kv_heads, width = d + 2;
+  const int64_t size = DTypeSize(dtype);
+  const bool causal = a.causal();
+  const int64_t* q_pos = a.q_position().data();
+  const int64_t* kv_pos = a.kv_position().data();
+  const T alpha = static_cast<T>(AttentionScale(a));
+  const int64_t tq = std::min(kAttentionQueryTile, q_rows);
+  const int64_t tk = std::min(kAttentionKeyChunk, kv_rows);
+  const int64_t chunks = (kv_rows + tk - 1) / tk;
+  std::vector<int64_t> chunk_min(chunks, 0);
+  if (causal) {
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t end = std::min(kv_rows, (c + 1) * tk);
+      chunk_min[c] = *std::min_element(kv_pos + c * tk, kv_pos + end);
+    }
+  }
+  std::vector<T> kc(kv_rows * d), vc(kv_rows * d), gk, gv;
+  if (!want_dq) {
+    gk.resize(kv_rows * d);
+    gv.resize(kv_rows * d);
+  }
+  std::vector<T> qt(tq * d), dot(tq * d), ot(tq * d), gq(tq * d);
+  std::vector<T> pt(tq * tk), dpt(tq * tk), mt(tq), lt(tq), delta(tq);
+  T ml[2];
+  const int64_t kv_block = kv_rows * d;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t kvh = 0; kvh < kv_heads; ++kvh) {
+      const int64_t kv_offset = (b * kv_heads + kvh) * kv_block;
+      LoadAs(dtype, k + kv_offset * size, kv_block, kc.data());
+      LoadAs(dtype, v + kv_offset * size, kv_block, vc.data());
+      // dK then dV: [2, batch, kv_heads, kv_rows, head_dim].
+      uint8_t* dk_out = out + kv_offset * size;
+      uint8_t* dv_out = out + (batch * kv_heads * kv_block + kv_offset) * size;
+      if (!want_dq) {
+        if (accumulate) {
+          LoadAs(dtype, dk_out, kv_block, gk.data());
+          LoadAs(dtype, dv_out, kv_block, gv.data());
+        } else {
+          std::fill(gk.begin(), gk.end(), T(0));
+          std::fill(gv.begin(), gv.end(), T(0));
+        }
+      }
+      for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+        for (int64_t i0 = 0; i0 < q_rows; i0 += tq) {
+          const int64_t rows = std::min(tq, q_rows - i0);
+          const int64_t row0 = (b * heads + h) * q_rows + i0;
+          LoadAs(dtype, q + row0 * d * size, rows * d, qt.data());
+          LoadAs(dtype, dout + row0 * d * size, rows * d, dot.data());
+          LoadAs(dtype, o + row0 * d * size, rows * d, ot.data());
+          if (want_dq) {
+            if (accumulate) {
+              LoadAs(dtype, out + row0 * d * size, rows * d, gq.data());
+            } else {
+              std::fill(gq.begin(), gq.end(), T(0));
+            }
+          }
+          for (int64_t r = 0; r < rows; ++r) {
+            LoadAs(dtype, s + ((row0 + r) * width + d) * size, 2, ml);
+            mt[r] = ml[0];
+            lt[r] = ml[1];
+            T sum = 0;
+            for (int64_t x = 0; x < d; ++x) {
+              sum += dot[r * d + x] * ot[r * d + x];
+            }
+            delta[r] = sum;
+          }
+          int64_t max_q_pos = std::numeric_limits<int64_t>::min();
+          if (causal) {
+            max_q_pos = *std::max_element(q_pos + i0, q_pos + i0 + rows);
+          }
+          for (int64_t c = 0; c < chunks; ++c) {
+            if (causal && chunk_min[c] > max_q_pos) continue;  // all masked
+            const int64_t j0 = c * tk;
+            const int64_t cols = std::min(tk, kv_rows - j0);
+            const int ir = static_cast<int>(rows), ic = static_cast<int>(cols),
+                      id = static_cast<int>(d);
+            Gemm(true, ir, ic, id, alpha, qt.data(), id, kc.data() + j0 * d,
+                 id, T(0), pt.data(), ic);
+            for (int64_t r = 0; r < rows; ++r) {
+              T* prow = pt.data() + r * cols;
+              const bool live = lt[r] != T(0);
+              const int64_t qp = causal ? q_pos[i0 + r] : 0;
+              for (int64_t j = 0; j < cols; ++j) {
+                const bool kept = live && (!causal || kv_pos[j0 + j] <= qp);
+                prow[j] = kept ? std::exp(prow[j] - mt[r]) / lt[r] : T(0);
+              }
+            }
+            Gemm(true, ir, ic, id, T(1), dot.data(), id, vc.data() + j0 * d,
+                 id, T(0), dpt.data(), ic);
+            if (!want_dq) {  // dV += P^T dO, before P becomes dS
+              Gemm2(true, false, ic, id, ir, T(1), pt.data(), ic, dot.data(),
+                    id, T(1), gv.data() + j0 * d, id);
+            }
+            for (int64_t r = 0; r < rows; ++r) {
+              T* prow = pt.data() + r * cols;
+              const T* dprow = dpt.data() + r * cols;
+              for (int64_t j = 0; j < cols; ++j) {
+                prow[j] *= dprow[j] - delta[r];
+              }
+            }
+            if (want_dq) {
+              Gemm2(false, false, ir, id, ic, alpha, pt.data(), ic,
+                    kc.data() + j0 * d, id, T(1), gq.data(), id);
+            } else {
+              Gemm2(true, false, ic, id, ir, alpha, pt.data(), ic, qt.data(),
+                    id, T(1), gk.data() + j0 * d, id);
+            }
+          }
+          if (want_dq) StoreFrom(dtype, gq.data(), rows * d, out + row0 * d * size);
+        }
+      }
+      if (!want_dq) {
+        StoreFrom(dtype, gk.data(), kv_block, dk_out);
+        StoreFrom(dtype, gv.data(), kv_block, dv_out);
       }
     }
   }
@@ -474,6 +627,88 @@ absl::Status RunAttentionFinish(const v1::AttentionFinishAttrs& attrs,
   };
   if (Overlaps(absl::Span<const uint8_t>(out.data(), out.size()), state)) {
     std::vector<uint8_t> copy(out.size());
+    run(copy.data());
+    std::memcpy(out.data(), copy.data(), copy.size());
+    return absl::OkStatus();
+  }
+  run(out.data());
+  return absl::OkStatus();
+}
+
+absl::Status CheckAttentionBackward(const v1::AttentionBackwardAttrs& attrs,
+                                    int64_t q_elements, int64_t k_elements,
+                                    int64_t v_elements, int64_t do_elements,
+                                    int64_t o_elements, int64_t s_elements,
+                                    int64_t out_elements) {
+  constexpr char kOp[] = "attention_backward";
+  if (attrs.target() != v1::AttentionBackwardAttrs::TARGET_DQ &&
+      attrs.target() != v1::AttentionBackwardAttrs::TARGET_DKV) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention_backward.target = ", static_cast<int>(attrs.target()),
+        " is not one of TARGET_DQ (1), TARGET_DKV (2)"));
+  }
+  const v1::AttentionBlockAttrs& a = attrs.block();
+  const absl::Status block =
+      CheckAttentionBlock(a, q_elements, k_elements, v_elements, -1, s_elements);
+  if (!block.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention_backward.block: ", block.message()));
+  }
+  RETURN_IF_ERROR(CheckCount("dO", do_elements,
+                             "batch * heads * q_rows * head_dim",
+                             {a.batch(), a.heads(), a.q_rows(), a.head_dim()},
+                             -1, kOp));
+  RETURN_IF_ERROR(CheckCount("O", o_elements,
+                             "batch * heads * q_rows * head_dim",
+                             {a.batch(), a.heads(), a.q_rows(), a.head_dim()},
+                             -1, kOp));
+  if (attrs.target() == v1::AttentionBackwardAttrs::TARGET_DQ) {
+    return CheckCount("dQ", out_elements, "batch * heads * q_rows * head_dim",
+                      {a.batch(), a.heads(), a.q_rows(), a.head_dim()}, -1,
+                      kOp);
+  }
+  return CheckCount("dKV", out_elements,
+                    "2 * batch * kv_heads * kv_rows * head_dim",
+                    {2, a.batch(), a.kv_heads(), a.kv_rows(), a.head_dim()},
+                    -1, kOp);
+}
+
+absl::Status RunAttentionBackward(const v1::AttentionBackwardAttrs& attrs,
+                                  DType dtype, absl::Span<const uint8_t> q,
+                                  absl::Span<const uint8_t> k,
+                                  absl::Span<const uint8_t> v,
+                                  absl::Span<const uint8_t> dout,
+                                  absl::Span<const uint8_t> o,
+                                  absl::Span<const uint8_t> state,
+                                  absl::Span<uint8_t> out) {
+  RETURN_IF_ERROR(CheckFloatSpans("attention_backward", dtype,
+                                  {{"Q", q.size()},
+                                   {"K", k.size()},
+                                   {"V", v.size()},
+                                   {"dO", dout.size()},
+                                   {"O", o.size()},
+                                   {"S", state.size()},
+                                   {"out", out.size()}}));
+  const int64_t size = DTypeSize(dtype);
+  auto count = [&](size_t bytes) { return static_cast<int64_t>(bytes) / size; };
+  RETURN_IF_ERROR(CheckAttentionBackward(
+      attrs, count(q.size()), count(k.size()), count(v.size()),
+      count(dout.size()), count(o.size()), count(state.size()),
+      count(out.size())));
+  auto run = [&](uint8_t* to) {
+    if (IsHalf(dtype)) {
+      AttentionBackwardInto<float>(attrs, dtype, q.data(), k.data(), v.data(),
+                                   dout.data(), o.data(), state.data(), to);
+    } else {
+      AttentionBackwardInto<double>(attrs, dtype, q.data(), k.data(),
+                                    v.data(), dout.data(), o.data(),
+                                    state.data(), to);
+    }
+  };
+  const absl::Span<const uint8_t> view(out.data(), out.size());
+  if (Overlaps(view, q) || Overlaps(view, k) || Overlaps(view, v) ||
+      Overlaps(view, dout) || Overlaps(view, o) || Overlaps(view, state)) {
+    std::vector<uint8_t> copy(out.begin(), out.end());  // the accumulator
     run(copy.data());
     std::memcpy(out.data(), copy.data(), copy.size());
     return absl::OkStatus();

@@ -52,6 +52,27 @@
 // Errors: INVALID_ARGUMENT for an integer dtype, spans that are not a
 // multiple of the element size, and CheckAttentionFinish's.
 //
+// Attention backward (plan.proto AttentionBackwardAttrs): the gradients of
+// one block, from Q, K, V, the output gradient dO, the output O and the
+// forward's final state S (its m and l), into dQ (TARGET_DQ) or dK and dV
+// ([2, ...], TARGET_DKV); with `accumulate`, added to what `out` holds.
+//
+//   v1::AttentionBackwardAttrs g;  *g.mutable_block() = a;
+//   g.set_target(v1::AttentionBackwardAttrs::TARGET_DKV);
+//   RETURN_IF_ERROR(RunAttentionBackward(g, dtype, q, k, v, dout, o, s, dkv));
+//
+// Per (b, h), the same tiles and chunks as the block: the scores by one
+// GEMM (alpha = scale), P_ij = exp(s_ij - m_i) / l_i with the stored m and
+// l (0 where masked or where l is 0: a row that saw no key has no
+// gradient), dP = dO V^T by a second GEMM, D_i = dO_i . O_i, dS = P (dP -
+// D); then dQ += scale dS K, or dK += scale dS^T Q and dV += P^T dO, each
+// by one GEMM per chunk. Arithmetic in float (float16 / bfloat16) or double
+// (float32 / float64); each output element rounded once to the dtype.
+// Chunks that a causal mask hides from a whole tile are skipped. `out` may
+// overlap an input (computed into a copy first).
+// Errors: INVALID_ARGUMENT for an integer dtype, spans that are not a
+// multiple of the element size, and CheckAttentionBackward's.
+//
 // Thread safety: pure functions; any number may run at once (BLIS serial
 // is reentrant, compute.h).
 #ifndef MESHCAST_WORKER_KERNELS_ATTENTION_H_
@@ -82,6 +103,15 @@ absl::Status RunAttentionFinish(const v1::AttentionFinishAttrs& attrs,
                                 DType dtype, absl::Span<const uint8_t> state,
                                 absl::Span<uint8_t> out);
 
+absl::Status RunAttentionBackward(const v1::AttentionBackwardAttrs& attrs,
+                                  DType dtype, absl::Span<const uint8_t> q,
+                                  absl::Span<const uint8_t> k,
+                                  absl::Span<const uint8_t> v,
+                                  absl::Span<const uint8_t> dout,
+                                  absl::Span<const uint8_t> o,
+                                  absl::Span<const uint8_t> state,
+                                  absl::Span<uint8_t> out);
+
 // AttentionBlockAttrs.scale as used: 0 (unset) reads as 1 / sqrt(head_dim).
 double AttentionScale(const v1::AttentionBlockAttrs& attrs);
 
@@ -110,6 +140,19 @@ absl::Status CheckAttentionBlock(const v1::AttentionBlockAttrs& attrs,
 // or operand otherwise. Shared like CheckAttentionBlock.
 absl::Status CheckAttentionFinish(const v1::AttentionFinishAttrs& attrs,
                                   int64_t s_elements, int64_t o_elements);
+
+// OK if an attention backward with these attributes fits its operands:
+// target TARGET_DQ or TARGET_DKV; the block as CheckAttentionBlock with S
+// in the place of S' (errors prefixed "attention_backward.block: "); dO
+// and O holding as many elements as Q; the output batch * heads * q_rows *
+// head_dim (TARGET_DQ) or 2 * batch * kv_heads * kv_rows * head_dim
+// elements (TARGET_DKV). INVALID_ARGUMENT naming the field or operand
+// otherwise. Shared like CheckAttentionBlock.
+absl::Status CheckAttentionBackward(const v1::AttentionBackwardAttrs& attrs,
+                                    int64_t q_elements, int64_t k_elements,
+                                    int64_t v_elements, int64_t do_elements,
+                                    int64_t o_elements, int64_t s_elements,
+                                    int64_t out_elements);
 
 }  // namespace meshcast::worker
 

@@ -643,5 +643,368 @@ TEST(AttentionTest, FinishDividesByTheRowSum) {
   }
 }
 
+// The gradients of softmax(scale Q K^T + mask) V against dO, directly in
+// float64 from the definition (P the softmax, D_i = sum_c dO_ic O_ic), and
+// per element the sum of the magnitudes that went into it (the scale of
+// the kernel's errors). dk and dv are [batch, kv_heads, keys, head_dim].
+struct DirectGrads {
+  std::vector<double> dq, dk, dv, dq_mag, dk_mag, dv_mag;
+  double e_max = 0;
+};
+DirectGrads DirectAttentionGrads(const v1::AttentionBlockAttrs& a,
+                                 const std::vector<double>& q,
+                                 const std::vector<double>& k,
+                                 const std::vector<double>& v,
+                                 const std::vector<double>& dout) {
+  const int64_t d = a.head_dim(), group = a.heads() / a.kv_heads();
+  const int64_t n = a.kv_rows();
+  const double scale = AttentionScale(a);
+  DirectGrads g;
+  g.dq.assign(q.size(), 0.0);
+  g.dq_mag = g.dq;
+  g.dk.assign(k.size(), 0.0);
+  g.dk_mag = g.dk;
+  g.dv = g.dk;
+  g.dv_mag = g.dk;
+  for (int64_t b = 0; b < a.batch(); ++b) {
+    for (int64_t h = 0; h < a.heads(); ++h) {
+      const int64_t kv0 = (b * a.kv_heads() + h / group) * n * d;
+      for (int64_t i = 0; i < a.q_rows(); ++i) {
+        const int64_t row = ((b * a.heads() + h) * a.q_rows() + i) * d;
+        std::vector<double> p(n, 0.0);
+        double m = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < n; ++j) {
+          if (a.causal() && a.kv_position(j) > a.q_position(i)) continue;
+          double dot = 0, e = 0;
+          for (int64_t c = 0; c < d; ++c) {
+            dot += q[row + c] * k[kv0 + j * d + c];
+            e += std::abs(q[row + c] * k[kv0 + j * d + c]);
+          }
+          p[j] = scale * dot;
+          m = std::max(m, p[j]);
+          g.e_max = std::max(g.e_max, std::abs(scale) * e);
+        }
+        if (m == -std::numeric_limits<double>::infinity()) continue;
+        double l = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          const bool kept = !a.causal() || a.kv_position(j) <= a.q_position(i);
+          p[j] = kept ? std::exp(p[j] - m) : 0.0;
+          l += p[j];
+        }
+        std::vector<double> o(d, 0.0);
+        for (int64_t j = 0; j < n; ++j) {
+          p[j] /= l;
+          for (int64_t c = 0; c < d; ++c) o[c] += p[j] * v[kv0 + j * d + c];
+        }
+        double delta = 0, delta_mag = 0;
+        for (int64_t c = 0; c < d; ++c) {
+          delta += dout[row + c] * o[c];
+          delta_mag += std::abs(dout[row + c] * o[c]);
+        }
+        for (int64_t j = 0; j < n; ++j) {
+          if (p[j] == 0) continue;
+          double dp = 0, dp_mag = 0;
+          for (int64_t c = 0; c < d; ++c) {
+            dp += dout[row + c] * v[kv0 + j * d + c];
+            dp_mag += std::abs(dout[row + c] * v[kv0 + j * d + c]);
+          }
+          const double ds = p[j] * (dp - delta);
+          const double ds_mag = p[j] * (std::abs(dp - delta) + dp_mag + delta_mag);
+          for (int64_t c = 0; c < d; ++c) {
+            const int64_t kj = kv0 + j * d + c;
+            g.dq[row + c] += scale * ds * k[kj];
+            g.dq_mag[row + c] += std::abs(scale) * ds_mag * std::abs(k[kj]);
+            g.dk[kj] += scale * ds * q[row + c];
+            g.dk_mag[kj] += std::abs(scale) * ds_mag * std::abs(q[row + c]);
+            g.dv[kj] += p[j] * dout[row + c];
+            g.dv_mag[kj] += p[j] * std::abs(dout[row + c]);
+          }
+        }
+      }
+    }
+  }
+  return g;
+}
+
+// The forward on `a` (one block from an empty state, then the finish): the
+// state S and the output O the backward reads.
+void Forward(const v1::AttentionBlockAttrs& a, DType dtype,
+             const std::vector<uint8_t>& q, const std::vector<uint8_t>& k,
+             const std::vector<uint8_t>& v, std::vector<uint8_t>* state,
+             std::vector<uint8_t>* out) {
+  const int size = DTypeSize(dtype);
+  state->assign(StateElements(a) * size, 0);
+  out->assign(a.batch() * a.heads() * a.q_rows() * a.head_dim() * size, 0);
+  ASSERT_TRUE(
+      RunAttentionBlock(a, dtype, q, k, v, {}, absl::MakeSpan(*state)).ok());
+  ASSERT_TRUE(RunAttentionFinish(Finish(a.head_dim()), dtype, *state,
+                                 absl::MakeSpan(*out))
+                  .ok());
+}
+
+v1::AttentionBackwardAttrs Backward(
+    const v1::AttentionBlockAttrs& a,
+    v1::AttentionBackwardAttrs::Target target, bool accumulate = false) {
+  v1::AttentionBackwardAttrs g;
+  *g.mutable_block() = a;
+  g.set_target(target);
+  g.set_accumulate(accumulate);
+  return g;
+}
+
+// Kernel gradients against the direct ones. Tolerance per element, over
+// its magnitude sum: 8 u (O, m and l stored to the dtype by the forward,
+// the output by the backward) plus u_acc (4 (head_dim + 2) e_max + 4
+// (head_dim + keys + rows) + 64) (the scores through P twice, the dot
+// products dP and D, the sums over keys or query rows, the exponential
+// and the division, in the accumulator); plus fp16 subnormal steps.
+void ExpectGradNear(DType dtype, const std::vector<uint8_t>& got_bytes,
+                    const std::vector<double>& want,
+                    const std::vector<double>& mag, double e_max,
+                    int64_t head_dim, int64_t sums, const char* what) {
+  const double rel =
+      8 * UnitRoundoff(dtype) +
+      AccumulatorRoundoff(dtype) *
+          (4 * (head_dim + 2) * e_max + 4 * (head_dim + sums) + 64);
+  const std::vector<double> got = Loaded(dtype, got_bytes);
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double largest = 0;
+  for (size_t e = 0; e < got.size(); ++e) {
+    ASSERT_FALSE(std::isnan(got[e])) << what << " " << e;
+    ASSERT_NEAR(got[e], want[e],
+                rel * mag[e] + (dtype == DType::kFloat16 ? std::ldexp(1.0, -22)
+                                                         : 1e-300))
+        << DTypeName(dtype) << " " << what << " element " << e;
+    largest = std::max(largest, std::abs(want[e]));
+  }
+  EXPECT_GT(largest, 1e-3) << what << ": the gradients are not all ~0";
+}
+
+// The oracle itself: its dQ, dK and dV against central finite differences
+// of L = sum dO . O, computed in float64, at a few elements.
+TEST(AttentionBackwardTest, DirectGradientsMatchFiniteDifferences) {
+  v1::AttentionBlockAttrs a = Attrs(1, 2, 1, 5, 6, 4);
+  a.set_causal(true);
+  for (int64_t i = 0; i < 5; ++i) a.add_q_position(2 * i + 1);
+  for (int64_t j = 0; j < 6; ++j) a.add_kv_position(2 * j);
+  const DType dtype = DType::kFloat64;
+  std::vector<double> q = Loaded(dtype, Random(dtype, 2 * 5 * 4, 1));
+  std::vector<double> k = Loaded(dtype, Random(dtype, 6 * 4, 2));
+  std::vector<double> v = Loaded(dtype, Random(dtype, 6 * 4, 3));
+  const std::vector<double> dout = Loaded(dtype, Random(dtype, 2 * 5 * 4, 4));
+  const DirectGrads g = DirectAttentionGrads(a, q, k, v, dout);
+  auto loss = [&] {
+    KvBlock blk{k, v, {a.kv_position().begin(), a.kv_position().end()}, 6};
+    const Direct o = DirectAttention(a, q, {blk});
+    double sum = 0;
+    for (size_t e = 0; e < o.o.size(); ++e) sum += dout[e] * o.o[e];
+    return sum;
+  };
+  const double h = 1e-6;
+  auto numeric = [&](std::vector<double>& x, size_t e) {
+    const double keep = x[e];
+    x[e] = keep + h;
+    const double up = loss();
+    x[e] = keep - h;
+    const double down = loss();
+    x[e] = keep;
+    return (up - down) / (2 * h);
+  };
+  for (size_t e : {0, 5, 13, 27, 39}) EXPECT_NEAR(numeric(q, e), g.dq[e], 1e-7);
+  for (size_t e : {0, 7, 15, 23}) {
+    EXPECT_NEAR(numeric(k, e), g.dk[e], 1e-7) << e;
+    EXPECT_NEAR(numeric(v, e), g.dv[e], 1e-7) << e;
+  }
+}
+
+// Grouped-query attention (4 heads on 2 kv heads), 70 query rows (two
+// tiles) against 300 keys (two chunks), causal with interleaved positions
+// and without, in every float dtype: dQ and dKV of the kernel against the
+// direct float64 gradients.
+TEST(AttentionBackwardTest, MatchesDirectGradients) {
+  for (bool causal : {false, true}) {
+    v1::AttentionBlockAttrs a = Attrs(2, 4, 2, 70, 300, 16);
+    a.set_causal(causal);
+    if (causal) {
+      for (int64_t i = 0; i < 70; ++i) a.add_q_position(4 * i + 20);
+      for (int64_t j = 0; j < 300; ++j) a.add_kv_position(j);
+    }
+    for (DType dtype : kFloatTypes) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(dtype), causal ? " causal" : ""));
+      const int size = DTypeSize(dtype);
+      const int64_t nq = a.batch() * a.heads() * a.q_rows() * a.head_dim();
+      const std::vector<uint8_t> q = Random(dtype, nq, 1);
+      const std::vector<uint8_t> dout = Random(dtype, nq, 9);
+      std::vector<uint8_t> k, v, state, o;
+      const KvBlock blk = MakeBlock(dtype, a, 2, &k, &v);
+      Forward(a, dtype, q, k, v, &state, &o);
+      std::vector<uint8_t> dq(nq * size, 0x5A), dkv(2 * k.size(), 0x5A);
+      ASSERT_TRUE(RunAttentionBackward(
+                      Backward(a, v1::AttentionBackwardAttrs::TARGET_DQ),
+                      dtype, q, k, v, dout, o, state, absl::MakeSpan(dq))
+                      .ok());
+      ASSERT_TRUE(RunAttentionBackward(
+                      Backward(a, v1::AttentionBackwardAttrs::TARGET_DKV),
+                      dtype, q, k, v, dout, o, state, absl::MakeSpan(dkv))
+                      .ok());
+      const DirectGrads g = DirectAttentionGrads(
+          a, Loaded(dtype, q), blk.k, blk.v, Loaded(dtype, dout));
+      ExpectGradNear(dtype, dq, g.dq, g.dq_mag, g.e_max, 16, 300, "dQ");
+      const std::vector<uint8_t> dk(dkv.begin(), dkv.begin() + k.size());
+      const std::vector<uint8_t> dv(dkv.begin() + k.size(), dkv.end());
+      ExpectGradNear(dtype, dk, g.dk, g.dk_mag, g.e_max, 16, 2 * 70, "dK");
+      ExpectGradNear(dtype, dv, g.dv, g.dv_mag, g.e_max, 16, 2 * 70, "dV");
+    }
+  }
+}
+
+// A ring's view: the keys in two blocks (130 then 170). dQ accumulated
+// over both blocks, and each block's dKV, equal the gradients over all
+// 300 keys at once; accumulate adds to what the output holds.
+TEST(AttentionBackwardTest, AccumulatesAcrossBlocks) {
+  const v1::AttentionBlockAttrs all = Attrs(1, 4, 2, 9, 300, 8);
+  const DType dtype = DType::kFloat64;
+  const int size = DTypeSize(dtype);
+  const int64_t nq = 4 * 9 * 8;
+  const std::vector<uint8_t> q = Random(dtype, nq, 1);
+  const std::vector<uint8_t> dout = Random(dtype, nq, 7);
+  std::vector<uint8_t> k, v, state, o;
+  MakeBlock(dtype, all, 2, &k, &v);
+  Forward(all, dtype, q, k, v, &state, &o);
+  std::vector<uint8_t> dq_all(nq * size), dkv_all(2 * k.size());
+  ASSERT_TRUE(RunAttentionBackward(
+                  Backward(all, v1::AttentionBackwardAttrs::TARGET_DQ), dtype,
+                  q, k, v, dout, o, state, absl::MakeSpan(dq_all))
+                  .ok());
+  ASSERT_TRUE(RunAttentionBackward(
+                  Backward(all, v1::AttentionBackwardAttrs::TARGET_DKV), dtype,
+                  q, k, v, dout, o, state, absl::MakeSpan(dkv_all))
+                  .ok());
+  const std::vector<double> dq_want = Loaded(dtype, dq_all);
+  const std::vector<double> dkv_want = Loaded(dtype, dkv_all);
+  std::vector<uint8_t> dq(nq * size);
+  int64_t at = 0;
+  for (int64_t rows : {130, 170}) {
+    v1::AttentionBlockAttrs part = Attrs(1, 4, 2, 9, rows, 8);
+    // This block's keys and values: rows [at, at + rows) of each kv head.
+    std::vector<uint8_t> kp, vp;
+    for (int64_t kvh = 0; kvh < 2; ++kvh) {
+      const int64_t from = (kvh * 300 + at) * 8 * size, n = rows * 8 * size;
+      kp.insert(kp.end(), k.begin() + from, k.begin() + from + n);
+      vp.insert(vp.end(), v.begin() + from, v.begin() + from + n);
+    }
+    ASSERT_TRUE(RunAttentionBackward(
+                    Backward(part, v1::AttentionBackwardAttrs::TARGET_DQ,
+                             /*accumulate=*/at > 0),
+                    dtype, q, kp, vp, dout, o, state, absl::MakeSpan(dq))
+                    .ok());
+    // dKV accumulated onto a known start: 1.0 everywhere.
+    std::vector<double> ones(2 * kp.size() / size, 1.0);
+    std::vector<uint8_t> dkv(2 * kp.size());
+    for (size_t e = 0; e < ones.size(); ++e) {
+      std::memcpy(dkv.data() + e * size, &ones[e], size);
+    }
+    ASSERT_TRUE(RunAttentionBackward(
+                    Backward(part, v1::AttentionBackwardAttrs::TARGET_DKV,
+                             /*accumulate=*/true),
+                    dtype, q, kp, vp, dout, o, state, absl::MakeSpan(dkv))
+                    .ok());
+    const std::vector<double> got = Loaded(dtype, dkv);
+    for (int64_t half = 0; half < 2; ++half) {      // dK, dV
+      for (int64_t kvh = 0; kvh < 2; ++kvh) {
+        for (int64_t j = 0; j < rows; ++j) {
+          for (int64_t c = 0; c < 8; ++c) {
+            const double want =
+                dkv_want[((half * 2 + kvh) * 300 + at + j) * 8 + c];
+            ASSERT_NEAR(got[((half * 2 + kvh) * rows + j) * 8 + c],
+                        want + 1.0, 1e-12)
+                << half << " " << kvh << " " << j << " " << c;
+          }
+        }
+      }
+    }
+    at += rows;
+  }
+  const std::vector<double> dq_got = Loaded(dtype, dq);
+  for (size_t e = 0; e < dq_got.size(); ++e) {
+    ASSERT_NEAR(dq_got[e], dq_want[e], 1e-12) << e;
+  }
+}
+
+// A query row that sees no key (l = 0: causal, every key after it) gets
+// no gradient and gives no NaN; keys no query sees get none either.
+TEST(AttentionBackwardTest, FullyMaskedRowsGiveZeros) {
+  v1::AttentionBlockAttrs a = Attrs(1, 1, 1, 3, 4, 4);
+  a.set_causal(true);
+  for (int64_t p : {0, 10, 20}) a.add_q_position(p);
+  for (int64_t p : {5, 6, 7, 30}) a.add_kv_position(p);
+  for (DType dtype : {DType::kBFloat16, DType::kFloat32}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const std::vector<uint8_t> q = Random(dtype, 12, 1);
+    const std::vector<uint8_t> dout = Random(dtype, 12, 5);
+    std::vector<uint8_t> k, v, state, o;
+    MakeBlock(dtype, a, 2, &k, &v);
+    Forward(a, dtype, q, k, v, &state, &o);
+    std::vector<uint8_t> dq(q.size()), dkv(2 * k.size());
+    ASSERT_TRUE(RunAttentionBackward(
+                    Backward(a, v1::AttentionBackwardAttrs::TARGET_DQ), dtype,
+                    q, k, v, dout, o, state, absl::MakeSpan(dq))
+                    .ok());
+    ASSERT_TRUE(RunAttentionBackward(
+                    Backward(a, v1::AttentionBackwardAttrs::TARGET_DKV), dtype,
+                    q, k, v, dout, o, state, absl::MakeSpan(dkv))
+                    .ok());
+    const std::vector<double> gq = Loaded(dtype, dq), gkv = Loaded(dtype, dkv);
+    for (int64_t c = 0; c < 4; ++c) EXPECT_EQ(gq[c], 0.0) << c;  // row 0
+    double row1 = 0;
+    for (int64_t c = 4; c < 12; ++c) row1 += std::abs(gq[c]);
+    EXPECT_GT(row1, 0);  // rows 1 and 2 see keys 5, 6, 7
+    for (double x : gkv) EXPECT_FALSE(std::isnan(x));
+    for (int64_t c = 0; c < 4; ++c) {  // key 3 (position 30): no query
+      EXPECT_EQ(gkv[3 * 4 + c], 0.0);
+      EXPECT_EQ(gkv[16 + 3 * 4 + c], 0.0);
+    }
+  }
+}
+
+// Bad attributes and operands: INVALID_ARGUMENT naming the field.
+TEST(AttentionBackwardTest, ErrorsNameTheField) {
+  const v1::AttentionBlockAttrs a = Attrs(1, 2, 1, 3, 4, 4);
+  const DType dtype = DType::kFloat32;
+  const std::vector<uint8_t> q = Random(dtype, 24, 1), k = Random(dtype, 16, 2);
+  const std::vector<uint8_t> state(2 * 3 * 6 * 4);
+  std::vector<uint8_t> dq(q.size()), dkv(2 * k.size());
+  auto message = [&](const v1::AttentionBackwardAttrs& g,
+                     absl::Span<const uint8_t> dout, absl::Span<uint8_t> out,
+                     DType type = DType::kFloat32) {
+    const absl::Status st =
+        RunAttentionBackward(g, type, q, k, k, dout, q, state, out);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    return std::string(st.message());
+  };
+  EXPECT_NE(message(Backward(a, v1::AttentionBackwardAttrs::TARGET_UNSPECIFIED),
+                    q, absl::MakeSpan(dq))
+                .find("attention_backward.target"),
+            std::string::npos);
+  EXPECT_NE(message(Backward(a, v1::AttentionBackwardAttrs::TARGET_DKV), q,
+                    absl::MakeSpan(dq))
+                .find("dKV has 24 elements"),
+            std::string::npos);
+  EXPECT_NE(message(Backward(a, v1::AttentionBackwardAttrs::TARGET_DQ),
+                    absl::MakeConstSpan(q.data(), 20), absl::MakeSpan(dq))
+                .find("dO has 5 elements"),
+            std::string::npos);
+  v1::AttentionBlockAttrs bad = a;
+  bad.set_kv_heads(3);
+  EXPECT_NE(message(Backward(bad, v1::AttentionBackwardAttrs::TARGET_DQ), q,
+                    absl::MakeSpan(dq))
+                .find("attention_backward.block: "),
+            std::string::npos);
+  EXPECT_NE(message(Backward(a, v1::AttentionBackwardAttrs::TARGET_DQ), q,
+                    absl::MakeSpan(dq), DType::kInt32)
+                .find("allowed dtypes"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace meshcast::worker

@@ -50,6 +50,10 @@
 //      OP_COMPUTE attention finish: O element e is row r = e / head_dim,
 //        column c = e % head_dim: o_c / l of S's row r, an exact 0 where l
 //        is 0;
+//      OP_COMPUTE attention backward (plan.proto AttentionBackwardAttrs):
+//        dQ or dK / dV from the definition, P_ij = exp(s_ij - m_i) / l_i
+//        with S's m and l (0 where masked or l is 0), dS_ij = P_ij (dO_i .
+//        v_j - dO_i . O_i), plus the previous value when accumulate;
 //  - otherwise its initializer's value (Plan.tensor_inits, default PATTERN).
 // Floating-point values are computed in float64 with no rounding to the
 // tensor's dtype on the way (the tolerance accounts for the device's
@@ -106,6 +110,18 @@
 //  - m elements: as above;
 //  - a row with no kept key: the previous row's values and bounds (the
 //    device copies it), the empty state's o = 0, m = -inf, l = 0 exact.
+// The backward: P_ij errs relatively by at most A = ceil(T e_i +
+// terms(m) scale(m) + terms(l) scale(l) / |l|) + 4 units (T and e as
+// above, e_i the row's largest e_j; the 4: the subtraction, exponential,
+// division and rounding); dP_ij = dO_i . v_j and D_i = dO_i . O_i are dot
+// products (head_dim + 1 terms over the operands'); dS_ij has scale P_ij
+// (|dP_ij - D_i| + scale(dP_ij) + scale(D_i)) and terms max(A, terms(dP),
+// terms(D)) + 2. dQ_ic sums |scale| scale(dS_ij) scale(k_jc) over the kept
+// keys, terms max(terms(dS), terms(K)) + kv_rows + 2; dK_jc likewise over
+// the query rows of the kv head's heads (scale(q_ic)), terms + their count
+// + 2; dV_jc sums P_ij scale(dO_ic), terms max(A, terms(dO)) + the count +
+// 2. An accumulate adds the previous value's scale and one term.
+//
 // The finish O = o / l has scale max(scale(o), |o| scale(l) / |l|) / |l|
 // (scale(o) / l for an attention state, whose l is its own scale) and
 // terms terms(o) + terms(l) + 2 (the division and the store); an l of 0
@@ -242,6 +258,7 @@ class Reference {
   struct Definition;
   struct GemmCache;
   struct AttentionCache;
+  struct BackwardCache;
   friend absl::StatusOr<ComputedCheck> VerifyComputed(
       absl::Span<const uint8_t>, const Box&, const TensorSpec&, int,
       const Reference&, v1::VerifyMode, const Cancellation&);
@@ -270,6 +287,17 @@ class Reference {
   void BuildAttentionKv(const StepInfo& step, int64_t b, int64_t kvh) const;
   void BuildAttentionRow(const StepInfo& step, int64_t row) const;
   const GemmCache& Operands(const StepInfo& step) const;
+  // Element e of an attention backward's output operand (row-major over
+  // its box), without the previous value accumulate adds; the whole output
+  // is built on the first call (BackwardCache).
+  Expected EvalAttentionBackward(const StepInfo& step, int64_t e) const;
+  void BuildAttentionBackward(const StepInfo& step) const;
+  // Elements [first, first + count) of the step's input operand `input`
+  // (row-major over its box) as of before the step, converted to the
+  // output's dtype: values, scales and the largest terms into `terms`.
+  void LoadOperand(const StepInfo& step, int input, int64_t first,
+                   int64_t count, std::vector<double>* value,
+                   std::vector<double>* scale, int64_t* terms) const;
 
   std::vector<TensorSpec> tensors_;
   std::vector<v1::Initializer> inits_;
