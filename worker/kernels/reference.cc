@@ -110,12 +110,18 @@ struct Reference::StepInfo {
   std::unique_ptr<BackwardCache> backward;
 };
 
-// An attention backward's whole output (dQ, or dK then dV), computed once
-// on the first element asked for: every element sums over a whole row or
-// column of the block's probabilities, which each need a whole score row.
-// Without the previous values (accumulate adds them per element).
+// An attention backward's output (dQ, or dK then dV), computed per (batch,
+// kv head) on the first element of it asked for: a dK or dV element sums
+// over every query row of the kv head's heads, each of which needs a whole
+// score row, and those rows give the heads' dQ rows too. Without the
+// previous values (accumulate adds them per element).
 struct Reference::BackwardCache {
-  std::once_flag once;
+  BackwardCache(int64_t groups, int64_t elements)
+      : once(new std::once_flag[groups]),
+        value(elements, 0.0),
+        scale(elements, 0.0),
+        terms(elements, 0) {}
+  std::unique_ptr<std::once_flag[]> once;  // b * kv_heads + kv head
   std::vector<double> value, scale;
   std::vector<int64_t> terms;
 };
@@ -603,7 +609,9 @@ absl::Status Reference::Build(const v1::Plan& plan) {
           return absl::InvalidArgumentError(
               absl::StrCat("step ", s.id(), ": ", valid.message()));
         }
-        info.backward = std::make_unique<BackwardCache>();
+        const v1::AttentionBlockAttrs& ba = info.backward_attrs.block();
+        info.backward = std::make_unique<BackwardCache>(
+            ba.batch() * ba.kv_heads(), NumElements(out_boxes[0]));
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("step ", s.id(),
@@ -1238,7 +1246,8 @@ void Reference::LoadOperand(const StepInfo& step, int input, int64_t first,
   }
 }
 
-void Reference::BuildAttentionBackward(const StepInfo& step) const {
+void Reference::BuildAttentionBackward(const StepInfo& step, int64_t b,
+                                       int64_t kvh) const {
   const v1::AttentionBackwardAttrs& ab = step.backward_attrs;
   const v1::AttentionBlockAttrs& a = ab.block();
   const bool want_dq = ab.target() == v1::AttentionBackwardAttrs::TARGET_DQ;
@@ -1248,130 +1257,136 @@ void Reference::BuildAttentionBackward(const StepInfo& step) const {
   const double alpha = AttentionScale(a);
   const bool causal = a.causal();
   BackwardCache& out = *step.backward;
-  const int64_t elements =
-      want_dq ? batch * heads * q_rows * d : 2 * batch * kv_heads * kv_block;
-  out.value.assign(elements, 0.0);
-  out.scale.assign(elements, 0.0);
-  out.terms.assign(elements, 0);
-  std::vector<double> kv_, ks, vv, vs, qv, qs, dov, dos, ov, os, st, ss;
+  std::vector<double> kv_, ks, vv, vs, qv, qs, dov, dos, ov, os;
   std::vector<double> p(kv_rows), dsv(kv_rows), dss(kv_rows);
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t kvh = 0; kvh < kv_heads; ++kvh) {
-      const int64_t kv0 = (b * kv_heads + kvh) * kv_block;
-      int64_t k_terms = 0, v_terms = 0;
-      LoadOperand(step, 1, kv0, kv_block, &kv_, &ks, &k_terms);
-      LoadOperand(step, 2, kv0, kv_block, &vv, &vs, &v_terms);
-      // dK and dV of this kv head: the largest terms of any contribution.
-      int64_t dk_terms = 0, dv_terms = 0;
-      for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-        for (int64_t i = 0; i < q_rows; ++i) {
-          const int64_t row = (b * heads + h) * q_rows + i;
-          int64_t q_terms = 0, do_terms = 0, o_terms = 0, s_terms = 0;
-          LoadOperand(step, 0, row * d, d, &qv, &qs, &q_terms);
-          LoadOperand(step, 3, row * d, d, &dov, &dos, &do_terms);
-          LoadOperand(step, 4, row * d, d, &ov, &os, &o_terms);
-          // m and l of the row's final state, each with its own terms.
-          int64_t m_terms = 0, l_terms = 0;
-          std::vector<double> mv, ms, lv, ls;
-          LoadOperand(step, 5, row * (d + 2) + d, 1, &mv, &ms, &m_terms);
-          LoadOperand(step, 5, row * (d + 2) + d + 1, 1, &lv, &ls, &l_terms);
-          const double m = mv[0], l = lv[0];
-          if (l == 0) continue;  // the row saw no key: no gradient
-          // D = dO . O and its bound.
-          double delta = 0, delta_scale = 0;
+  const int64_t kv0 = (b * kv_heads + kvh) * kv_block;
+  int64_t k_terms = 0, v_terms = 0;
+  LoadOperand(step, 1, kv0, kv_block, &kv_, &ks, &k_terms);
+  LoadOperand(step, 2, kv0, kv_block, &vv, &vs, &v_terms);
+  // dK and dV of this kv head: the largest terms of any contribution.
+  int64_t dk_terms = 0, dv_terms = 0;
+  for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+    for (int64_t i = 0; i < q_rows; ++i) {
+      const int64_t row = (b * heads + h) * q_rows + i;
+      int64_t q_terms = 0, do_terms = 0, o_terms = 0;
+      LoadOperand(step, 0, row * d, d, &qv, &qs, &q_terms);
+      LoadOperand(step, 3, row * d, d, &dov, &dos, &do_terms);
+      LoadOperand(step, 4, row * d, d, &ov, &os, &o_terms);
+      // m and l of the row's final state, each with its own terms.
+      int64_t m_terms = 0, l_terms = 0;
+      std::vector<double> mv, ms, lv, ls;
+      LoadOperand(step, 5, row * (d + 2) + d, 1, &mv, &ms, &m_terms);
+      LoadOperand(step, 5, row * (d + 2) + d + 1, 1, &lv, &ls, &l_terms);
+      const double m = mv[0], l = lv[0];
+      if (l == 0) continue;  // the row saw no key: no gradient
+      // D = dO . O and its bound.
+      double delta = 0, delta_scale = 0;
+      for (int64_t c = 0; c < d; ++c) {
+        delta += dov[c] * ov[c];
+        delta_scale += dos[c] * os[c];
+      }
+      const int64_t delta_terms = std::max(do_terms, o_terms) + d + 1;
+      const int64_t dp_terms = std::max(do_terms, v_terms) + d + 1;
+      // P's relative error, in units of 1.125 u: the score's (T terms
+      // over e_j), m's and l's relative bounds, and the subtraction,
+      // exponential, division and P's own rounding (reference.h).
+      const int64_t t_score = d + 2 + q_terms + k_terms;
+      double e_max = 0;
+      bool any = false;
+      for (int64_t j = 0; j < kv_rows; ++j) {
+        p[j] = 0;
+        if (causal && a.kv_position(j) > a.q_position(i)) continue;
+        double dot = 0, e = 0;
+        const double* kj = kv_.data() + j * d;
+        const double* ksj = ks.data() + j * d;
+        for (int64_t c = 0; c < d; ++c) {
+          dot += qv[c] * kj[c];
+          e += qs[c] * ksj[c];
+        }
+        p[j] = std::exp(alpha * dot - m) / l;
+        e_max = std::max(e_max, std::abs(alpha) * e);
+        any = true;
+      }
+      if (!any) continue;
+      const int64_t amp = CappedTerms(
+          static_cast<double>(t_score) * e_max +
+          static_cast<double>(m_terms) * ms[0] +
+          static_cast<double>(l_terms) * ls[0] / std::abs(l) + 4);
+      const int64_t ds_terms = std::max({amp, dp_terms, delta_terms}) + 2;
+      for (int64_t j = 0; j < kv_rows; ++j) {
+        dsv[j] = dss[j] = 0;
+        if (p[j] == 0) continue;
+        double dp = 0, dp_scale = 0;
+        const double* vj = vv.data() + j * d;
+        const double* vsj = vs.data() + j * d;
+        for (int64_t c = 0; c < d; ++c) {
+          dp += dov[c] * vj[c];
+          dp_scale += dos[c] * vsj[c];
+        }
+        dsv[j] = p[j] * (dp - delta);
+        dss[j] = p[j] * (std::abs(dp - delta) + dp_scale + delta_scale);
+      }
+      if (want_dq) {
+        double* value = out.value.data() + row * d;
+        double* scale = out.scale.data() + row * d;
+        for (int64_t j = 0; j < kv_rows; ++j) {
+          if (p[j] == 0) continue;
+          const double* kj = kv_.data() + j * d;
+          const double* ksj = ks.data() + j * d;
           for (int64_t c = 0; c < d; ++c) {
-            delta += dov[c] * ov[c];
-            delta_scale += dos[c] * os[c];
+            value[c] += alpha * dsv[j] * kj[c];
+            scale[c] += std::abs(alpha) * dss[j] * ksj[c];
           }
-          const int64_t delta_terms = std::max(do_terms, o_terms) + d + 1;
-          const int64_t dp_terms = std::max(do_terms, v_terms) + d + 1;
-          // P's relative error, in units of 1.125 u: the score's (T terms
-          // over e_j), m's and l's relative bounds, and the subtraction,
-          // exponential, division and P's own rounding (reference.h).
-          const int64_t t_score = d + 2 + q_terms + k_terms;
-          double e_max = 0;
-          bool any = false;
-          for (int64_t j = 0; j < kv_rows; ++j) {
-            p[j] = 0;
-            if (causal && a.kv_position(j) > a.q_position(i)) continue;
-            double dot = 0, e = 0;
-            const double* kj = kv_.data() + j * d;
-            const double* ksj = ks.data() + j * d;
-            for (int64_t c = 0; c < d; ++c) {
-              dot += qv[c] * kj[c];
-              e += qs[c] * ksj[c];
-            }
-            p[j] = std::exp(alpha * dot - m) / l;
-            e_max = std::max(e_max, std::abs(alpha) * e);
-            any = true;
-          }
-          if (!any) continue;
-          const int64_t amp = CappedTerms(
-              static_cast<double>(t_score) * e_max +
-              static_cast<double>(m_terms) * ms[0] +
-              static_cast<double>(l_terms) * ls[0] / std::abs(l) + 4);
-          const int64_t ds_terms = std::max({amp, dp_terms, delta_terms}) + 2;
-          for (int64_t j = 0; j < kv_rows; ++j) {
-            dsv[j] = dss[j] = 0;
-            if (p[j] == 0) continue;
-            double dp = 0, dp_scale = 0;
-            const double* vj = vv.data() + j * d;
-            const double* vsj = vs.data() + j * d;
-            for (int64_t c = 0; c < d; ++c) {
-              dp += dov[c] * vj[c];
-              dp_scale += dos[c] * vsj[c];
-            }
-            dsv[j] = p[j] * (dp - delta);
-            dss[j] = p[j] * (std::abs(dp - delta) + dp_scale + delta_scale);
-          }
-          if (want_dq) {
-            double* value = out.value.data() + row * d;
-            double* scale = out.scale.data() + row * d;
-            for (int64_t j = 0; j < kv_rows; ++j) {
-              if (p[j] == 0) continue;
-              const double* kj = kv_.data() + j * d;
-              const double* ksj = ks.data() + j * d;
-              for (int64_t c = 0; c < d; ++c) {
-                value[c] += alpha * dsv[j] * kj[c];
-                scale[c] += std::abs(alpha) * dss[j] * ksj[c];
-              }
-            }
-            const int64_t terms = std::max(ds_terms, k_terms) + kv_rows + 2;
-            for (int64_t c = 0; c < d; ++c) out.terms[row * d + c] = terms;
-            continue;
-          }
-          double* dk = out.value.data() + kv0;
-          double* dk_scale = out.scale.data() + kv0;
-          double* dv = out.value.data() + batch * kv_heads * kv_block + kv0;
-          double* dv_scale =
-              out.scale.data() + batch * kv_heads * kv_block + kv0;
-          for (int64_t j = 0; j < kv_rows; ++j) {
-            if (p[j] == 0) continue;
-            for (int64_t c = 0; c < d; ++c) {
-              dk[j * d + c] += alpha * dsv[j] * qv[c];
-              dk_scale[j * d + c] += std::abs(alpha) * dss[j] * qs[c];
-              dv[j * d + c] += p[j] * dov[c];
-              dv_scale[j * d + c] += p[j] * dos[c];
-            }
-          }
-          dk_terms = std::max({dk_terms, ds_terms, q_terms});
-          dv_terms = std::max({dv_terms, amp, do_terms});
+        }
+        const int64_t terms = std::max(ds_terms, k_terms) + kv_rows + 2;
+        for (int64_t c = 0; c < d; ++c) out.terms[row * d + c] = terms;
+        continue;
+      }
+      double* dk = out.value.data() + kv0;
+      double* dk_scale = out.scale.data() + kv0;
+      double* dv = out.value.data() + batch * kv_heads * kv_block + kv0;
+      double* dv_scale =
+          out.scale.data() + batch * kv_heads * kv_block + kv0;
+      for (int64_t j = 0; j < kv_rows; ++j) {
+        if (p[j] == 0) continue;
+        for (int64_t c = 0; c < d; ++c) {
+          dk[j * d + c] += alpha * dsv[j] * qv[c];
+          dk_scale[j * d + c] += std::abs(alpha) * dss[j] * qs[c];
+          dv[j * d + c] += p[j] * dov[c];
+          dv_scale[j * d + c] += p[j] * dos[c];
         }
       }
-      if (want_dq) continue;
-      const int64_t sums = group * q_rows + 2;
-      for (int64_t x = 0; x < kv_block; ++x) {
-        out.terms[kv0 + x] = dk_terms + sums;
-        out.terms[batch * kv_heads * kv_block + kv0 + x] = dv_terms + sums;
-      }
+      dk_terms = std::max({dk_terms, ds_terms, q_terms});
+      dv_terms = std::max({dv_terms, amp, do_terms});
     }
+  }
+  if (want_dq) return;
+  const int64_t sums = group * q_rows + 2;
+  for (int64_t x = 0; x < kv_block; ++x) {
+    out.terms[kv0 + x] = dk_terms + sums;
+    out.terms[batch * kv_heads * kv_block + kv0 + x] = dv_terms + sums;
   }
 }
 
 Expected Reference::EvalAttentionBackward(const StepInfo& step,
                                           int64_t e) const {
+  const v1::AttentionBlockAttrs& a = step.backward_attrs.block();
+  // The (batch, kv head) of the element: dQ [batch, heads, q_rows, d], or
+  // dK / dV [2, batch, kv_heads, kv_rows, d].
+  int64_t b, kvh;
+  if (step.backward_attrs.target() == v1::AttentionBackwardAttrs::TARGET_DQ) {
+    const int64_t bh = e / (a.q_rows() * a.head_dim());
+    b = bh / a.heads();
+    kvh = (bh % a.heads()) / (a.heads() / a.kv_heads());
+  } else {
+    const int64_t g = (e / (a.kv_rows() * a.head_dim())) %
+                      (a.batch() * a.kv_heads());
+    b = g / a.kv_heads();
+    kvh = g % a.kv_heads();
+  }
   BackwardCache& cache = *step.backward;
-  std::call_once(cache.once, [&] { BuildAttentionBackward(step); });
+  std::call_once(cache.once[b * a.kv_heads() + kvh],
+                 [&] { BuildAttentionBackward(step, b, kvh); });
   Expected result;
   result.value = cache.value[e];
   result.scale = cache.scale[e];

@@ -288,10 +288,12 @@ class Reference {
   void BuildAttentionRow(const StepInfo& step, int64_t row) const;
   const GemmCache& Operands(const StepInfo& step) const;
   // Element e of an attention backward's output operand (row-major over
-  // its box), without the previous value accumulate adds; the whole output
-  // is built on the first call (BackwardCache).
+  // its box), without the previous value accumulate adds; the part of the
+  // output of the element's (batch, kv head) is built on its first call
+  // (BackwardCache).
   Expected EvalAttentionBackward(const StepInfo& step, int64_t e) const;
-  void BuildAttentionBackward(const StepInfo& step) const;
+  void BuildAttentionBackward(const StepInfo& step, int64_t b,
+                              int64_t kvh) const;
   // Elements [first, first + count) of the step's input operand `input`
   // (row-major over its box) as of before the step, converted to the
   // output's dtype: values, scales and the largest terms into `terms`.
