@@ -3,10 +3,12 @@
 a local cluster of 2 workers x 2 CPU devices (a group of 4), with every
 algorithm (rsa, ring, ulysses, auto), every layout (contiguous, zigzag,
 striped), causal and not, grouped-query heads, each submitted as a JobSpec
-job file with full verification.
+job file with full verification; and with `pass: forward_backward`, the
+gradients dQ, dK and dV too.
 
 Every job must SUCCEED with 0 mismatches, verify every element of the
-output O once (it is split over the group), and report the kind's figures.
+output O (and of dQ, dK, dV) once (each is split over the group), and
+report the kind's figures.
 `meshctl plan -f` must list every algorithm with its prediction and mark
 auto's pick; ulysses on heads that the group does not divide must be
 refused at submit, naming the field.
@@ -31,34 +33,47 @@ def job_file(spec):
         return f.name
 
 
-def spec(algorithm, layout, causal, kv_heads=KV_HEADS):
-    return {"name": "attention-%s-%s" % (algorithm, layout),
-            "verify": "VERIFY_MODE_FULL",
-            "attention": {"batch": BATCH, "heads": HEADS, "kv_heads": kv_heads,
-                          "seq_len": SEQ, "head_dim": DIM, "causal": causal,
-                          "layout": layout, "algorithm": algorithm,
-                          "mesh": {"shape": [WORKERS, DEVICES]}}}
+def spec(algorithm, layout, causal, kv_heads=KV_HEADS, backward=False):
+    job = {"name": "attention-%s-%s" % (algorithm, layout),
+           "verify": "VERIFY_MODE_FULL",
+           "attention": {"batch": BATCH, "heads": HEADS, "kv_heads": kv_heads,
+                         "seq_len": SEQ, "head_dim": DIM, "causal": causal,
+                         "layout": layout, "algorithm": algorithm,
+                         "mesh": {"shape": [WORKERS, DEVICES]}}}
+    if backward:
+        job["attention"]["pass"] = "forward_backward"
+    return job
 
 
-def run_job(cluster, algorithm, layout, causal, kv_heads=KV_HEADS):
-    path = job_file(spec(algorithm, layout, causal, kv_heads))
+def outputs(kv_heads, backward):
+    """Elements of O, and with the backward of dQ, dK and dV."""
+    forward = BATCH * HEADS * SEQ * DIM
+    if not backward:
+        return forward
+    return 2 * forward + 2 * BATCH * kv_heads * SEQ * DIM
+
+
+def run_job(cluster, algorithm, layout, causal, kv_heads=KV_HEADS,
+            backward=False):
+    path = job_file(spec(algorithm, layout, causal, kv_heads, backward))
     try:
         result = cluster.ctl("submit", "-f", path, "--wait", "--output",
                              "json", timeout=120)
     finally:
         os.unlink(path)
     job = result.json()
-    what = "%s %s causal=%s kv_heads=%d" % (algorithm, layout, causal,
-                                            kv_heads)
+    what = "%s %s causal=%s kv_heads=%d%s" % (
+        algorithm, layout, causal, kv_heads, " backward" if backward else "")
+    want = outputs(kv_heads, backward)
     lib.check(job.get("state") == "SUCCEEDED" and result.code == 0,
               "%s: state %s (exit %d): %s" % (what, job.get("state"),
                                               result.code, job.get("message")))
     res = job.get("result", {})
     lib.check(res.get("mismatches") == 0,
               "%s: %s mismatches" % (what, res.get("mismatches")))
-    lib.check(res.get("elements_verified") == BATCH * HEADS * SEQ * DIM,
+    lib.check(res.get("elements_verified") == want,
               "%s: verified %s elements of %d" %
-              (what, res.get("elements_verified"), BATCH * HEADS * SEQ * DIM))
+              (what, res.get("elements_verified"), want))
     metrics = res.get("metrics", {})
     for name in METRICS:
         lib.check(name in metrics, "%s: metric %s missing: %s" %
@@ -66,9 +81,10 @@ def run_job(cluster, algorithm, layout, causal, kv_heads=KV_HEADS):
     strategy = job.get("plan", {}).get("strategy", "?")
     if algorithm != "auto":
         lib.check(strategy == algorithm, "%s: ran %s" % (what, strategy))
-    lib.log("%-8s %-10s causal=%-5s ok: ran %-7s total %.4f s, balance "
-            "%.2f, max error %.2e" % (algorithm, layout, causal, strategy,
-                                      metrics["total_seconds"],
+    lib.log("%-8s %-10s causal=%-5s%s ok: ran %-7s total %.4f s, balance "
+            "%.2f, max error %.2e" % (algorithm, layout, causal,
+                                      " backward" if backward else "",
+                                      strategy, metrics["total_seconds"],
                                       metrics["causal_balance"],
                                       res.get("max_abs_error", 0)))
     return metrics
@@ -115,6 +131,14 @@ def run():
         # Grouped-query heads (2 kv heads for 4 query heads) on the ring.
         run_job(cluster, "ring", "zigzag", True, kv_heads=2)
         count += 1
+        # The backward: every algorithm, and auto's pick.
+        for algorithm, layout, kv_heads in (("ring", "zigzag", 2),
+                                            ("rsa", "contiguous", KV_HEADS),
+                                            ("ulysses", "zigzag", KV_HEADS),
+                                            ("auto", "striped", KV_HEADS)):
+            run_job(cluster, algorithm, layout, True, kv_heads=kv_heads,
+                    backward=True)
+            count += 1
         lib.log("%d attention jobs verified on %d workers x %d devices" %
                 (count, WORKERS, DEVICES))
 

@@ -3,7 +3,8 @@
 // verified element by element against the plan's float64 reference; and
 // that reference checked against an independent oracle, softmax(Q K^T /
 // sqrt(D) + mask) V computed directly in float64 from the same inputs
-// (planner/kinds/attention/attention_lowering.h).
+// (planner/kinds/attention/attention_lowering.h); with the backward, the
+// same for dQ, dK and dV against their definition.
 #include <cmath>
 
 #include "gtest/gtest.h"
@@ -24,6 +25,7 @@ struct Case {
   AttentionLayout layout;
   bool causal;
   int workers, devices;  // the group: workers x devices
+  bool backward = false;
 };
 
 AttentionShape ShapeOf(const Case& c) {
@@ -37,6 +39,7 @@ AttentionShape ShapeOf(const Case& c) {
   s.causal = c.causal;
   s.layout = c.layout;
   s.seed = 3;
+  s.backward = c.backward;
   return s;
 }
 
@@ -44,12 +47,81 @@ AttentionShape ShapeOf(const Case& c) {
 class Oracle {
  public:
   Oracle(const AttentionShape& shape, const v1::Plan& plan) : s_(shape) {
-    for (int t = 0; t < 3; ++t) {
+    for (int t : {kAttentionQ, kAttentionK, kAttentionV, kAttentionDO}) {
+      if (t >= plan.tensors_size()) continue;
       spec_[t].shape.assign(plan.tensors(t).shape().begin(),
                             plan.tensors(t).shape().end());
       spec_[t].dtype = DType::kFloat32;
       init_[t] = plan.tensor_inits(t);
     }
+  }
+
+  // The gradients against dO (tensor 4) by their definition, in float64,
+  // indexed as the tensors: dq [B, H, S, D], dk and dv [B, Hkv, S, D].
+  struct Grads {
+    std::vector<double> dq, dk, dv;
+  };
+  Grads Gradients() const {
+    const int64_t d = s_.head_dim, n = s_.seq_len;
+    const int64_t group = s_.heads / s_.kv_heads;
+    Grads g;
+    g.dq.assign(s_.batch * s_.heads * n * d, 0.0);
+    g.dk.assign(s_.batch * s_.kv_heads * n * d, 0.0);
+    g.dv = g.dk;
+    for (int64_t b = 0; b < s_.batch; ++b) {
+      for (int64_t h = 0; h < s_.heads; ++h) {
+        const int64_t kv0 = (b * s_.kv_heads + h / group) * n * d;
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t qi = ((b * s_.heads + h) * n + i) * d;
+          std::vector<double> p(n, 0.0), o(d, 0.0);
+          for (int64_t j = 0; j < n; ++j) p[j] = Softmax(b, h, i, j);
+          for (int64_t j = 0; j < n; ++j) {
+            for (int64_t x = 0; x < d; ++x) o[x] += p[j] * V(2, kv0 + j * d + x);
+          }
+          double delta = 0;
+          for (int64_t x = 0; x < d; ++x) delta += V(4, qi + x) * o[x];
+          for (int64_t j = 0; j < n; ++j) {
+            if (p[j] == 0) continue;
+            double dp = 0;
+            for (int64_t x = 0; x < d; ++x) {
+              dp += V(4, qi + x) * V(2, kv0 + j * d + x);
+            }
+            const double ds = p[j] * (dp - delta) / std::sqrt(double(d));
+            for (int64_t x = 0; x < d; ++x) {
+              g.dq[qi + x] += ds * V(1, kv0 + j * d + x);
+              g.dk[kv0 + j * d + x] += ds * V(0, qi + x);
+              g.dv[kv0 + j * d + x] += p[j] * V(4, qi + x);
+            }
+          }
+        }
+      }
+    }
+    return g;
+  }
+
+  // The softmax weight of key row j for query row `row` (layout rows).
+  double Softmax(int64_t b, int64_t h, int64_t row, int64_t key) const {
+    const int64_t d = s_.head_dim, n = s_.seq_len;
+    const int64_t kvh = h / (s_.heads / s_.kv_heads);
+    const int64_t pos = s_.LayoutPosition(row);
+    std::vector<double> score(n, -INFINITY);
+    double top = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) {
+      if (s_.causal && s_.LayoutPosition(j) > pos) continue;
+      double dot = 0;
+      for (int64_t x = 0; x < d; ++x) {
+        dot += V(0, ((b * s_.heads + h) * n + row) * d + x) *
+               V(1, ((b * s_.kv_heads + kvh) * n + j) * d + x);
+      }
+      score[j] = dot / std::sqrt(double(d));
+      top = std::max(top, score[j]);
+    }
+    if (score[key] == -INFINITY) return 0;
+    double sum = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      if (score[j] != -INFINITY) sum += std::exp(score[j] - top);
+    }
+    return std::exp(score[key] - top) / sum;
   }
 
   double O(int64_t b, int64_t h, int64_t row, int64_t c) const {
@@ -84,8 +156,8 @@ class Oracle {
     return InitialValue(spec_[tensor], tensor, init_[tensor], index);
   }
   const AttentionShape s_;
-  TensorSpec spec_[3];
-  v1::Initializer init_[3];
+  TensorSpec spec_[5];
+  v1::Initializer init_[5];
 };
 
 class AttentionPlanTest : public ::testing::TestWithParam<Case> {};
@@ -116,8 +188,50 @@ TEST_P(AttentionPlanTest, ReferenceIsAttentionAndTheEngineMatchesIt) {
     }
   }
 
+  // 1b. With the backward, the reference of dQ, dK and dV is their
+  // definition.
+  int64_t outputs = shape.batch * shape.heads * shape.seq_len * shape.head_dim;
+  if (shape.backward) {
+    const Oracle::Grads g = oracle.Gradients();
+    const int64_t n = shape.seq_len, d = shape.head_dim;
+    double largest = 0;
+    for (int64_t b = 0; b < shape.batch; ++b) {
+      for (int64_t h = 0; h < shape.heads; ++h) {
+        for (int64_t row = 0; row < n; ++row) {
+          for (int64_t x = 0; x < d; ++x) {
+            const double want = g.dq[((b * shape.heads + h) * n + row) * d + x];
+            absl::StatusOr<double> value =
+                (*ref)->Value(kAttentionDQ, {b, h, row, x});
+            ASSERT_TRUE(value.ok()) << value.status();
+            ASSERT_NEAR(*value, want, 1e-9) << "dQ b " << b << " h " << h
+                                            << " row " << row << " col " << x;
+            largest = std::max(largest, std::abs(want));
+          }
+        }
+      }
+      for (int64_t kvh = 0; kvh < shape.kv_heads; ++kvh) {
+        for (int64_t row = 0; row < n; ++row) {
+          for (int64_t x = 0; x < d; ++x) {
+            const int64_t at = ((b * shape.kv_heads + kvh) * n + row) * d + x;
+            for (int64_t which : {0, 1}) {
+              absl::StatusOr<double> value =
+                  (*ref)->Value(kAttentionDKV, {which, b, kvh, row, x});
+              ASSERT_TRUE(value.ok()) << value.status();
+              ASSERT_NEAR(*value, which == 0 ? g.dk[at] : g.dv[at], 1e-9)
+                  << (which == 0 ? "dK" : "dV") << " b " << b << " kv head "
+                  << kvh << " row " << row << " col " << x;
+            }
+          }
+        }
+      }
+    }
+    EXPECT_GT(largest, 1e-3);  // gradients that are not all ~0
+    outputs *= 2;  // O and dQ
+    outputs += 2 * shape.batch * shape.kv_heads * n * d;  // dK and dV
+  }
+
   // 2. The engine (real Gloo between workers) matches the reference on
-  // every element of O.
+  // every element of O (and of dQ, dK, dV).
   absl::StatusOr<TestJob> job =
       testing::TestJobOfPlan(*plan, c.workers, c.devices);
   ASSERT_TRUE(job.ok()) << job.status();
@@ -127,8 +241,7 @@ TEST_P(AttentionPlanTest, ReferenceIsAttentionAndTheEngineMatchesIt) {
   }
   EXPECT_TRUE(outcome.all_ok);
   EXPECT_EQ(outcome.mismatches, 0);
-  EXPECT_EQ(outcome.elements_verified,
-            shape.batch * shape.heads * shape.seq_len * shape.head_dim);
+  EXPECT_EQ(outcome.elements_verified, outputs);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -149,12 +262,26 @@ INSTANTIATE_TEST_SUITE_P(
              1},
         Case{AttentionAlgorithm::kRing, AttentionLayout::kZigzag, true, 1, 4},
         Case{AttentionAlgorithm::kRing, AttentionLayout::kContiguous, false,
-             1, 1}),
+             1, 1},
+        // The backward.
+        Case{AttentionAlgorithm::kRing, AttentionLayout::kContiguous, true, 2,
+             2, true},
+        Case{AttentionAlgorithm::kRing, AttentionLayout::kZigzag, true, 2, 2,
+             true},
+        Case{AttentionAlgorithm::kRing, AttentionLayout::kStriped, false, 1,
+             3, true},
+        Case{AttentionAlgorithm::kRsa, AttentionLayout::kZigzag, true, 2, 2,
+             true},
+        Case{AttentionAlgorithm::kUlysses, AttentionLayout::kZigzag, true, 2,
+             1, true},
+        Case{AttentionAlgorithm::kRing, AttentionLayout::kContiguous, true, 1,
+             1, true}),
     [](const ::testing::TestParamInfo<Case>& info) {
       return absl::StrCat(AttentionAlgorithmName(info.param.algorithm), "_",
                           AttentionLayoutName(info.param.layout),
                           info.param.causal ? "_causal" : "", "_",
-                          info.param.workers, "x", info.param.devices);
+                          info.param.workers, "x", info.param.devices,
+                          info.param.backward ? "_backward" : "");
     });
 
 }  // namespace

@@ -82,12 +82,13 @@ absl::StatusOr<AttentionRequest> AttentionRequestOf(const v1::JobSpec& spec) {
         absl::StrCat("attention.dtype ", DTypeName(s.dtype),
                      " is not one of float32, float64, float16, bfloat16"));
   }
-  if (!a.pass().empty() && a.pass() != "forward") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "attention.pass ", QuotePrefix(a.pass()),
-        " is not supported; allowed: forward (forward_backward is not built "
-        "yet)"));
+  if (!a.pass().empty() && a.pass() != "forward" &&
+      a.pass() != "forward_backward") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention.pass ", QuotePrefix(a.pass()),
+                     " is not one of forward, forward_backward"));
   }
+  s.backward = a.pass() == "forward_backward";
   s.seed = a.seed() == 0 ? 1 : a.seed();
   // Bound the plan: the layout copies list every row of every head.
   const double rows = static_cast<double>(s.batch) * (s.heads + 2 * s.kv_heads) *
@@ -103,7 +104,10 @@ absl::StatusOr<AttentionRequest> AttentionRequestOf(const v1::JobSpec& spec) {
 double AttentionFlops(const AttentionShape& shape) {
   const double pairs = static_cast<double>(shape.seq_len) * shape.seq_len *
                        (shape.causal ? 0.5 : 1.0);
-  return 4.0 * shape.batch * shape.heads * pairs * shape.head_dim;
+  // Forward: QK^T and PV (4 per pair and head_dim); backward: the scores
+  // again, dP, dQ, dK and dV (10).
+  const double per_pair = shape.backward ? 14.0 : 4.0;
+  return per_pair * shape.batch * shape.heads * pairs * shape.head_dim;
 }
 
 std::vector<int64_t> PlanMemoryPerDevice(const v1::Plan& plan) {
@@ -215,7 +219,8 @@ void AttentionKind::Summarize(const v1::JobSpec& /*spec*/,
     const v1::Step& step = plan.steps(span.index);
     if (step.op() != v1::Step::OP_COMPUTE ||
         (!step.compute().has_attention_block() &&
-         !step.compute().has_attention_finish())) {
+         !step.compute().has_attention_finish() &&
+         !step.compute().has_attention_backward())) {
       continue;
     }
     compute[step.device()] += span.end - span.start;

@@ -9,7 +9,7 @@
 // divides heads), seq_len, head_dim, mesh (the group, row-major), causal,
 // layout (contiguous | zigzag | striped), algorithm (rsa | ring | ulysses |
 // auto), dtype (float32 default, float64, float16, bfloat16), pass
-// (forward; forward_backward is refused: not built yet), seed.
+// (forward, or forward_backward: the gradients dQ, dK, dV too), seed.
 //
 // Plan: the algorithm asked for, or for auto every algorithm that fits
 // (ulysses needs heads and kv_heads divisible by the group size),
@@ -47,8 +47,9 @@ struct AttentionRequest {
 };
 absl::StatusOr<AttentionRequest> AttentionRequestOf(const v1::JobSpec& spec);
 
-// The attention FLOPs of `shape` over the whole sequence (4 B H S^2 D; half
-// of the score pairs with causal).
+// The attention FLOPs of `shape` over the whole sequence (4 B H S^2 D, and
+// 10 B H S^2 D more for the backward, the fused backward's five GEMMs;
+// half of the score pairs with causal).
 double AttentionFlops(const AttentionShape& shape);
 
 // Bytes of the plan's buffers on each global device.

@@ -5,6 +5,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "planner/ir/plan_hazards.h"
 
 namespace meshcast {
 namespace {
@@ -95,8 +96,9 @@ TEST(AttentionKindTest, ErrorsNameTheFieldAndTheAllowedValues) {
        },
        "ulysses needs heads (4) and kv_heads (1) divisible by the group "
        "size 4"},
-      {[](v1::AttentionSpec& a) { a.set_pass("forward_backward"); },
-       "allowed: forward"},
+      {[](v1::AttentionSpec& a) { a.set_pass("backward"); },
+       "attention.pass \"backward\" is not one of forward, "
+       "forward_backward"},
       {[](v1::AttentionSpec& a) { a.clear_mesh(); },
        "attention.mesh is required"},
       {[](v1::AttentionSpec& a) { a.set_dtype(v1::DTYPE_INT8); },
@@ -181,6 +183,111 @@ TEST(AttentionLoweringTest, UlyssesExchangesHeadsAndRsaKeepsEveryKeyBlock) {
       LowerAttention(odd, AttentionAlgorithm::kUlysses, Devices(2)).ok());
 }
 
+// No two steps touch one region of a buffer unordered (one writing), in
+// any algorithm, layout, mask, group size or pass.
+TEST(AttentionLoweringTest, EveryPlanIsFreeOfRaces) {
+  for (AttentionAlgorithm algorithm :
+       {AttentionAlgorithm::kRing, AttentionAlgorithm::kRsa,
+        AttentionAlgorithm::kUlysses}) {
+    for (AttentionLayout layout :
+         {AttentionLayout::kContiguous, AttentionLayout::kZigzag,
+          AttentionLayout::kStriped}) {
+      for (int ranks : {1, 2, 4}) {
+        for (bool causal : {false, true}) {
+          for (bool backward : {false, true}) {
+            AttentionShape shape = Shape(ranks, layout, causal);
+            shape.kv_heads = 4;  // ulysses on 4 ranks
+            shape.backward = backward;
+            absl::StatusOr<v1::Plan> plan =
+                LowerAttention(shape, algorithm, Devices(ranks));
+            ASSERT_TRUE(plan.ok()) << plan.status();
+            const absl::Status races = CheckPlanHazards(*plan);
+            EXPECT_TRUE(races.ok())
+                << AttentionAlgorithmName(algorithm) << " "
+                << AttentionLayoutName(layout) << " ranks " << ranks
+                << (causal ? " causal" : "") << (backward ? " backward" : "")
+                << ": " << races;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Steps of an attention backward of `target` on each device.
+std::map<int, int> GradSteps(const v1::Plan& plan,
+                             v1::AttentionBackwardAttrs::Target target) {
+  std::map<int, int> steps;
+  for (const v1::Step& s : plan.steps()) {
+    if (s.compute().has_attention_backward() &&
+        s.compute().attention_backward().target() == target) {
+      ++steps[s.device()];
+    }
+  }
+  return steps;
+}
+
+TEST(AttentionLoweringTest, BackwardRingBringsEveryAccumulatorHome) {
+  for (bool causal : {false, true}) {
+    AttentionShape shape = Shape(
+        4, causal ? AttentionLayout::kContiguous : AttentionLayout::kZigzag,
+        causal);
+    shape.backward = true;
+    absl::StatusOr<v1::Plan> plan =
+        LowerAttention(shape, AttentionAlgorithm::kRing, Devices(4));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    // Forward: 3 rounds of 4; backward: 3 rounds of K/V and of the
+    // accumulators, and the 4 accumulators home.
+    EXPECT_EQ(Count(*plan, v1::Step::OP_SEND_RECV), 3 * 4 + 2 * 3 * 4 + 4);
+    // dQ and dKV on every visible block: all 4, or with causal masks on
+    // the contiguous layout blocks 0 ... p on device p. The last writers
+    // of the job's dKV are transfers.
+    const auto dq = GradSteps(*plan, v1::AttentionBackwardAttrs::TARGET_DQ);
+    const auto dkv = GradSteps(*plan, v1::AttentionBackwardAttrs::TARGET_DKV);
+    ASSERT_EQ(dq.size(), 4u);
+    for (const auto& [device, n] : dq) {
+      EXPECT_EQ(n, dkv.at(device));
+      EXPECT_EQ(n, causal ? device + 1 : 4) << device;
+    }
+    EXPECT_EQ(plan->tensors(kAttentionDKV).shape_size(), 5);
+    int into_dkv = 0;
+    for (const v1::Step& s : plan->steps()) {
+      for (const v1::Operand& o : s.outputs()) {
+        if (plan->buffers(o.buffer()).tensor() == kAttentionDKV) {
+          EXPECT_EQ(s.op(), v1::Step::OP_SEND_RECV) << s.id();
+          ++into_dkv;
+        }
+      }
+    }
+    EXPECT_EQ(into_dkv, 4);
+  }
+  // One device: no ring; the gradient lands in the job's tensors.
+  AttentionShape one = Shape(1, AttentionLayout::kContiguous, true);
+  one.backward = true;
+  absl::StatusOr<v1::Plan> plan =
+      LowerAttention(one, AttentionAlgorithm::kRing, Devices(1));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(Count(*plan, v1::Step::OP_SEND_RECV), 0);
+}
+
+TEST(AttentionLoweringTest, BackwardUlyssesAndRsa) {
+  AttentionShape shape = Shape(2, AttentionLayout::kContiguous, false);
+  shape.backward = true;
+  absl::StatusOr<v1::Plan> ulysses =
+      LowerAttention(shape, AttentionAlgorithm::kUlysses, Devices(2));
+  ASSERT_TRUE(ulysses.ok()) << ulysses.status();
+  // Q, K, V, O; then dO to heads and dQ, dK, dV back.
+  EXPECT_EQ(Count(*ulysses, v1::Step::OP_ALL_TO_ALL), 8);
+  EXPECT_EQ(Count(*ulysses, v1::Step::OP_SEND_RECV), 0);
+  AttentionShape four = Shape(4, AttentionLayout::kContiguous, false);
+  four.backward = true;
+  absl::StatusOr<v1::Plan> rsa =
+      LowerAttention(four, AttentionAlgorithm::kRsa, Devices(4));
+  ASSERT_TRUE(rsa.ok()) << rsa.status();
+  // Forward: K pass and V pass; backward: V and the accumulators, home.
+  EXPECT_EQ(Count(*rsa, v1::Step::OP_SEND_RECV), 2 * 3 * 4 + 2 * 3 * 4 + 4);
+}
+
 TEST(AttentionKindTest, AutoPicksThePredictedFastestAndRingBeatsRsa) {
   const std::vector<DeviceMesh> mesh = {{{1, 4}, {0, 1, 2, 3}}};
   v1::JobSpec spec = Spec(4, "auto", "zigzag", true);
@@ -202,6 +309,22 @@ TEST(AttentionKindTest, AutoPicksThePredictedFastestAndRingBeatsRsa) {
     EXPECT_EQ(a.chosen, a.predicted_seconds == fastest) << a.name;
   }
   EXPECT_LT(seconds["ring"], seconds["rsa"]);
+  // With the backward: the ideal counts 14 FLOPs per pair, and the ring
+  // still beats RSA.
+  spec.mutable_attention()->set_pass("forward_backward");
+  absl::StatusOr<PlannedJob> both =
+      AttentionKind().Plan(spec, mesh, kTopology, {});
+  ASSERT_TRUE(both.ok()) << both.status();
+  std::map<std::string, double> with_backward;
+  for (const PlanAlternative& a : both->alternatives) {
+    with_backward[a.name] = a.predicted_seconds;
+    EXPECT_GE(a.predicted_seconds, a.lower_bound_seconds);
+    EXPECT_NEAR(a.lower_bound_seconds,
+                3.5 * job->alternatives[0].lower_bound_seconds,
+                1e-9 * a.lower_bound_seconds);
+  }
+  EXPECT_LT(with_backward["ring"], with_backward["rsa"]);
+  EXPECT_GT(with_backward["ring"], seconds["ring"]);
 }
 
 }  // namespace

@@ -55,6 +55,10 @@ class AttentionBuilder {
   Box Rows(int p, int64_t heads, int64_t width) const {
     return {{0, b_}, {0, heads}, {p * l_, (p + 1) * l_}, {0, width}};
   }
+  // Device p's rows of dKV [2, B, Hkv, S, D].
+  Box DkvRows(int p) const {
+    return {{0, 2}, {0, b_}, {0, hkv_}, {p * l_, (p + 1) * l_}, {0, d_}};
+  }
   std::vector<int64_t> Positions(int p) const {
     std::vector<int64_t> out(l_);
     for (int64_t r = 0; r < l_; ++r) out[r] = s_.LayoutPosition(p * l_ + r);
@@ -118,6 +122,21 @@ class AttentionBuilder {
       ob_.push_back(
           Buffer(o_, p, Rows(p, h_, d_), v1::Buffer::ROLE_DESTINATION));
     }
+    if (!s_.backward) return;
+    const int dout = AddPlanTensor(plan_, {b_, h_, s, d_}, s_.dtype,
+                                   v1::Initializer::KIND_RANDOM,
+                                   TensorSeed(s_.seed, 4));
+    const int dq = AddPlanTensor(plan_, {b_, h_, s, d_}, s_.dtype,
+                                 v1::Initializer::KIND_ZEROS);
+    const int dkv = AddPlanTensor(plan_, {2, b_, hkv_, s, d_}, s_.dtype,
+                                  v1::Initializer::KIND_ZEROS);
+    for (int p = 0; p < p_; ++p) {
+      dob_.push_back(Buffer(dout, p, Rows(p, h_, d_), v1::Buffer::ROLE_SOURCE));
+      dqb_.push_back(
+          Buffer(dq, p, Rows(p, h_, d_), v1::Buffer::ROLE_DESTINATION));
+      dkvb_.push_back(
+          Buffer(dkv, p, DkvRows(p), v1::Buffer::ROLE_DESTINATION));
+    }
   }
 
   // A copy of `from` (row-major over its slice) into `to`'s slice, rows of
@@ -150,8 +169,6 @@ class AttentionBuilder {
                const BlockOperand& state, bool first, int64_t heads,
                int64_t kv_heads, const std::vector<int64_t>& q_positions,
                const std::vector<int64_t>& kv_positions) {
-    const int64_t q_rows = static_cast<int64_t>(q_positions.size());
-    const int64_t kv_rows = static_cast<int64_t>(kv_positions.size());
     const double flops = 4.0 * b_ * heads *
                          static_cast<double>(VisiblePairs(q_positions,
                                                           kv_positions)) *
@@ -163,13 +180,20 @@ class AttentionBuilder {
     Operand(step.add_inputs(), v.buffer, v.box);
     if (!first) Operand(step.add_inputs(), state.buffer, state.box);
     Operand(step.add_outputs(), state.buffer, state.box);
-    v1::AttentionBlockAttrs& a =
-        *step.mutable_compute()->mutable_attention_block();
+    SetBlockAttrs(*step.mutable_compute()->mutable_attention_block(), heads,
+                  kv_heads, q_positions, kv_positions);
+    return step.id();
+  }
+  // The geometry and mask of a block of `heads` query heads on `kv_heads`
+  // kv heads, query rows at `q_positions` and keys at `kv_positions`.
+  void SetBlockAttrs(v1::AttentionBlockAttrs& a, int64_t heads,
+                     int64_t kv_heads, const std::vector<int64_t>& q_positions,
+                     const std::vector<int64_t>& kv_positions) const {
     a.set_batch(b_);
     a.set_heads(heads);
     a.set_kv_heads(kv_heads);
-    a.set_q_rows(q_rows);
-    a.set_kv_rows(kv_rows);
+    a.set_q_rows(static_cast<int64_t>(q_positions.size()));
+    a.set_kv_rows(static_cast<int64_t>(kv_positions.size()));
     a.set_head_dim(d_);
     a.set_scale(1.0 / std::sqrt(static_cast<double>(d_)));
     a.set_causal(s_.causal);
@@ -177,7 +201,6 @@ class AttentionBuilder {
       for (int64_t x : q_positions) a.add_q_position(x);
       for (int64_t x : kv_positions) a.add_kv_position(x);
     }
-    return step.id();
   }
   // The (query, key) pairs a block computes: all of them, or with causal
   // masks those whose key position is not after the query's (the kernels
@@ -203,6 +226,39 @@ class AttentionBuilder {
     Operand(step.add_inputs(), state.buffer, state.box);
     Operand(step.add_outputs(), out.buffer, out.box);
     step.mutable_compute()->mutable_attention_finish()->set_head_dim(d_);
+    return step.id();
+  }
+
+  // The gradients of one block on device p (plan.proto
+  // AttentionBackwardAttrs) into `out`: dQ of its query rows, or dK and dV
+  // of the block's keys; `accumulate` adds to what `out` holds.
+  struct Grad {
+    BlockOperand q, k, v, dout, o, state;
+    int64_t heads, kv_heads;
+  };
+  int AddGrad(int p, std::vector<int> deps, const Grad& g,
+              v1::AttentionBackwardAttrs::Target target,
+              const BlockOperand& out, bool accumulate,
+              const std::vector<int64_t>& q_positions,
+              const std::vector<int64_t>& kv_positions) {
+    // Per visible pair: the scores and dP (2 d each), then dQ (2 d), or dK
+    // and dV (4 d).
+    const bool dq = target == v1::AttentionBackwardAttrs::TARGET_DQ;
+    const double flops = (dq ? 6.0 : 8.0) * b_ * g.heads *
+                         static_cast<double>(
+                             VisiblePairs(q_positions, kv_positions)) *
+                         d_;
+    v1::Step& step = AddCompute(p, kAttentionCompute, std::move(deps), flops);
+    for (const BlockOperand* in : {&g.q, &g.k, &g.v, &g.dout, &g.o, &g.state}) {
+      Operand(step.add_inputs(), in->buffer, in->box);
+    }
+    Operand(step.add_outputs(), out.buffer, out.box);
+    v1::AttentionBackwardAttrs& ab =
+        *step.mutable_compute()->mutable_attention_backward();
+    ab.set_target(target);
+    ab.set_accumulate(accumulate);
+    SetBlockAttrs(*ab.mutable_block(), g.heads, g.kv_heads, q_positions,
+                  kv_positions);
     return step.id();
   }
   // Device p's state over its L rows.
@@ -319,7 +375,164 @@ class AttentionBuilder {
       }
     }
     for (int p = 0; p < p_; ++p) {
-      AddFinish(p, last[p], {stb_[p], {}}, {ob_[p], {}});
+      finished_.push_back(AddFinish(p, last[p], {stb_[p], {}}, {ob_[p], {}}));
+    }
+    if (s_.backward) BuildRingBackward(overlap, keys);
+  }
+
+  // The backward ring after the forward (finished_): K and V go around
+  // again in double-buffered slots of KVB [P, 2, kinds, B, Hkv, L, D] (RSA:
+  // V only; its keys are all on every device already), and with each block
+  // its gradient accumulator, dK and dV in GR [P, 2, 2, B, Hkv, L, D]. At
+  // step t device p holds block src = p - t: it adds its rows' part to the
+  // block's dK and dV and to its own dQ, then passes K, V and the
+  // accumulator on; after P steps every accumulator is back on its owner,
+  // in the job's dKV. The K/V transfer of the next step overlaps this
+  // step's compute; so does the accumulator's, since each device computes
+  // its part of dK and dV on its own and only adds it to the accumulator
+  // when that arrives. With `overlap` false (RSA), every transfer waits
+  // for the previous compute on both ends.
+  void BuildRingBackward(bool overlap, const PerDevice& keys) {
+    const bool rsa = !keys.empty();
+    const int kinds = rsa ? 1 : 2;
+    const int kvb = AddPlanTensor(plan_, {p_, 2, kinds, b_, hkv_, l_, d_},
+                                  s_.dtype, v1::Initializer::KIND_ZEROS);
+    const int gr = AddPlanTensor(plan_, {p_, 2, 2, b_, hkv_, l_, d_},
+                                 s_.dtype, v1::Initializer::KIND_ZEROS);
+    // This device's part of the block's dK and dV, added to the
+    // accumulator when that arrives (double-buffered like the slots).
+    const int part = AddPlanTensor(plan_, {p_, 2, 2, b_, hkv_, l_, d_},
+                                   s_.dtype, v1::Initializer::KIND_ZEROS);
+    PerDevice kvbb, grb, partb;
+    for (int p = 0; p < p_; ++p) {
+      kvbb.push_back(Buffer(kvb, p,
+                            {{p, p + 1}, {0, 2}, {0, kinds}, {0, b_},
+                             {0, hkv_}, {0, l_}, {0, d_}},
+                            v1::Buffer::ROLE_SCRATCH));
+      const Box slots = {{p, p + 1}, {0, 2}, {0, 2}, {0, b_}, {0, hkv_},
+                         {0, l_},    {0, d_}};
+      grb.push_back(Buffer(gr, p, slots, v1::Buffer::ROLE_SCRATCH));
+      if (p_ > 1) partb.push_back(Buffer(part, p, slots, v1::Buffer::ROLE_SCRATCH));
+    }
+    auto slot = [&](int p, int t, int kind, int count) {
+      return Box{{p, p + 1}, {t % 2, t % 2 + 1}, {kind, kind + count},
+                 {0, b_},    {0, hkv_},          {0, l_},
+                 {0, d_}};
+    };
+    const int64_t block = b_ * hkv_ * l_;
+    auto grad = [&](int p, int src, int t) {
+      Grad g;
+      g.q = {qb_[p], {}};
+      if (t == 0) {
+        g.k = rsa ? BlockOperand{keys[p], KeySlot(p, p)}
+                  : BlockOperand{kb_[p], {}};
+        g.v = {vb_[p], {}};
+      } else {
+        g.k = rsa ? BlockOperand{keys[p], KeySlot(p, src)}
+                  : BlockOperand{kvbb[p], slot(p, t, 0, 1)};
+        g.v = {kvbb[p], slot(p, t, rsa ? 0 : 1, 1)};
+      }
+      g.dout = {dob_[p], {}};
+      g.o = {ob_[p], {}};
+      g.state = {stb_[p], {}};
+      g.heads = h_;
+      g.kv_heads = hkv_;
+      return g;
+    };
+    using Target = v1::AttentionBackwardAttrs;
+    // Per step and device: the K/V transfer into it, the accumulator
+    // transfer into it, the step that last wrote its accumulator slot, and
+    // its two gradient steps (-1 where a causal mask hides the block).
+    auto grid = [&] {
+      return std::vector<std::vector<int>>(p_, std::vector<int>(p_, -1));
+    };
+    std::vector<std::vector<int>> kv_in = grid(), g_in = grid(),
+                                  g_done = grid(), dq_step = grid(),
+                                  dkv_step = grid(), add_step = grid();
+    // The last gradient steps of device p up to step t: what reads its
+    // K/V slot of step t (and so what must finish before it is reused).
+    auto readers = [&](int p, int t) {
+      return std::vector<int>{LastUpTo(dq_step, p, t),
+                              LastUpTo(dkv_step, p, t)};
+    };
+    std::vector<std::vector<int>> copies(p_);
+    for (int p = 0; p < p_; ++p) {
+      const Grad g = grad(p, p, 0);
+      dq_step[0][p] = AddGrad(p, {finished_[p]}, g, Target::TARGET_DQ,
+                              {dqb_[p], {}}, false, Positions(p), Positions(p));
+      const BlockOperand acc = p_ == 1 ? BlockOperand{dkvb_[p], {}}
+                                       : BlockOperand{grb[p], slot(p, 0, 0, 2)};
+      g_done[0][p] = dkv_step[0][p] =
+          AddGrad(p, {finished_[p]}, g, Target::TARGET_DKV, acc, false,
+                  Positions(p), Positions(p));
+      if (p_ == 1) return;
+      // Its own K and V into slot 0, to pass on.
+      if (!rsa) {
+        copies[p].push_back(AddCopy(p, kAttentionExchange, {}, kb_[p], {},
+                                    kvbb[p], slot(p, 0, 0, 1),
+                                    Identity(block), d_));
+      }
+      copies[p].push_back(AddCopy(p, kAttentionExchange, {}, vb_[p], {},
+                                  kvbb[p], slot(p, 0, rsa ? 0 : 1, 1),
+                                  Identity(block), d_));
+    }
+    for (int t = 1; t < p_; ++t) {
+      for (int p = 0; p < p_; ++p) {
+        const int sender = (p + p_ - 1) % p_, next = (p + 1) % p_;
+        std::vector<int> deps =
+            t == 1 ? copies[sender] : std::vector<int>{kv_in[t - 1][sender]};
+        std::vector<int> gdeps = {g_done[t - 1][sender]};
+        if (t >= 2) {  // the slots it overwrites: read at t - 2 and by t - 1
+          for (int id : readers(p, t - 2)) deps.push_back(id);
+          deps.push_back(kv_in[t - 1][next]);
+          gdeps.push_back(g_done[t - 2][p]);
+          gdeps.push_back(g_in[t - 1][next]);
+        }
+        if (!overlap) {
+          for (int id : readers(p, t - 1)) deps.push_back(id);
+          for (int id : readers(sender, t - 1)) deps.push_back(id);
+          for (int id : readers(p, t - 1)) gdeps.push_back(id);
+        }
+        kv_in[t][p] = AddTransfer(p, deps, kvbb[sender],
+                                  slot(sender, t - 1, 0, kinds), kvbb[p],
+                                  slot(p, t, 0, kinds));
+        g_done[t][p] = g_in[t][p] =
+            AddTransfer(p, gdeps, grb[sender], slot(sender, t - 1, 0, 2),
+                        grb[p], slot(p, t, 0, 2));
+      }
+      for (int p = 0; p < p_; ++p) {
+        const int src = (p - t + p_) % p_;
+        if (s_.causal && !s_.BlockVisible(p, src)) continue;
+        const Grad g = grad(p, src, t);
+        dq_step[t][p] = AddGrad(
+            p, {kv_in[t][p], LastUpTo(dq_step, p, t - 1)}, g,
+            Target::TARGET_DQ, {dqb_[p], {}}, true, Positions(p),
+            Positions(src));
+        // dK and dV of its rows into its part (its state and output are
+        // final once its forward finished; the part's slot was last read by
+        // the add two steps back), computed while the accumulator travels;
+        // then the add, the one step the accumulator waits for.
+        dkv_step[t][p] = AddGrad(
+            p, {kv_in[t][p], finished_[p], LastUpTo(add_step, p, t - 2)}, g,
+            Target::TARGET_DKV, {partb[p], slot(p, t, 0, 2)}, false,
+            Positions(p), Positions(src));
+        v1::Step& add = AddCompute(
+            p, kAttentionCompute,
+            {dkv_step[t][p], g_in[t][p], LastUpTo(add_step, p, t - 1)},
+            static_cast<double>(2 * block * d_));
+        Operand(add.add_inputs(), grb[p], slot(p, t, 0, 2));
+        Operand(add.add_inputs(), partb[p], slot(p, t, 0, 2));
+        Operand(add.add_outputs(), grb[p], slot(p, t, 0, 2));
+        add.mutable_compute()->mutable_elementwise()->set_kind(
+            v1::ElementwiseAttrs::KIND_ADD);
+        g_done[t][p] = add_step[t][p] = add.id();
+      }
+    }
+    // Every accumulator home: device p's (block p + 1's) to device p + 1.
+    for (int p = 0; p < p_; ++p) {
+      const int owner = (p + 1) % p_;
+      AddTransfer(owner, {g_done[p_ - 1][p]}, grb[p], slot(p, p_ - 1, 0, 2),
+                  dkvb_[owner], DkvRows(owner));
     }
   }
   // The last compute on device p at step <= t (-1: none).
@@ -382,12 +595,13 @@ class AttentionBuilder {
                                  v1::Initializer::KIND_ZEROS);
     const int ou = AddPlanTensor(plan_, {p_, b_, hp, s, d_}, s_.dtype,
                                  v1::Initializer::KIND_ZEROS);
-    PerDevice oub;
+    PerDevice oub, stu;
     std::vector<int> finished;
     for (int r = 0; r < p_; ++r) {
       const int stb = Buffer(st, r, {{r, r + 1}, {0, b_}, {0, hp}, {0, s},
                                      {0, d_ + 2}},
                              v1::Buffer::ROLE_SCRATCH);
+      stu.push_back(stb);
       oub.push_back(Buffer(ou, r, {{r, r + 1}, {0, b_}, {0, hp}, {0, s},
                                    {0, d_}},
                            v1::Buffer::ROLE_SCRATCH));
@@ -397,7 +611,66 @@ class AttentionBuilder {
       finished.push_back(AddFinish(r, block, {stb, {}}, {oub[r], {}}));
     }
     // Back: device r's rows (b, hh, p L + l) to device p, heads r hp + hh.
-    const int64_t blk = b_ * hp * l_ * d_;
+    std::vector<BlockOperand> o_heads, o_rows;
+    for (int p = 0; p < p_; ++p) {
+      o_heads.push_back({oub[p], {}});
+      o_rows.push_back({ob_[p], {}});
+    }
+    FromHeads(finished, o_heads, h_, hp, o_rows);
+    if (!s_.backward) return;
+    // The backward, head-sharded: dO to heads, both halves of the
+    // gradient over the whole sequence, dQ, dK and dV back.
+    const PerDevice du = ToHeads(dob_, h_, hp);
+    const int dq = AddPlanTensor(plan_, {p_, b_, hp, s, d_}, s_.dtype,
+                                 v1::Initializer::KIND_ZEROS);
+    const int dkv = AddPlanTensor(plan_, {p_, 2, b_, hkvp, s, d_}, s_.dtype,
+                                  v1::Initializer::KIND_ZEROS);
+    std::vector<BlockOperand> dqu, dku, dvu;
+    std::vector<int> dq_done, dkv_done;
+    using Target = v1::AttentionBackwardAttrs;
+    for (int r = 0; r < p_; ++r) {
+      const int dqb = Buffer(dq, r, {{r, r + 1}, {0, b_}, {0, hp}, {0, s},
+                                     {0, d_}},
+                             v1::Buffer::ROLE_SCRATCH);
+      const int dkvb = Buffer(dkv, r, {{r, r + 1}, {0, 2}, {0, b_},
+                                       {0, hkvp}, {0, s}, {0, d_}},
+                              v1::Buffer::ROLE_SCRATCH);
+      dqu.push_back({dqb, {}});
+      dku.push_back({dkvb, {{r, r + 1}, {0, 1}, {0, b_}, {0, hkvp}, {0, s},
+                            {0, d_}}});
+      dvu.push_back({dkvb, {{r, r + 1}, {1, 2}, {0, b_}, {0, hkvp}, {0, s},
+                            {0, d_}}});
+      Grad g{{qu[r], {}}, {ku[r], {}}, {vu[r], {}}, {du[r], {}},
+             {oub[r], {}}, {stu[r], {}}, hp, hkvp};
+      std::vector<int> deps = heads_ready_[r];
+      deps.push_back(finished[r]);
+      const int a = AddGrad(r, deps, g, Target::TARGET_DQ, dqu[r], false,
+                            all, all);
+      const int b = AddGrad(r, deps, g, Target::TARGET_DKV, {dkvb, {}},
+                            false, all, all);
+      dq_done.push_back(a);
+      dkv_done.push_back(b);
+    }
+    std::vector<BlockOperand> dq_out, dk_out, dv_out;
+    for (int p = 0; p < p_; ++p) {
+      dq_out.push_back({dqb_[p], {}});
+      dk_out.push_back({dkvb_[p], {{0, 1}, {0, b_}, {0, hkv_},
+                                   {p * l_, (p + 1) * l_}, {0, d_}}});
+      dv_out.push_back({dkvb_[p], {{1, 2}, {0, b_}, {0, hkv_},
+                                   {p * l_, (p + 1) * l_}, {0, d_}}});
+    }
+    FromHeads(dq_done, dqu, h_, hp, dq_out);
+    FromHeads(dkv_done, dku, hkv_, hkvp, dk_out);
+    FromHeads(dkv_done, dvu, hkv_, hkvp, dv_out);
+  }
+
+  // Head-sharded `source` (device r: [B, heads / P, S, D] over its
+  // operand) back to sequence-sharded `dest` (device p: [B, heads, L, D]):
+  // row-major into blocks, one all-to-all, rows into place.
+  void FromHeads(const std::vector<int>& deps,
+                 const std::vector<BlockOperand>& source, int64_t heads,
+                 int64_t per, const std::vector<BlockOperand>& dest) {
+    const int64_t s = s_.seq_len, blk = b_ * per * l_ * d_;
     const int in = AddPlanTensor(plan_, {p_ * p_ * blk}, s_.dtype,
                                  v1::Initializer::KIND_ZEROS);
     const int out = AddPlanTensor(plan_, {p_ * p_ * blk}, s_.dtype,
@@ -409,32 +682,33 @@ class AttentionBuilder {
                            v1::Buffer::ROLE_SCRATCH));
       outb.push_back(Buffer(out, r, {{r * p_ * blk, (r + 1) * p_ * blk}},
                             v1::Buffer::ROLE_SCRATCH));
-      std::vector<int64_t> order;
+      std::vector<int64_t> order;  // blocks (p, b, hh, l) from (b, hh, s)
       for (int p = 0; p < p_; ++p) {
         for (int64_t b = 0; b < b_; ++b) {
-          for (int64_t hh = 0; hh < hp; ++hh) {
+          for (int64_t hh = 0; hh < per; ++hh) {
             for (int64_t l = 0; l < l_; ++l) {
-              order.push_back((b * hp + hh) * s + p * l_ + l);
+              order.push_back((b * per + hh) * s + p * l_ + l);
             }
           }
         }
       }
-      orders.push_back(AddCopy(r, kAttentionExchange, {finished[r]}, oub[r],
-                               {}, inb[r], {}, order, d_));
+      orders.push_back(AddCopy(r, kAttentionExchange, {deps[r]},
+                               source[r].buffer, source[r].box, inb[r], {},
+                               order, d_));
     }
     const int exchange = AddAllToAll(orders, inb, outb, blk);
     for (int p = 0; p < p_; ++p) {
-      std::vector<int64_t> order;  // O rows (b, h, l) of device p
+      std::vector<int64_t> order;  // rows (b, h, l) of device p
       for (int64_t b = 0; b < b_; ++b) {
-        for (int64_t h = 0; h < h_; ++h) {
-          const int64_t r = h / hp, hh = h % hp;
+        for (int64_t h = 0; h < heads; ++h) {
+          const int64_t r = h / per, hh = h % per;
           for (int64_t l = 0; l < l_; ++l) {
-            order.push_back(((r * b_ + b) * hp + hh) * l_ + l);
+            order.push_back(((r * b_ + b) * per + hh) * l_ + l);
           }
         }
       }
-      AddCopy(p, kAttentionExchange, {exchange}, outb[p], {}, ob_[p], {},
-              order, d_);
+      AddCopy(p, kAttentionExchange, {exchange}, outb[p], {}, dest[p].buffer,
+              dest[p].box, order, d_);
     }
   }
 
@@ -523,6 +797,8 @@ class AttentionBuilder {
   int q_ = 0, k_ = 0, v_ = 0, o_ = 0, st_ = 0;
   PerDevice qb_, kb_, vb_, ob_, stb_;
   std::vector<int> copy_k_;
+  PerDevice dob_, dqb_, dkvb_;
+  std::vector<int> finished_;  // the forward's finish step per device
   std::vector<std::vector<int>> heads_ready_;
 };
 

@@ -22,6 +22,24 @@
 // query row with no unmasked key gets zeros (none happens with causal
 // masks: every row sees itself).
 //
+// Backward (`backward`, pass forward_backward): after the forward, the
+// gradients against a seeded random dO [B, H, S, D] (tensor 4, seed 4):
+// dQ [B, H, S, D] (tensor 5) and dK, dV as dKV [2, B, Hkv, S, D] (tensor
+// 6), each device its L rows, DESTINATION like O. Compute: two
+// attention_backward steps per block (dQ of the device's rows; dK and dV
+// of the block's keys), recomputing P from the forward's state.
+//  - kRing: K and V go around the ring again; each block's dK / dV
+//    accumulator travels with it and, after P steps, lands on the block's
+//    owner. Each device computes its part of a block's dK and dV into a
+//    scratch of its own and adds it to the accumulator when that arrives,
+//    so both transfers (K/V and the accumulator) overlap the gradient
+//    GEMMs; only the add waits for the accumulator.
+//  - kRsa: the same ring without overlap (every transfer waits for the
+//    previous block's compute on both ends); only V and the accumulators
+//    travel (every device holds every K block since the forward).
+//  - kUlysses: dO to head-sharded by one more all-to-all, the gradients
+//    over the whole sequence, and dQ, dK, dV back by three.
+//
 // Algorithms (compute: attention_block steps with the online-softmax
 // state, then attention_finish; plan.proto):
 //  - kRing: one pass; K and V blocks travel around the ring together in
@@ -77,6 +95,7 @@ struct AttentionShape {
   AttentionLayout layout = AttentionLayout::kContiguous;
   DType dtype = DType::kFloat32;
   uint64_t seed = 1;
+  bool backward = false;  // pass forward_backward
 
   int64_t rows() const { return seq_len / ranks; }  // L
   // The global position of layout row r (see the top of the file).
@@ -90,9 +109,10 @@ enum AttentionPhase : int {
   kAttentionCompute = 1,   // attention blocks and the finish
 };
 
-// Tensor ids of every lowering.
+// Tensor ids of every lowering; the last three with `backward` only.
 inline constexpr int kAttentionQ = 0, kAttentionK = 1, kAttentionV = 2,
-                     kAttentionO = 3;
+                     kAttentionO = 3, kAttentionDO = 4, kAttentionDQ = 5,
+                     kAttentionDKV = 6;
 
 // The plan of `algorithm` (not kAuto) on `devices` (P global ids, the
 // group in rank order). Not simulated.
