@@ -24,8 +24,8 @@
 # to run, default all: tests, host, bench, reshard, collective, tp_overlap,
 # moe, attention, pipeline, reshard_model, calibrate; e.g. to rerun what
 # failed), TP_OVERLAP_MODES, MOE_SCHEDULES, ATTENTION_ALGORITHMS,
-# PIPELINE_SCHEDULES (the variants each end-to-end group submits, default
-# every one).
+# ATTENTION_PASSES, PIPELINE_SCHEDULES (the variants each end-to-end group
+# submits, default every one).
 # A failed step does not stop the run: later steps still run where they
 # can (a failed build still runs the tests and tools that did build).
 # Exit status: 0 if every step passed, 1 otherwise (the log's last lines
@@ -323,12 +323,18 @@ elif [[ -x $MESHCTL && -x $BUILD_DIR/worker/meshcast-worker &&
     done
     # Sequence-parallel attention (docs/attention.md), every algorithm on
     # the 8 virtual devices, causal with the zigzag layout: the GPU's
-    # attention block and finish kernels with send/recv and all-to-all.
+    # attention block, finish and backward kernels with send/recv and
+    # all-to-all (the backward smaller: its float64 reference recomputes
+    # every block on the host).
     wants attention || ATTENTION_ALGORITHMS=""
-    for algorithm in ${ATTENTION_ALGORITHMS-rsa ring ulysses}; do
-      printf 'verify: full\nattention: {batch: 1, heads: 8, kv_heads: 8, seq_len: 4096, head_dim: 64, causal: true, layout: zigzag, mesh: 1x8, algorithm: %s}\n' \
-        "$algorithm" >"$E2E_DIR/attention-$algorithm.yaml"
-      submit_file "attention ($algorithm)" "$E2E_DIR/attention-$algorithm.yaml"
+    for pass in ${ATTENTION_PASSES-forward forward_backward}; do
+      size="heads: 8, kv_heads: 8, seq_len: 4096"
+      [ "$pass" = forward ] || size="heads: 8, kv_heads: 8, seq_len: 2048"
+      for algorithm in ${ATTENTION_ALGORITHMS-rsa ring ulysses}; do
+        printf 'verify: full\nattention: {batch: 1, %s, head_dim: 64, causal: true, layout: zigzag, mesh: 1x8, algorithm: %s, pass: %s}\n' \
+          "$size" "$algorithm" "$pass" >"$E2E_DIR/attention-$algorithm-$pass.yaml"
+        submit_file "attention ($algorithm, $pass)" "$E2E_DIR/attention-$algorithm-$pass.yaml"
+      done
     done
     # A pipeline training step (docs/pipeline.md) of two stages of 4
     # virtual devices, in every schedule: GEMM, ReLU and its gradient,

@@ -15,9 +15,12 @@ Sections:
          same run, with causal balance (max / mean compute per rank).
   local  (a local cluster of 127.0.0.1 workers): the same, no link limits.
 
-Every row prints measured (or predicted) seconds, the ideal, and their
-ratio; the closing line summarizes ring/ideal, rsa/ring and the balance of
-contiguous against zigzag.
+Every section runs the forward pass and the forward and backward pass
+(`--passes`; label suffix "+bwd", whose ideal counts the backward's 10
+FLOPs per score pair and head_dim beside the forward's 4). Every row
+prints measured (or predicted) seconds, the ideal, and their ratio; the
+closing line summarizes ring/ideal, rsa/ring and the balance of
+contiguous against zigzag, per pass.
 """
 
 import argparse
@@ -45,14 +48,15 @@ def spec(c, algorithm, verify="VERIFY_MODE_SAMPLE", dtype="DTYPE_FLOAT32"):
                           "kv_heads": c["kv_heads"], "seq_len": c["seq"],
                           "head_dim": c["dim"], "causal": c["causal"],
                           "layout": c["layout"], "algorithm": algorithm,
-                          "dtype": dtype,
+                          "dtype": dtype, "pass": c.get("pass", "forward"),
                           "mesh": {"shape": list(c["mesh"])}}}
 
 
 def label(c):
-    return "%d,%d,%d,%d,%d,%s" % (c["batch"], c["heads"], c["kv_heads"],
-                                  c["seq"], c["dim"],
-                                  "causal" if c["causal"] else "full")
+    return "%d,%d,%d,%d,%d,%s%s" % (
+        c["batch"], c["heads"], c["kv_heads"], c["seq"], c["dim"],
+        "causal" if c["causal"] else "full",
+        "+bwd" if c.get("pass") == "forward_backward" else "")
 
 
 def plan(argv, job, cluster_flags):
@@ -93,28 +97,33 @@ def section_plan(args):
         "ideal" % gpus)
     log("#" + ROW % HEADER)
     rows, ok = [], True
-    for seq in ([8192, 32768] if args.quick else [8192, 32768, 131072]):
-        c = dict(batch=1, heads=32, kv_heads=8, seq=seq, dim=128, causal=True,
-                 layout="zigzag", mesh=(1, gpus))
-        for algorithm in ALGORITHMS:
-            doc = plan([args.meshctl], spec(c, algorithm,
-                                              dtype="DTYPE_BFLOAT16"),
-                       ["--cluster", "1x%d" % gpus, "--inter-gbps", "400",
-                        "--intra-gbps", "7200", "--device-kind", "h100"])
-            rows.append(plan_row(c, algorithm, doc))
-    by = {}
-    for r in rows:
-        by.setdefault(r["seq"], {})[r["algorithm"]] = r
-    fractions = [r["ideal"] / r["predicted"] for r in rows
-                 if r["algorithm"] == "ring" and r["predicted"]]
-    log("# Summary (plan): ring predicted at %s of the compute-only ideal "
-        "(geomean); rsa / ring %s; memory per device at the longest "
-        "sequence: %s" % (
-            fmt(geomean(fractions), "%.2f"),
-            fmt(geomean([v["rsa"]["predicted"] / v["ring"]["predicted"]
-                         for v in by.values()]), "%.2fx"),
-            ", ".join("%s %.0f MiB" % (a, by[max(by)][a]["memory"] / 2**20)
-                      for a in ALGORITHMS if by[max(by)][a]["memory"])))
+    for pass_ in args.passes:
+        for seq in ([8192, 32768] if args.quick else [8192, 32768, 131072]):
+            c = dict(batch=1, heads=32, kv_heads=8, seq=seq, dim=128,
+                     causal=True, layout="zigzag", mesh=(1, gpus), **{
+                         "pass": pass_})
+            for algorithm in ALGORITHMS:
+                doc = plan([args.meshctl], spec(c, algorithm,
+                                                  dtype="DTYPE_BFLOAT16"),
+                           ["--cluster", "1x%d" % gpus, "--inter-gbps", "400",
+                            "--intra-gbps", "7200", "--device-kind", "h100"])
+                rows.append(plan_row(c, algorithm, doc))
+    for pass_ in args.passes:
+        by = {}
+        for r in rows:
+            if r["pass"] == pass_:
+                by.setdefault(r["seq"], {})[r["algorithm"]] = r
+        fractions = [v["ring"]["ideal"] / v["ring"]["predicted"]
+                     for v in by.values() if v["ring"]["predicted"]]
+        log("# Summary (plan, %s): ring predicted at %s of the compute-only "
+            "ideal (geomean); rsa / ring %s; memory per device at the "
+            "longest sequence: %s" % (
+                pass_, fmt(geomean(fractions), "%.2f"),
+                fmt(geomean([v["rsa"]["predicted"] / v["ring"]["predicted"]
+                             for v in by.values()]), "%.2fx"),
+                ", ".join("%s %.0f MiB" % (a, by[max(by)][a]["memory"] /
+                                            2**20)
+                          for a in ALGORITHMS if by[max(by)][a]["memory"])))
     return ok, rows
 
 
@@ -157,36 +166,45 @@ def section_cluster(args, where):
                                   prefix="attention-bench-")
     rows, ok = [], True
     with cluster:
-        for seq in seqs:
-            for causal, layout in ((False, "contiguous"),
-                                   (True, "contiguous"), (True, "zigzag")):
-                c = dict(batch=1, heads=ranks, kv_heads=ranks, seq=seq,
-                         dim=64, causal=causal, layout=layout,
-                         mesh=(hosts, devices))
-                for algorithm in ALGORITHMS:
-                    job = run_job(cluster, spec(c, algorithm), args.job_timeout)
-                    res = job.get("result", {})
-                    m = res.get("metrics", {})
-                    good = (job.get("state") == "SUCCEEDED" and
-                            res.get("mismatches", 1) == 0)
-                    ok = ok and good
-                    t = m.get("total_seconds")
-                    ideal = m.get("compute_only_ideal_seconds")
-                    note = "" if good else "%s: %s" % (
-                        job.get("state"), (job.get("message") or "")[:80])
-                    log(" " + ROW % (label(c), layout, algorithm, fmt_s(t),
-                                     fmt_s(ideal),
-                                     fmt(ideal / t if t and ideal else None,
-                                         "%.2f"),
-                                     fmt(m.get("causal_balance"), "%.2f"),
-                                     fmt((m.get("memory_bytes_per_rank_max")
-                                          or 0) / 2**20, "%.1f MiB"), note))
-                    rows.append(dict(c, algorithm=algorithm, where=where,
-                                     seconds=t, ideal=ideal, ok=good,
-                                     balance=m.get("causal_balance"),
-                                     predicted=m.get(
-                                         "predicted_total_seconds")))
+        cases = [(pass_, seq, causal, layout) for pass_ in args.passes
+                 for seq in seqs
+                 for causal, layout in ((False, "contiguous"),
+                                        (True, "contiguous"),
+                                        (True, "zigzag"))]
+        for pass_, seq, causal, layout in cases:
+            c = dict(batch=1, heads=ranks, kv_heads=ranks, seq=seq,
+                     dim=64, causal=causal, layout=layout,
+                     mesh=(hosts, devices), **{"pass": pass_})
+            for algorithm in ALGORITHMS:
+                job = run_job(cluster, spec(c, algorithm), args.job_timeout)
+                res = job.get("result", {})
+                m = res.get("metrics", {})
+                good = (job.get("state") == "SUCCEEDED" and
+                        res.get("mismatches", 1) == 0)
+                ok = ok and good
+                t = m.get("total_seconds")
+                ideal = m.get("compute_only_ideal_seconds")
+                note = "" if good else "%s: %s" % (
+                    job.get("state"), (job.get("message") or "")[:80])
+                log(" " + ROW % (label(c), layout, algorithm, fmt_s(t),
+                                 fmt_s(ideal),
+                                 fmt(ideal / t if t and ideal else None,
+                                     "%.2f"),
+                                 fmt(m.get("causal_balance"), "%.2f"),
+                                 fmt((m.get("memory_bytes_per_rank_max")
+                                      or 0) / 2**20, "%.1f MiB"), note))
+                rows.append(dict(c, algorithm=algorithm, where=where,
+                                 seconds=t, ideal=ideal, ok=good,
+                                 balance=m.get("causal_balance"),
+                                 predicted=m.get(
+                                     "predicted_total_seconds")))
         cluster.ok = ok
+    for pass_ in args.passes:
+        summarize(where, [r for r in rows if r["pass"] == pass_], pass_)
+    return ok, rows
+
+
+def summarize(where, rows, pass_):
     good = [r for r in rows if r["ok"] and r["seconds"]]
     ring = [r["ideal"] / r["seconds"] for r in good
             if r["algorithm"] == "ring" and r["ideal"]]
@@ -199,15 +217,14 @@ def section_cluster(args, where):
     balance = {lay: [r["balance"] for r in good if r["causal"] and
                      r["layout"] == lay and r["algorithm"] == "ring" and
                      r["balance"]] for lay in ("contiguous", "zigzag")}
-    log("# Summary (%s): %d/%d jobs ok; ring at %s of the compute-only ideal "
-        "(geomean); rsa / ring %s (geomean; ring faster in %d/%d); causal "
-        "balance of ring: contiguous %s, zigzag %s (max / mean)" % (
-            where, len(good), len(rows), fmt(geomean(ring), "%.2f"),
+    log("# Summary (%s, %s): %d/%d jobs ok; ring at %s of the compute-only "
+        "ideal (geomean); rsa / ring %s (geomean; ring faster in %d/%d); "
+        "causal balance of ring: contiguous %s, zigzag %s (max / mean)" % (
+            where, pass_, len(good), len(rows), fmt(geomean(ring), "%.2f"),
             fmt(geomean(rsa_over_ring), "%.2fx"),
             sum(x > 1 for x in rsa_over_ring), len(rsa_over_ring),
             fmt(geomean(balance["contiguous"]), "%.2f"),
             fmt(geomean(balance["zigzag"]), "%.2f")))
-    return ok, rows
 
 
 def parse_args(argv):
@@ -223,6 +240,8 @@ def parse_args(argv):
     p.add_argument("--seq-lens", default="1024,4096",
                    help="net/local: sequence lengths")
     p.add_argument("--rate", default="1gbit", help="net: link rate")
+    p.add_argument("--passes", default="forward,forward_backward",
+                   help="comma-separated: forward, forward_backward")
     p.add_argument("--job-timeout", type=float, default=300)
     p.add_argument("--bin-dir", default=os.environ.get("MESHCAST_BUILD_DIR"))
     p.add_argument("--json", default=None)
@@ -233,6 +252,11 @@ def parse_args(argv):
     for s in a.section_list:
         if s not in ("plan", "net", "local"):
             p.error("--sections: unknown '%s'; allowed: plan, net, local" % s)
+    a.passes = [x for x in a.passes.split(",") if x]
+    for x in a.passes:
+        if x not in ("forward", "forward_backward"):
+            p.error("--passes: unknown '%s'; allowed: forward, "
+                    "forward_backward" % x)
     try:
         a.seq_lens = [int(x) for x in a.seq_lens.split(",") if x]
     except ValueError:
