@@ -362,6 +362,10 @@ std::string DescribeTopology(const v1::Topology& topology) {
     absl::StrAppend(&out, ", pipeline chunks of ",
                     FormatBytes(topology.pipeline_chunk_bytes()));
   }
+  if (topology.device_flops() > 0) {
+    absl::StrAppendFormat(&out, ", %.3g GFLOP/s per device",
+                          topology.device_flops() / 1e9);
+  }
   return out;
 }
 
@@ -413,7 +417,10 @@ OrderedJson TopologyToJson(const v1::Topology& topology) {
       {"intra_host_latency_seconds", topology.intra_host_latency()},
       {"host_copy_bandwidth_bytes_per_second", topology.host_copy_bandwidth()},
       {"transfer_setup_seconds", topology.transfer_setup_seconds()},
-      {"pipeline_chunk_bytes", topology.pipeline_chunk_bytes()}};
+      {"pipeline_chunk_bytes", topology.pipeline_chunk_bytes()},
+      {"device_flops", topology.device_flops()},
+      {"device_memory_bandwidth_bytes_per_second",
+       topology.device_memory_bandwidth()}};
 }
 
 OrderedJson PlacedMeshToJson(const v1::DeviceMesh& mesh) {
@@ -541,6 +548,9 @@ OrderedJson ClusterToJson(const v1::GetClusterResponse& cluster,
                     {"device_kind", worker.device_kind()},
                     {"num_devices", worker.num_devices()},
                     {"memory_bytes", worker.memory_bytes()},
+                    {"probed_host_copy_bytes_per_second",
+                     worker.probed_host_copy_bytes_per_second()},
+                    {"probed_device_flops", worker.probed_device_flops()},
                     {"devices", WorkerDevices(worker, cluster.topology())},
                     {"state", WorkerStateName(worker.state())},
                     {"last_heartbeat_unix", worker.last_heartbeat_unix()}});
@@ -790,9 +800,14 @@ std::string RenderCluster(const v1::GetClusterResponse& cluster,
       TextTable::kRight, TextTable::kLeft,  TextTable::kLeft, TextTable::kLeft,
       TextTable::kRight, TextTable::kLeft, TextTable::kRight};
   if (wide) {
-    // The address the data plane connects to, beside the control one.
+    // The address the data plane connects to, beside the control one; and
+    // what the worker measured at start (WorkerInfo.probed_*).
     header.insert(header.begin() + 3, "DATA ADDRESS");
     align.insert(align.begin() + 3, TextTable::kLeft);
+    header.insert(header.end() - 2, "HOST COPY");
+    align.insert(align.end() - 2, TextTable::kRight);
+    header.insert(header.end() - 2, "GEMM/DEVICE");
+    align.insert(align.end() - 2, TextTable::kRight);
   }
   TextTable table(header, align);
   for (const v1::WorkerInfo& worker : workers) {
@@ -811,6 +826,13 @@ std::string RenderCluster(const v1::GetClusterResponse& cluster,
       row.insert(row.begin() + 3, worker.data_address().empty()
                                       ? "-"
                                       : worker.data_address());
+      const double copy = worker.probed_host_copy_bytes_per_second();
+      const double flops = worker.probed_device_flops();
+      row.insert(row.end() - 2,
+                 copy > 0 ? absl::StrCat(FormatBytes(copy), "/s") : "-");
+      row.insert(row.end() - 2,
+                 flops > 0 ? absl::StrFormat("%.1f GFLOP/s", flops / 1e9)
+                           : "-");
     }
     table.AddRow(std::move(row));
   }

@@ -133,6 +133,7 @@ absl::StatusOr<ControllerConfig> ConfigFromFlags(const ControllerFlags& flags) {
     }
   }
   config.registry.device_rates = flags.device_rates;
+  config.registry.use_probed_rates = flags.probed_rates;
   config.jobs.task_timeout = absl::Seconds(flags.task_timeout_seconds);
   config.jobs.reserve_after = flags.reserve_after_seconds == -1
                                   ? absl::InfiniteDuration()

@@ -57,6 +57,10 @@ struct ControllerFlags {
   // The devices' compute rates: cpu, v100, h100, h200, or auto (h100 for
   // CUDA workers, else cpu).
   std::string device_rates = "auto";
+  // Plan with the rates workers measure at start (WorkerInfo.probed_*):
+  // the host copy capacity where host_copy_gbps is 0, the GEMM rate where
+  // device_rates is auto and the workers are CPUs.
+  bool probed_rates = true;
 
   // Security (docs/security.md): TLS with the cluster's certificates, or
   // --insecure explicitly; neither is an error.

@@ -100,6 +100,9 @@ grpc::Status ControllerService::RegisterWorker(
   record.num_devices = info.num_devices();
   record.memory_bytes = info.memory_bytes();
   record.incarnation = info.incarnation();
+  record.probed_host_copy_bytes_per_second =
+      info.probed_host_copy_bytes_per_second();
+  record.probed_device_flops = info.probed_device_flops();
   absl::StatusOr<WorkerRecord> stored = registry_->Register(record);
   if (!stored.ok()) return ToGrpcStatus(stored.status());
   response->set_host_index(stored->host_index);
@@ -303,6 +306,9 @@ grpc::Status ControllerService::GetCluster(grpc::ServerContext* context,
     info->set_device_kind(w.device_kind);
     info->set_num_devices(w.num_devices);
     info->set_memory_bytes(w.memory_bytes);
+    info->set_probed_host_copy_bytes_per_second(
+        w.probed_host_copy_bytes_per_second);
+    info->set_probed_device_flops(w.probed_device_flops);
     info->set_host_index(w.host_index);
     info->set_last_heartbeat_unix(UnixSecondsOf(w.last_heartbeat));
     if (w.lost) {

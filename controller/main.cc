@@ -82,6 +82,11 @@ ABSL_FLAG(std::string, device_rates, kDefaults.device_rates,
           "(tp_overlap, moe, attention, pipeline): cpu, v100, h100, h200 "
           "(published peaks), or auto: h100 once a CUDA worker registers, "
           "else cpu");
+ABSL_FLAG(bool, probed_rates, kDefaults.probed_rates,
+          "plan with the rates CPU workers measure at start (their "
+          "--probe_rates): the slowest host's memory-copy capacity where "
+          "--host_copy_gbps is 0, and its GEMM rate per device where "
+          "--device_rates is auto; false: the flags' figures alone");
 ABSL_FLAG(double, task_timeout_seconds, kDefaults.task_timeout_seconds,
           "deadline of one job's data-plane run on its workers");
 ABSL_FLAG(double, reserve_after_seconds, kDefaults.reserve_after_seconds,
@@ -163,6 +168,7 @@ int main(int argc, char** argv) {
   flags.host_copy_gbps = absl::GetFlag(FLAGS_host_copy_gbps);
   flags.transfer_setup_us = absl::GetFlag(FLAGS_transfer_setup_us);
   flags.device_rates = absl::GetFlag(FLAGS_device_rates);
+  flags.probed_rates = absl::GetFlag(FLAGS_probed_rates);
   flags.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   flags.tls_key = absl::GetFlag(FLAGS_tls_key);
   flags.tls_ca = absl::GetFlag(FLAGS_tls_ca);
@@ -208,7 +214,8 @@ int main(int argc, char** argv) {
       flags.host_copy_gbps > 0 ? absl::StrCat(flags.host_copy_gbps, " Gbps")
                                : std::string("unlimited"),
       ", transfer setup ", flags.transfer_setup_us, " us, device rates ",
-      flags.device_rates);
+      flags.device_rates,
+      flags.probed_rates ? " (the workers' probed rates where not set)" : "");
   std::cout << "meshcast-controller listening on port " << port << std::endl;
   const int bound_metrics_port = (*server)->metrics_port();
   if (bound_metrics_port > 0) {

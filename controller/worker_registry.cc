@@ -1,5 +1,7 @@
 #include "controller/worker_registry.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "util/log.h"
@@ -100,6 +102,16 @@ absl::StatusOr<WorkerRecord> WorkerRegistry::Register(
     return absl::InvalidArgumentError(
         absl::StrCat("worker.memory_bytes of worker ", info.name, " is ",
                      info.memory_bytes, "; must be >= 0 (0 = not reported)"));
+  }
+  for (const auto& [field, value] :
+       {std::pair<const char*, double>{"probed_host_copy_bytes_per_second",
+                                       info.probed_host_copy_bytes_per_second},
+        {"probed_device_flops", info.probed_device_flops}}) {
+    if (!(value >= 0) || !std::isfinite(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker.", field, " of worker ", info.name, " is ",
+                       value, "; must be finite and >= 0 (0 = not measured)"));
+    }
   }
   if (info.num_devices < 1 || info.num_devices > kMaxDevicesPerWorker) {
     return absl::InvalidArgumentError(
@@ -271,6 +283,26 @@ void WorkerRegistry::SweeperLoop(absl::Duration period) {
   }
 }
 
+void WorkerRegistry::ApplyProbedRates(Topology& topology) const {
+  double copy = 0, flops = 0;
+  bool cuda = false;
+  for (const WorkerRecord& w : workers_) {
+    if (w.name.empty() || w.lost) continue;
+    cuda = cuda || w.device_kind == "cuda";
+    auto slowest = [](double& low, double probed) {
+      if (probed > 0 && (low == 0 || probed < low)) low = probed;
+    };
+    slowest(copy, w.probed_host_copy_bytes_per_second);
+    slowest(flops, w.probed_device_flops);
+  }
+  if (options_.host_copy_bandwidth == 0 && copy > 0) {
+    topology.host_copy_bandwidth = copy;
+  }
+  if (options_.device_rates == "auto" && !cuda && flops > 0) {
+    topology.device_flops = flops;
+  }
+}
+
 Topology WorkerRegistry::topology() const {
   absl::MutexLock lock(&mu_);
   Topology topology;
@@ -296,6 +328,7 @@ Topology WorkerRegistry::topology() const {
   if (absl::StatusOr<DeviceRates> preset = DeviceRatesFor(rates); preset.ok()) {
     topology.SetDeviceRates(*preset);
   }
+  if (options_.use_probed_rates) ApplyProbedRates(topology);
   return topology;
 }
 

@@ -22,7 +22,9 @@
 // host stays in the topology, unavailable, so that ids do not shift; so
 // does a free index below the highest) x the common device count. Every
 // live worker must have the same device count; a worker with another count
-// is rejected.
+// is rejected. Its rates are the options' figures, or with
+// Options::use_probed_rates what the live workers measured (the slowest
+// host's: a plan waits for its slowest part).
 //
 //   WorkerRegistry registry(options, Clock::Real());
 //   registry.AddListener([&](const WorkerEvent& e) { ... });
@@ -60,6 +62,10 @@ struct WorkerRecord {
   int num_devices = 0;
   int64_t memory_bytes = 0;  // WorkerInfo.memory_bytes; 0 = not reported
   std::string incarnation;   // WorkerInfo.incarnation; may be empty
+  // WorkerInfo.probed_*: the host's measured copy capacity (bytes/s) and one
+  // device's GEMM rate (FLOP/s); 0 = not measured.
+  double probed_host_copy_bytes_per_second = 0;
+  double probed_device_flops = 0;
   int host_index = -1;
   bool lost = false;
   absl::Time last_heartbeat = absl::InfinitePast();
@@ -93,6 +99,12 @@ class WorkerRegistry {
     // preset name, or "auto": "h100" once a CUDA worker has registered
     // (WorkerInfo names no GPU model), else "cpu".
     std::string device_rates = "auto";
+    // Plan with what the workers measured at start (WorkerInfo.probed_*):
+    // where host_copy_bandwidth is 0, the smallest probed copy capacity of
+    // the live workers; where device_rates is "auto" and no CUDA worker is
+    // live, the smallest probed GEMM rate as device_flops. Workers that
+    // probed nothing leave the figures above in place.
+    bool use_probed_rates = true;
     // A worker LOST for this long is removed (its index freed);
     // absl::InfiniteDuration(): never.
     absl::Duration lost_worker_ttl = absl::Minutes(10);
@@ -160,6 +172,9 @@ class WorkerRegistry {
   void SaveHostLocked(const WorkerRecord& record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SweeperLoop(absl::Duration period);
+  // Options::use_probed_rates: the slowest live worker's probed figures.
+  void ApplyProbedRates(Topology& topology) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   Clock* const clock_;

@@ -143,6 +143,58 @@ TEST_F(WorkerRegistryTest, DeviceRatesFollowTheWorkersKind) {
                    DeviceRatesFor("h200")->memory_bandwidth);
 }
 
+// What the workers measured at start: the slowest live host's copy
+// capacity where the options leave it 0, and its GEMM rate where the
+// device rates are auto and no CUDA worker is live; the options' figures
+// where set, where use_probed_rates is off, or where nothing was probed.
+TEST_F(WorkerRegistryTest, ProbedRatesReplaceTheFiguresLeftOpen) {
+  WorkerRegistry::Options options = Options();
+  options.host_copy_bandwidth = 0;
+  WorkerRegistry registry(options, &clock_);
+  ASSERT_TRUE(registry.Register(Worker("unprobed")).ok());
+  EXPECT_EQ(registry.topology().host_copy_bandwidth, 0);
+  EXPECT_DOUBLE_EQ(registry.topology().device_flops,
+                   DeviceRatesFor("cpu")->flops);
+  WorkerRecord fast = Worker("fast"), slow = Worker("slow");
+  fast.probed_host_copy_bytes_per_second = 8e9;
+  fast.probed_device_flops = 30e9;
+  slow.probed_host_copy_bytes_per_second = 5e9;
+  slow.probed_device_flops = 20e9;
+  ASSERT_TRUE(registry.Register(fast).ok());
+  ASSERT_TRUE(registry.Register(slow).ok());
+  EXPECT_DOUBLE_EQ(registry.topology().host_copy_bandwidth, 5e9);
+  EXPECT_DOUBLE_EQ(registry.topology().device_flops, 20e9);
+  // The slow host lost: the live ones' figures.
+  clock_.Advance(absl::Seconds(6));
+  ASSERT_TRUE(registry.Heartbeat("fast"));
+  ASSERT_TRUE(registry.Heartbeat("unprobed"));
+  registry.Sweep();
+  EXPECT_DOUBLE_EQ(registry.topology().host_copy_bandwidth, 8e9);
+  EXPECT_DOUBLE_EQ(registry.topology().device_flops, 30e9);
+  // A CUDA worker: its preset, not a CPU's GEMM rate.
+  WorkerRecord gpu = Worker("gpu");
+  gpu.device_kind = "cuda";
+  ASSERT_TRUE(registry.Register(gpu).ok());
+  EXPECT_DOUBLE_EQ(registry.topology().device_flops,
+                   DeviceRatesFor("h100")->flops);
+
+  // Figures set in the options win; so does use_probed_rates = false.
+  WorkerRegistry configured(Options(), &clock_);  // host copy 3e9
+  ASSERT_TRUE(configured.Register(fast).ok());
+  EXPECT_DOUBLE_EQ(configured.topology().host_copy_bandwidth, 3e9);
+  EXPECT_DOUBLE_EQ(configured.topology().device_flops, 30e9);
+  options.use_probed_rates = false;
+  WorkerRegistry off(options, &clock_);
+  ASSERT_TRUE(off.Register(fast).ok());
+  EXPECT_EQ(off.topology().host_copy_bandwidth, 0);
+  EXPECT_DOUBLE_EQ(off.topology().device_flops, DeviceRatesFor("cpu")->flops);
+
+  WorkerRecord bad = Worker("bad");
+  bad.probed_device_flops = -1;
+  EXPECT_THAT(registry.Register(bad).status().message(),
+              HasSubstr("worker.probed_device_flops of worker bad is -1"));
+}
+
 TEST_F(WorkerRegistryTest, MissedLeaseMarksLostAndNotifies) {
   ASSERT_TRUE(registry_.Register(Worker("a")).ok());
   ASSERT_TRUE(registry_.Register(Worker("b")).ok());

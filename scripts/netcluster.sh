@@ -92,7 +92,7 @@ flags (up):
                        tc time units such as 0ms, 500us (default 0ms; needs
                        the sch_netem kernel module)
   --mtu M              MTU of the emulated links (default 1500)
-  --host-copy-gbps G|memcpy|calibrate
+  --host-copy-gbps G|memcpy|calibrate|probed
                        memory-copy capacity of each host for the planner,
                        shared by its K devices (copies inside the host and
                        the pack/unpack of slices that cross hosts): a number
@@ -101,7 +101,9 @@ flags (up):
                        (the default with K >= 2 devices): what a worker's K
                        devices copy together, measured with an intra-host
                        job on a throw-away controller before the cluster
-                       starts (they share the worker's cores)
+                       starts (they share the worker's cores); probed: what
+                       each worker measures itself when it starts (its
+                       --probe-rates), the controller taking the slowest
   --intra-gbps G|memcpy|calibrate
                        per-device bandwidth inside a host for the planner:
                        a number (Gbit/s); memcpy (the default): this
@@ -587,9 +589,12 @@ cmd_up() {
     *) is_positive_number "$intra_gbps" || die "--intra-gbps must be a positive number (Gbit/s), memcpy or calibrate, got '$intra_gbps'" ;;
   esac
   case "$host_copy_gbps" in
-    memcpy | calibrate) ;;
-    *) is_non_negative_number "$host_copy_gbps" || die "--host-copy-gbps must be a number >= 0 (Gbit/s; 0 = unlimited), memcpy or calibrate, got '$host_copy_gbps'" ;;
+    memcpy | calibrate | probed) ;;
+    *) is_non_negative_number "$host_copy_gbps" || die "--host-copy-gbps must be a number >= 0 (Gbit/s; 0 = unlimited), memcpy, calibrate or probed, got '$host_copy_gbps'" ;;
   esac
+  if [[ "$host_copy_gbps" == probed ]] && ((!with_daemons)); then
+    die "--host-copy-gbps probed needs the daemons (the workers measure it)"
+  fi
   is_non_negative_number "$transfer_setup_us" || die "--transfer-setup-us must be a number >= 0 (microseconds), got '$transfer_setup_us'"
   if [[ "$intra_gbps" == calibrate && "$host_copy_gbps" == calibrate ]]; then
     die "--intra-gbps and --host-copy-gbps cannot both be calibrate (one measurement fits one of them); give the other a number or memcpy"
@@ -600,11 +605,13 @@ cmd_up() {
   intra_source="$intra_gbps"
   [[ "$intra_gbps" == memcpy || "$intra_gbps" == calibrate ]] || intra_source=given
   host_copy_source="$host_copy_gbps"
-  [[ "$host_copy_gbps" == memcpy || "$host_copy_gbps" == calibrate ]] || host_copy_source=given
+  [[ "$host_copy_gbps" == memcpy || "$host_copy_gbps" == calibrate || "$host_copy_gbps" == probed ]] || host_copy_source=given
   memcpy_gbps="$(measure_memcpy_gbps)"
   log "memcpy: $memcpy_gbps Gbit/s single-threaded"
   [[ "$intra_gbps" == memcpy ]] && intra_gbps="$memcpy_gbps"
   [[ "$host_copy_gbps" == memcpy ]] && host_copy_gbps="$memcpy_gbps"
+  # probed: the controller gets 0 and takes the workers' own measurement.
+  [[ "$host_copy_gbps" == probed ]] && host_copy_gbps=0
   controller_bin="" worker_bin="" meshctl_bin=""
   if ((with_daemons)); then
     controller_bin="$(find_binary meshcast-controller)"

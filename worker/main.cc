@@ -53,6 +53,7 @@
 #include "worker/host_memory.h"
 #include "util/log.h"
 #include "worker/progress_pusher.h"
+#include "worker/rate_probe.h"
 #include "worker/worker_agent.h"
 #include "worker/worker_metrics.h"
 #include "worker/worker_service.h"
@@ -117,6 +118,11 @@ ABSL_FLAG(std::string, local_socket, "",
           "a Unix socket path where processes on this host lend the worker "
           "their buffers (Worker.RegisterBuffer, docs/user_buffers.md); "
           "only the worker's user may connect; empty: none");
+ABSL_FLAG(bool, probe_rates, true,
+          "CPU devices: measure the host's memory-copy capacity and one "
+          "device's GEMM rate at start (about 0.3 s, all devices at once) "
+          "and report them at registration; the controller plans with them "
+          "(its --probed_rates)");
 ABSL_FLAG(bool, insecure, false,
           "no TLS: anyone who reaches --listen may run and abort tasks "
           "(local tests only); without it the --tls_* flags are required");
@@ -415,6 +421,22 @@ int Main(int argc, char** argv) {
   }
   agent_options.heartbeat_interval =
       absl::Seconds(absl::GetFlag(FLAGS_heartbeat_seconds));
+  if (absl::GetFlag(FLAGS_probe_rates) && devices->kind == "cpu") {
+    // Before registering, so that no job shares the cores with the probe.
+    absl::StatusOr<ProbedRates> rates = ProbeCpuRates(devices->count, {});
+    if (rates.ok()) {
+      agent_options.probed_host_copy_bytes_per_second =
+          rates->host_copy_bytes_per_second;
+      agent_options.probed_device_flops = rates->device_flops;
+      LogInfo("probed rates: host copy ",
+              rates->host_copy_bytes_per_second / 1e9, " GB/s shared by ",
+              devices->count, " devices; GEMM ", rates->device_flops / 1e9,
+              " GFLOP/s per device");
+    } else {
+      LogWarning("rate probe failed (", rates.status().ToString(),
+                 "); the controller plans with its own figures");
+    }
+  }
   WorkerAgent agent(channel, agent_options);
   agent.Start();
   // Running tasks' progress goes to the controller (about every 250 ms and

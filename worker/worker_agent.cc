@@ -97,6 +97,9 @@ bool WorkerAgent::Register() {
   info->set_device_kind(options_.device_kind);
   info->set_memory_bytes(options_.memory_bytes);
   info->set_incarnation(options_.incarnation);
+  info->set_probed_host_copy_bytes_per_second(
+      options_.probed_host_copy_bytes_per_second);
+  info->set_probed_device_flops(options_.probed_device_flops);
   info->set_data_address(options_.data_address);
   v1::RegisterWorkerResponse response;
   grpc::Status status = stub_->RegisterWorker(&context, request, &response);

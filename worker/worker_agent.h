@@ -39,6 +39,10 @@ struct WorkerAgentOptions {
   // WorkerInfo.incarnation: this process's run; empty = a random one chosen
   // when the agent is made.
   std::string incarnation;
+  // WorkerInfo.probed_*: the host's measured rates (rate_probe.h); 0 = not
+  // measured.
+  double probed_host_copy_bytes_per_second = 0;
+  double probed_device_flops = 0;
   // Heartbeat period; zero means what the controller's RegisterWorker
   // response says (1 s if it says nothing).
   absl::Duration heartbeat_interval = absl::ZeroDuration();

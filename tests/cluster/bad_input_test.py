@@ -183,6 +183,24 @@ def views(cluster):
     text = cluster.ctl("cluster").out
     lib.check("2 (2 ready, 0 busy, 0 lost)" in text and "worker-1" in text,
               "cluster table: %r" % text)
+    # Each worker measured its host at start; the controller plans with
+    # the slowest one's figures (no --host-copy-gbps given, device rates
+    # auto).
+    info = cluster.ctl("cluster", "--output", "json").json()
+    copies = [w.get("probed_host_copy_bytes_per_second", 0)
+              for w in info["workers"]]
+    flops = [w.get("probed_device_flops", 0) for w in info["workers"]]
+    lib.check(all(c > 1e8 for c in copies) and all(f > 1e7 for f in flops),
+              "probed rates: copy %s, flops %s" % (copies, flops))
+    topology = info["topology"]
+    lib.check(topology.get("host_copy_bandwidth_bytes_per_second") ==
+              min(copies) and
+              topology.get("device_flops") == min(flops),
+              "topology %s does not take the slowest probe (copy %s, flops "
+              "%s)" % (topology, copies, flops))
+    wide = cluster.ctl("cluster", "--output", "wide").out
+    lib.check("HOST COPY" in wide and "GFLOP/s" in wide,
+              "cluster -o wide: %r" % wide)
     listing = cluster.ctl("list").out
     lib.check(listing.startswith("ID") and "SUCCEEDED" in listing,
               "list table: %r" % listing)
