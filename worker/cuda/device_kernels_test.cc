@@ -822,8 +822,9 @@ std::vector<uint8_t> NarrowRows(const std::vector<uint8_t>& wide, int64_t width,
 // alone (the host's result without accumulate): 2 ulps of the dtype
 // relative to the element (the final rounding may fall either way) plus a
 // floor for the order of the sums, relative to max |G|: 4 ulps of the
-// dtype for float16 / bfloat16 (float accumulators), 1e-6 for float32 and
-// 1e-12 for float64 (double accumulators).
+// dtype for float16 / bfloat16, 2e-5 for float32 (the host accumulates it
+// in float, the GPU in double: up to 300 terms of float rounding, about
+// 300 x 2^-24) and 1e-12 for float64 (double accumulators on both).
 TEST_F(DeviceKernelsTest, AttentionBackwardAgainstTheHostKernel) {
   struct Shape {
     int64_t q_rows, kv_rows, head_dim;
@@ -844,7 +845,7 @@ TEST_F(DeviceKernelsTest, AttentionBackwardAgainstTheHostKernel) {
                                                    : std::ldexp(1.0, -52);
     const double floor_rel =
         dtype == DType::kFloat16 || dtype == DType::kBFloat16 ? 4 * eps
-        : dtype == DType::kFloat32                            ? 1e-6
+        : dtype == DType::kFloat32                            ? 2e-5
                                                               : 1e-12;
     for (size_t shape_index = 0; shape_index < shapes.size(); ++shape_index) {
       const Shape& shape = shapes[shape_index];

@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -87,8 +88,8 @@ bool Overlaps(absl::Span<const uint8_t> a, absl::Span<const uint8_t> b) {
   return a0 < b0 + b.size() && b0 < a0 + a.size();
 }
 
-// Elements of a float dtype to and from the accumulator type T (float for
-// fp16 / bf16, double for float32 / float64): loads are exact, stores round
+// Elements of a float dtype to and from the accumulator type T (float, or
+// double for float64): loads are exact, stores round
 // once to nearest even.
 template <PatternType kType, typename T>
 void LoadBitsAs(const uint8_t* in, int64_t n, T* out) {
@@ -164,6 +165,117 @@ T RoundToDType(DType dtype, T x) {
   StoreFrom(dtype, &x, 1, bytes);
   LoadAs(dtype, bytes, 1, &r);
   return r;
+}
+
+// AttentionFastExp (attention.h): exp(x) in float without a library call,
+// so that a loop of them
+// vectorizes (the exponentials of a score tile cost more than its two
+// GEMMs through libm): x = n ln2 + r with |r| <= ln2 / 2 (Cody-Waite,
+// n rounded to nearest by the 1.5 x 2^23 trick), exp(r) by a degree-6
+// polynomial (the Cephes expf coefficients: under 2 ulp on the whole
+// range), times 2^n built in the exponent bits. x below -87.3 (a result
+// below the smallest normal float) and -inf give an exact 0, as a masked
+// score must; x above 88.3 gives +inf (the last 0.4 before float's own
+// overflow too: attention's arguments are at most about 0). Never given
+// NaN here.
+[[gnu::always_inline]] inline float FastExpImpl(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+  constexpr float kRound = 12582912.0f;  // 1.5 x 2^23
+  const bool underflow = x < -87.3365f;
+  const float clamped = std::min(std::max(x, -87.3365f), 88.7228f);
+  const float n = (clamped * kLog2e + kRound) - kRound;
+  const float r = (clamped - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const float scale =
+      std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  return underflow ? 0.0f : p * scale;
+}
+// The exponential of the accumulator type: FastExp for float, libm's for
+// double (float64 tensors).
+inline float AccumulatorExp(float x) { return FastExpImpl(x); }
+inline double AccumulatorExp(double x) { return std::exp(x); }
+
+// x[i] = exp(x[i] - shift) for i < n, four at a time: FastExpImpl's
+// arithmetic on GCC vector types, whose compares give lane masks, so the
+// clamps and the zero below the range need no branch (the compiler does
+// not vectorize the scalar form's selects on its own).
+void ExpShifted(float* x, int64_t n, float shift) {
+  using V = float __attribute__((vector_size(16)));
+  using VI = int32_t __attribute__((vector_size(16)));
+  const V lo = V{} + -87.3365f, hi = V{} + 88.7228f;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    V v;
+    std::memcpy(&v, x + i, sizeof(v));
+    v -= shift;
+    const VI under = v < lo;
+    V c = v < lo ? lo : v;
+    c = c > hi ? hi : c;
+    const V n_ = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    const V r = (c - n_ * 0.693359375f) - n_ * -2.12194440e-4f;
+    V p = V{} + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const VI bits = (__builtin_convertvector(n_, VI) + 127) << 23;
+    // GCC's vector casts between types of one size reinterpret the bits.
+    const V out = (V)((VI)(p * (V)bits) & ~under);
+    std::memcpy(x + i, &out, sizeof(out));
+  }
+  for (; i < n; ++i) x[i] = FastExpImpl(x[i] - shift);
+}
+void ExpShifted(double* x, int64_t n, double shift) {
+  for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i] - shift);
+}
+
+// The largest and the sum of x[0, n), four lanes at a time for float (the
+// sum's order is the lanes', then the tail's; any order is within the
+// tolerance the reference allows a row sum).
+float RowMax(const float* x, int64_t n) {
+  using V = float __attribute__((vector_size(16)));
+  V best = V{} - std::numeric_limits<float>::infinity();
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    V v;
+    std::memcpy(&v, x + i, sizeof(v));
+    best = v > best ? v : best;
+  }
+  float out = std::max(std::max(best[0], best[1]), std::max(best[2], best[3]));
+  for (; i < n; ++i) out = std::max(out, x[i]);
+  return out;
+}
+double RowMax(const double* x, int64_t n) {
+  double out = -std::numeric_limits<double>::infinity();
+  for (int64_t i = 0; i < n; ++i) out = std::max(out, x[i]);
+  return out;
+}
+float RowSum(const float* x, int64_t n) {
+  using V = float __attribute__((vector_size(16)));
+  V sum = V{};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    V v;
+    std::memcpy(&v, x + i, sizeof(v));
+    sum += v;
+  }
+  float out = (sum[0] + sum[1]) + (sum[2] + sum[3]);
+  for (; i < n; ++i) out += x[i];
+  return out;
+}
+double RowSum(const double* x, int64_t n) {
+  double out = 0;
+  for (int64_t i = 0; i < n; ++i) out += x[i];
+  return out;
 }
 
 // Row-major C = alpha op(A) B (+ beta C), op(A) = A, B transposed when
@@ -274,8 +386,7 @@ void AttentionBlockInto(const v1::AttentionBlockAttrs& a, DType dtype,
                   if (kv_pos[j0 + j] > qp) srow[j] = neg_inf;
                 }
               }
-              T mx = neg_inf;
-              for (int64_t j = 0; j < cols; ++j) mx = std::max(mx, srow[j]);
+              const T mx = RowMax(srow, cols);
               if (mx == neg_inf) {  // every key of the chunk masked
                 std::fill(srow, srow + cols, T(0));
                 continue;
@@ -284,14 +395,11 @@ void AttentionBlockInto(const v1::AttentionBlockAttrs& a, DType dtype,
               kept[r] = 1;
               const T m_old = mt[r];
               const T m_new = RoundToDType(dtype, std::max(m_old, mx));
-              const T f = m_old == neg_inf ? T(0) : std::exp(m_old - m_new);
-              T sum = 0;
-              for (int64_t j = 0; j < cols; ++j) {
-                const T p = std::exp(srow[j] - m_new);  // masked: exp(-inf)
-                srow[j] = p;
-                sum += p;
-              }
-              lt[r] = lt[r] * f + sum;
+              const T f =
+                  m_old == neg_inf ? T(0) : AccumulatorExp(m_old - m_new);
+              // The exponentials (masked: exp(-inf) = 0), then their sum.
+              ExpShifted(srow, cols, m_new);
+              lt[r] = lt[r] * f + RowSum(srow, cols);
               if (f != T(1)) {
                 T* orow = ot.data() + r * d;
                 for (int64_t x = 0; x < d; ++x) orow[x] *= f;
@@ -426,11 +534,18 @@ void AttentionBackwardInto(const v1::AttentionBackwardAttrs& ab, DType dtype,
                  id, T(0), pt.data(), ic);
             for (int64_t r = 0; r < rows; ++r) {
               T* prow = pt.data() + r * cols;
-              const bool live = lt[r] != T(0);
+              if (lt[r] == T(0)) {  // the row saw no key: no gradient
+                std::fill(prow, prow + cols, T(0));
+                continue;
+              }
               const int64_t qp = causal ? q_pos[i0 + r] : 0;
-              for (int64_t j = 0; j < cols; ++j) {
-                const bool kept = live && (!causal || kv_pos[j0 + j] <= qp);
-                prow[j] = kept ? std::exp(prow[j] - mt[r]) / lt[r] : T(0);
+              const T m = mt[r], inv_l = T(1) / lt[r];
+              ExpShifted(prow, cols, m);
+              for (int64_t j = 0; j < cols; ++j) prow[j] *= inv_l;
+              if (causal) {
+                for (int64_t j = 0; j < cols; ++j) {
+                  if (kv_pos[j0 + j] > qp) prow[j] = T(0);
+                }
               }
             }
             Gemm(true, ir, ic, id, T(1), dot.data(), id, vc.data() + j0 * d,
@@ -478,11 +593,14 @@ void AttentionFinishInto(DType dtype, int64_t d, int64_t rows,
   }
 }
 
-bool IsHalf(DType dtype) {
-  return dtype == DType::kFloat16 || dtype == DType::kBFloat16;
-}
+// Float accumulators for every dtype but float64 (as flash attention
+// kernels accumulate float32 inputs in float32): BLIS sgemm runs at twice
+// dgemm's rate, and FastExp vectorizes.
+bool IsHalf(DType dtype) { return dtype != DType::kFloat64; }
 
 }  // namespace
+
+float AttentionFastExp(float x) { return FastExpImpl(x); }
 
 double AttentionScale(const v1::AttentionBlockAttrs& attrs) {
   if (attrs.scale() != 0) return attrs.scale();

@@ -20,7 +20,8 @@
 // 0, m = -inf, l = 0). For query row i and key row j, s_ij = scale * q_i .
 // k_j (scale 0 read as 1 / sqrt(head_dim), AttentionScale), masked when
 // causal and kv_position[j] > q_position[i]. Arithmetic: float for
-// float16 / bfloat16, double for float32 / float64 (the accumulator); each
+// float16, bfloat16 and float32, double for float64 (the accumulator), the
+// float exponentials by a vectorizable polynomial (under 2 ulp); each
 // stored value is rounded once to the dtype. Per (b, h), tiles of up to
 // kAttentionQueryTile query rows run against chunks of kAttentionKeyChunk
 // key rows: the scores of the tile come from one GEMM (BLIS sgemm / dgemm,
@@ -46,8 +47,8 @@
 //
 // Attention finish: `state` rows of head_dim + 2 elements (rows = its
 // elements / (head_dim + 2)), `out` rows of head_dim: O = o / l per row,
-// computed in float (float16 / bfloat16) or double (float32 / float64) and
-// rounded once; +0 for every element of a row whose l is 0 (no key kept).
+// computed in the accumulator (float, or double for float64) and rounded
+// once; +0 for every element of a row whose l is 0 (no key kept).
 // `out` may overlap `state` (computed into a copy first).
 // Errors: INVALID_ARGUMENT for an integer dtype, spans that are not a
 // multiple of the element size, and CheckAttentionFinish's.
@@ -66,8 +67,8 @@
 // l (0 where masked or where l is 0: a row that saw no key has no
 // gradient), dP = dO V^T by a second GEMM, D_i = dO_i . O_i, dS = P (dP -
 // D); then dQ += scale dS K, or dK += scale dS^T Q and dV += P^T dO, each
-// by one GEMM per chunk. Arithmetic in float (float16 / bfloat16) or double
-// (float32 / float64); each output element rounded once to the dtype.
+// by one GEMM per chunk. Arithmetic in the block's accumulator (float, or
+// double for float64); each output element rounded once to the dtype.
 // Chunks that a causal mask hides from a whole tile are skipped. `out` may
 // overlap an input (computed into a copy first).
 // Errors: INVALID_ARGUMENT for an integer dtype, spans that are not a
@@ -111,6 +112,11 @@ absl::Status RunAttentionBackward(const v1::AttentionBackwardAttrs& attrs,
                                   absl::Span<const uint8_t> o,
                                   absl::Span<const uint8_t> state,
                                   absl::Span<uint8_t> out);
+
+// The float exponential of the kernels: within 2 ulp of exp(x) for x in
+// [-87.3, 88.3], an exact 0 below (and for -inf), +inf above; inline in
+// the kernels so that their loops vectorize, exported for its test.
+float AttentionFastExp(float x);
 
 // AttentionBlockAttrs.scale as used: 0 (unset) reads as 1 / sqrt(head_dim).
 double AttentionScale(const v1::AttentionBlockAttrs& attrs);

@@ -54,11 +54,10 @@ double UnitRoundoff(DType dtype) {
   }
 }
 
-// The kernels' accumulator: float for fp16 / bf16, double otherwise.
+// The kernels' accumulator: double for float64, float otherwise.
 double AccumulatorRoundoff(DType dtype) {
-  return dtype == DType::kFloat16 || dtype == DType::kBFloat16
-             ? std::ldexp(1.0, -24)
-             : std::ldexp(1.0, -53);
+  return dtype == DType::kFloat64 ? std::ldexp(1.0, -53)
+                                  : std::ldexp(1.0, -24);
 }
 
 v1::AttentionBlockAttrs Attrs(int64_t batch, int64_t heads, int64_t kv_heads,
@@ -965,6 +964,26 @@ TEST(AttentionBackwardTest, FullyMaskedRowsGiveZeros) {
       EXPECT_EQ(gkv[16 + 3 * 4 + c], 0.0);
     }
   }
+}
+
+// The kernels' float exponential: within 2 ulp of exp over its range
+// (every 1/1024 from -87 to 88), an exact 0 where the result would be
+// subnormal or for -inf, +inf beyond the float range, exactly 1 at 0.
+TEST(AttentionTest, FastExpIsWithinTwoUlp) {
+  double worst = 0;
+  for (int i = -87 * 1024; i <= 88 * 1024; ++i) {
+    const float x = i / 1024.0f;
+    const double want = std::exp(static_cast<double>(x));
+    const float got = AttentionFastExp(x);
+    const double ulp = std::ldexp(1.0, std::ilogb(want) - 23);
+    worst = std::max(worst, std::abs(got - want) / ulp);
+    ASSERT_LE(std::abs(got - want), 2 * ulp) << x;
+  }
+  EXPECT_GT(worst, 0);  // it is an approximation, measured
+  EXPECT_EQ(AttentionFastExp(0.0f), 1.0f);
+  EXPECT_EQ(AttentionFastExp(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(AttentionFastExp(-88.0f), 0.0f);
+  EXPECT_EQ(AttentionFastExp(89.0f), std::numeric_limits<float>::infinity());
 }
 
 // Bad attributes and operands: INVALID_ARGUMENT naming the field.
