@@ -326,13 +326,15 @@ void AttentionBlockInto(const v1::AttentionBlockAttrs& a, DType dtype,
   const int64_t tq = std::min(kAttentionQueryTile, q_rows);
   const int64_t tk = std::min(kAttentionKeyChunk, kv_rows);
   const int64_t chunks = (kv_rows + tk - 1) / tk;
-  // Causal: the smallest key position of each chunk, to skip chunks that
-  // every row of a tile masks.
-  std::vector<int64_t> chunk_min(chunks, 0);
+  // Causal: each chunk's smallest and largest key position, to skip chunks
+  // that a tile's rows all mask and the mask itself where they all see.
+  std::vector<int64_t> chunk_min(chunks, 0), chunk_max(chunks, 0);
   if (causal) {
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t end = std::min(kv_rows, (c + 1) * tk);
-      chunk_min[c] = *std::min_element(kv_pos + c * tk, kv_pos + end);
+      const auto [lo, hi] = std::minmax_element(kv_pos + c * tk, kv_pos + end);
+      chunk_min[c] = *lo;
+      chunk_max[c] = *hi;
     }
   }
   std::vector<T> kc(kv_rows * d), vc(kv_rows * d);
@@ -365,8 +367,12 @@ void AttentionBlockInto(const v1::AttentionBlockAttrs& a, DType dtype,
             kept[r] = 0;
           }
           int64_t max_q_pos = std::numeric_limits<int64_t>::min();
+          int64_t min_q_pos = std::numeric_limits<int64_t>::max();
           if (causal) {
-            max_q_pos = *std::max_element(q_pos + i0, q_pos + i0 + rows);
+            const auto [lo, hi] =
+                std::minmax_element(q_pos + i0, q_pos + i0 + rows);
+            min_q_pos = *lo;
+            max_q_pos = *hi;
           }
           for (int64_t c = 0; c < chunks; ++c) {
             if (causal && chunk_min[c] > max_q_pos) continue;  // all masked
@@ -380,7 +386,7 @@ void AttentionBlockInto(const v1::AttentionBlockAttrs& a, DType dtype,
             bool any = false;
             for (int64_t r = 0; r < rows; ++r) {
               T* srow = st.data() + r * cols;
-              if (causal) {
+              if (causal && chunk_max[c] > min_q_pos) {
                 const int64_t qp = q_pos[i0 + r];
                 for (int64_t j = 0; j < cols; ++j) {
                   if (kv_pos[j0 + j] > qp) srow[j] = neg_inf;
@@ -463,11 +469,15 @@ void AttentionBackwardInto(const v1::AttentionBackwardAttrs& ab, DType dtype,
   const int64_t tq = std::min(kAttentionQueryTile, q_rows);
   const int64_t tk = std::min(kAttentionKeyChunk, kv_rows);
   const int64_t chunks = (kv_rows + tk - 1) / tk;
-  std::vector<int64_t> chunk_min(chunks, 0);
+  // Causal: each chunk's smallest and largest key position, to skip chunks
+  // that a tile's rows all mask and the mask itself where they all see.
+  std::vector<int64_t> chunk_min(chunks, 0), chunk_max(chunks, 0);
   if (causal) {
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t end = std::min(kv_rows, (c + 1) * tk);
-      chunk_min[c] = *std::min_element(kv_pos + c * tk, kv_pos + end);
+      const auto [lo, hi] = std::minmax_element(kv_pos + c * tk, kv_pos + end);
+      chunk_min[c] = *lo;
+      chunk_max[c] = *hi;
     }
   }
   std::vector<T> kc(kv_rows * d), vc(kv_rows * d), gk, gv;
@@ -521,8 +531,12 @@ void AttentionBackwardInto(const v1::AttentionBackwardAttrs& ab, DType dtype,
             delta[r] = sum;
           }
           int64_t max_q_pos = std::numeric_limits<int64_t>::min();
+          int64_t min_q_pos = std::numeric_limits<int64_t>::max();
           if (causal) {
-            max_q_pos = *std::max_element(q_pos + i0, q_pos + i0 + rows);
+            const auto [lo, hi] =
+                std::minmax_element(q_pos + i0, q_pos + i0 + rows);
+            min_q_pos = *lo;
+            max_q_pos = *hi;
           }
           for (int64_t c = 0; c < chunks; ++c) {
             if (causal && chunk_min[c] > max_q_pos) continue;  // all masked
@@ -542,7 +556,7 @@ void AttentionBackwardInto(const v1::AttentionBackwardAttrs& ab, DType dtype,
               const T m = mt[r], inv_l = T(1) / lt[r];
               ExpShifted(prow, cols, m);
               for (int64_t j = 0; j < cols; ++j) prow[j] *= inv_l;
-              if (causal) {
+              if (causal && chunk_max[c] > min_q_pos) {
                 for (int64_t j = 0; j < cols; ++j) {
                   if (kv_pos[j0 + j] > qp) prow[j] = T(0);
                 }
