@@ -392,15 +392,18 @@ cmd_down() {
 # Shapes egress of interface $2 in namespace $1 to $rate_bits, with netem
 # delay below it when asked. tbf: a token bucket with a burst of max(128 KiB,
 # 2 ms of traffic) (at least one 64 KiB GSO packet, so tbf never has to split
-# one) and a queue of 50 ms of traffic (enough to absorb the incast of many
-# TCP flows without drops).
+# one) and a queue of NETCLUSTER_QUEUE_MS (default 50) ms of traffic (enough
+# to absorb the incast of many TCP flows without drops; a shorter queue
+# delays less the acknowledgements that wait in it behind data).
 shape_link() {
   local ns="$1" dev="$2"
   local burst=$((rate_bits / 8 / 500))
   ((burst < 131072)) && burst=131072
+  local queue_ms="${NETCLUSTER_QUEUE_MS:-50}"
+  is_positive_number "$queue_ms" || die "NETCLUSTER_QUEUE_MS must be a positive number of milliseconds, got '$queue_ms'"
   tc -n "$ns" qdisc del dev "$dev" root 2>/dev/null || true
   if ! tc -n "$ns" qdisc add dev "$dev" root handle 1: tbf rate "${rate_bits}bit" \
-      burst "$burst" latency 50ms; then
+      burst "$burst" latency "${queue_ms}ms"; then
     die "tc tbf on $dev in $ns failed (needs the sch_tbf kernel module)"
   fi
   if ((delay_us > 0)); then

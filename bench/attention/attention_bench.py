@@ -159,7 +159,8 @@ def section_cluster(args, where):
     if where == "net":
         cluster = bc.NetCluster(args.bin_dir, args.rate, hosts,
                                 devices=devices, cluster_id="attb",
-                                prefix="attention-netbench-")
+                                prefix="attention-netbench-",
+                                worker_args=args.worker_args)
     else:
         cluster = bc.LocalCluster(args.meshctl, args.controller_bin,
                                   args.worker_bin, hosts, devices=devices,
@@ -245,6 +246,9 @@ def parse_args(argv):
     p.add_argument("--job-timeout", type=float, default=300)
     p.add_argument("--bin-dir", default=os.environ.get("MESHCAST_BUILD_DIR"))
     p.add_argument("--json", default=None)
+    p.add_argument("--worker-args", default="",
+                   help="net: extra flags for every worker, one string "
+                   "(scripts/netcluster.sh --worker-args)")
     a = p.parse_args(argv)
     if a.sections is None:
         a.sections = "plan,local" if a.quick else "plan,net"

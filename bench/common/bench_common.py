@@ -27,13 +27,17 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 def add_cluster_args(parser, job_timeout):
     """The flags every cluster benchmark takes: --job-timeout, --bin-dir
-    (default $MESHCAST_BUILD_DIR) and --json."""
+    (default $MESHCAST_BUILD_DIR), --json and --worker-args."""
     parser.add_argument("--job-timeout", type=float, default=job_timeout)
     parser.add_argument("--bin-dir",
                         default=os.environ.get("MESHCAST_BUILD_DIR"),
                         help="build directory with the daemons and meshctl")
     parser.add_argument("--json", default=None,
                         help="also write the rows as JSON to this file")
+    parser.add_argument("--worker-args", default="",
+                        help="net sections: extra flags for every worker, "
+                        "one string (scripts/netcluster.sh --worker-args), "
+                        "e.g. \"--gloo-connections=2\"")
 
 
 def split_sections(parser, sections, allowed):
@@ -175,14 +179,14 @@ class NetCluster:
     units) each way. Needs root."""
 
     def __init__(self, bin_dir, rate, hosts, devices=1, cluster_id="bench",
-                 prefix="netbench-"):
+                 prefix="netbench-", worker_args=""):
         sys.path.insert(0, os.path.join(REPO, "bench", "netcluster"))
         import netcluster_bench  # noqa: E402 (the netcluster driver)
         self.dir = tempfile.mkdtemp(prefix=prefix)
         options = argparse.Namespace(
             dir=self.dir, id=cluster_id, hosts=hosts, devices=devices,
             rate=rate, bin_dir=bin_dir, intra_gbps=None, host_copy_gbps=None,
-            transfer_setup_us=None)
+            transfer_setup_us=None, worker_args=worker_args)
         self.cluster = netcluster_bench.Cluster(options)
         self.ok = False
 

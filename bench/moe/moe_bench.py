@@ -244,7 +244,8 @@ def section_cluster(args, where):
     for ep, mp in meshes:
         if where == "net":
             cluster = bc.NetCluster(args.bin_dir, args.rate, ep, devices=mp,
-                                    cluster_id="moeb", prefix="moe-netbench-")
+                                    cluster_id="moeb", prefix="moe-netbench-",
+                                    worker_args=args.worker_args)
         else:
             cluster = bc.LocalCluster(args.meshctl, args.controller_bin,
                                       args.worker_bin, ep, devices=mp,

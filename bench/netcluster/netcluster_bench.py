@@ -152,6 +152,8 @@ class Cluster:
             argv += ["--host-copy-gbps", str(a.host_copy_gbps)]
         if a.transfer_setup_us:
             argv += ["--transfer-setup-us", str(a.transfer_setup_us)]
+        if getattr(a, "worker_args", ""):
+            argv += ["--worker-args", a.worker_args]
         self.started = True
         self.netcluster(*argv, timeout=180)
         self.load_env()

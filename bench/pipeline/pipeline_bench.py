@@ -367,7 +367,8 @@ def section_cluster(args, where):
         if where == "net":
             cluster = bc.NetCluster(args.bin_dir, rate, 2, devices=devices,
                                     cluster_id="pipb",
-                                    prefix="pipeline-netbench-")
+                                    prefix="pipeline-netbench-",
+                                    worker_args=args.worker_args)
         else:
             cluster = bc.LocalCluster(args.meshctl, args.controller_bin,
                                       args.worker_bin, 2, devices=devices,

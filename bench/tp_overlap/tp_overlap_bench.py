@@ -105,7 +105,8 @@ def local_cluster(args, workers):
 
 def net_cluster(args, hosts):
     return bc.NetCluster(args.bin_dir, args.rate, hosts, devices=1,
-                         cluster_id="tpov", prefix="tp-overlap-netbench-")
+                         cluster_id="tpov", prefix="tp-overlap-netbench-",
+                         worker_args=args.worker_args)
 
 
 # ---- the grid on a cluster ------------------------------------------------

@@ -347,7 +347,8 @@ def start_cluster(args, where):
     hosts = hosts_needed(args.replicas)
     if where == "net":
         return bc.NetCluster(args.bin_dir, args.rate, hosts, devices=DEVICES,
-                             cluster_id="wtb", prefix="weights-netbench-")
+                             cluster_id="wtb", prefix="weights-netbench-",
+                             worker_args=args.worker_args)
     return bc.LocalCluster(args.meshctl, args.controller_bin,
                            args.worker_bin, hosts, devices=DEVICES,
                            prefix="weights-bench-")
