@@ -73,8 +73,8 @@ class Oracle {
         const int64_t kv0 = (b * s_.kv_heads + h / group) * n * d;
         for (int64_t i = 0; i < n; ++i) {
           const int64_t qi = ((b * s_.heads + h) * n + i) * d;
-          std::vector<double> p(n, 0.0), o(d, 0.0);
-          for (int64_t j = 0; j < n; ++j) p[j] = Softmax(b, h, i, j);
+          const std::vector<double> p = Weights(b, h, i);
+          std::vector<double> o(d, 0.0);
           for (int64_t j = 0; j < n; ++j) {
             for (int64_t x = 0; x < d; ++x) o[x] += p[j] * V(2, kv0 + j * d + x);
           }
@@ -99,8 +99,9 @@ class Oracle {
     return g;
   }
 
-  // The softmax weight of key row j for query row `row` (layout rows).
-  double Softmax(int64_t b, int64_t h, int64_t row, int64_t key) const {
+  // The softmax weights of every key row for query row `row` (layout
+  // rows): 0 where the mask hides the key, all 0 if it hides every key.
+  std::vector<double> Weights(int64_t b, int64_t h, int64_t row) const {
     const int64_t d = s_.head_dim, n = s_.seq_len;
     const int64_t kvh = h / (s_.heads / s_.kv_heads);
     const int64_t pos = s_.LayoutPosition(row);
@@ -116,39 +117,23 @@ class Oracle {
       score[j] = dot / std::sqrt(double(d));
       top = std::max(top, score[j]);
     }
-    if (score[key] == -INFINITY) return 0;
     double sum = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      if (score[j] != -INFINITY) sum += std::exp(score[j] - top);
+    for (double& x : score) sum += (x = x == -INFINITY ? 0 : std::exp(x - top));
+    if (sum > 0) {
+      for (double& x : score) x /= sum;
     }
-    return std::exp(score[key] - top) / sum;
+    return score;
   }
 
   double O(int64_t b, int64_t h, int64_t row, int64_t c) const {
     const int64_t d = s_.head_dim, n = s_.seq_len;
     const int64_t kvh = h / (s_.heads / s_.kv_heads);
-    const int64_t pos = s_.LayoutPosition(row);
-    std::vector<double> score(n);
-    double top = -INFINITY;
+    const std::vector<double> w = Weights(b, h, row);
+    double out = 0;
     for (int64_t j = 0; j < n; ++j) {
-      score[j] = -INFINITY;
-      if (s_.causal && s_.LayoutPosition(j) > pos) continue;
-      double dot = 0;
-      for (int64_t x = 0; x < d; ++x) {
-        dot += V(0, ((b * s_.heads + h) * n + row) * d + x) *
-               V(1, ((b * s_.kv_heads + kvh) * n + j) * d + x);
-      }
-      score[j] = dot / std::sqrt(double(d));
-      top = std::max(top, score[j]);
+      out += w[j] * V(2, ((b * s_.kv_heads + kvh) * n + j) * d + c);
     }
-    double sum = 0, out = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      if (score[j] == -INFINITY) continue;
-      const double p = std::exp(score[j] - top);
-      sum += p;
-      out += p * V(2, ((b * s_.kv_heads + kvh) * n + j) * d + c);
-    }
-    return sum > 0 ? out / sum : 0;
+    return out;
   }
 
  private:
