@@ -1,6 +1,7 @@
 #include "worker/rate_probe.h"
 
 #include <algorithm>
+#include <barrier>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -12,17 +13,22 @@
 namespace meshcast::worker {
 namespace {
 
-// Runs `body(thread)` on `threads` threads started together; returns the
-// longest thread's seconds.
-template <typename Body>
-double RunTogether(int threads, Body body) {
+// Runs `prepare(thread)` and then `work(thread)` on `threads` threads,
+// every work starting once every prepare is done (the buffers are
+// allocated and touched outside the timing); returns the longest work's
+// seconds.
+template <typename Prepare, typename Work>
+double RunTogether(int threads, Prepare prepare, Work work) {
   std::vector<double> seconds(threads, 0);
+  std::barrier ready(threads);
   std::vector<std::thread> pool;
   pool.reserve(threads);
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
+      prepare(t);
+      ready.arrive_and_wait();
       const absl::Time start = absl::Now();
-      body(t);
+      work(t);
       seconds[t] = absl::ToDoubleSeconds(absl::Now() - start);
     });
   }
@@ -50,16 +56,21 @@ absl::StatusOr<ProbedRates> ProbeCpuRates(int devices,
 
   // Copies: back and forth between two buffers per thread.
   std::vector<int64_t> copied(devices, 0);
-  const double copy_seconds = RunTogether(devices, [&](int t) {
-    std::vector<char> a(options.copy_bytes, static_cast<char>(t)),
-        b(options.copy_bytes, 0);
-    const absl::Time end = absl::Now() + half;
-    do {
-      std::memcpy(b.data(), a.data(), a.size());
-      std::memcpy(a.data(), b.data(), b.size());
-      copied[t] += 2 * options.copy_bytes;
-    } while (absl::Now() < end);
-  });
+  std::vector<std::vector<char>> from(devices), to(devices);
+  const double copy_seconds = RunTogether(
+      devices,
+      [&](int t) {
+        from[t].assign(options.copy_bytes, static_cast<char>(t));
+        to[t].assign(options.copy_bytes, 0);
+      },
+      [&](int t) {
+        const absl::Time end = absl::Now() + half;
+        do {
+          std::memcpy(to[t].data(), from[t].data(), options.copy_bytes);
+          std::memcpy(from[t].data(), to[t].data(), options.copy_bytes);
+          copied[t] += 2 * options.copy_bytes;
+        } while (absl::Now() < end);
+      });
   int64_t total = 0;
   for (int64_t bytes : copied) total += bytes;
   rates.host_copy_bytes_per_second = total / copy_seconds;
@@ -72,22 +83,30 @@ absl::StatusOr<ProbedRates> ProbeCpuRates(int devices,
   gemm.set_k(n);
   std::vector<double> flops(devices, 0);
   std::vector<absl::Status> failed(devices);
-  RunTogether(devices, [&](int t) {
-    std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n, 0.0f);
-    auto bytes = [](std::vector<float>& v) {
-      return absl::MakeSpan(reinterpret_cast<uint8_t*>(v.data()),
-                            v.size() * sizeof(float));
-    };
-    const absl::Time start = absl::Now(), end = start + half;
-    int64_t runs = 0;
-    do {
-      failed[t] = RunGemm(gemm, DType::kFloat32, bytes(a), bytes(b), bytes(c));
-      if (!failed[t].ok()) return;
-      ++runs;
-    } while (absl::Now() < end);
-    flops[t] = 2.0 * n * n * n * runs /
-               absl::ToDoubleSeconds(absl::Now() - start);
-  });
+  std::vector<std::vector<float>> a(devices), b(devices), c(devices);
+  auto bytes = [](std::vector<float>& v) {
+    return absl::MakeSpan(reinterpret_cast<uint8_t*>(v.data()),
+                          v.size() * sizeof(float));
+  };
+  RunTogether(
+      devices,
+      [&](int t) {
+        a[t].assign(n * n, 0.5f);
+        b[t].assign(n * n, 0.25f);
+        c[t].assign(n * n, 0.0f);
+      },
+      [&](int t) {
+        const absl::Time start = absl::Now(), end = start + half;
+        int64_t runs = 0;
+        do {
+          failed[t] = RunGemm(gemm, DType::kFloat32, bytes(a[t]), bytes(b[t]),
+                              bytes(c[t]));
+          if (!failed[t].ok()) return;
+          ++runs;
+        } while (absl::Now() < end);
+        flops[t] = 2.0 * n * n * n * runs /
+                   absl::ToDoubleSeconds(absl::Now() - start);
+      });
   for (const absl::Status& status : failed) {
     if (!status.ok()) return status;
   }

@@ -9,10 +9,11 @@
 //   info.set_probed_host_copy_bytes_per_second(rates.host_copy_bytes_per_second);
 //
 // How: `devices` threads at once, as the devices of a worker share its
-// cores and memory. Copy: each thread copies a buffer of copy_bytes (larger
-// than the caches: the copies of a reshard are) back and forth for half the
-// budget; the capacity is the bytes copied by all threads over the time
-// the slowest took. GEMM: each thread runs the engine's own float32 GEMM
+// cores and memory, each starting once all have allocated and touched their
+// buffers (outside the timing). Copy: each thread copies a buffer of
+// copy_bytes (larger than the caches: the copies of a reshard are) back and
+// forth for half the budget; the capacity is the bytes copied by all
+// threads over the time the slowest took. GEMM: each thread runs the engine's own float32 GEMM
 // (worker/kernels/compute.h RunGemm) of gemm_size^3 for the other half;
 // the rate is the slowest thread's FLOP/s (a plan waits for its slowest
 // device). Each thread runs its work at least once, so a budget shorter

@@ -262,8 +262,9 @@ def parse_args(argv):
                    "calibrate)")
     p.add_argument("--host-copy-gbps", default=None,
                    help="per-host memory-copy bandwidth for the planner: "
-                   "Gbit/s, 0 (unlimited), memcpy or calibrate (default: "
-                   "netcluster.sh's, calibrate)")
+                   "Gbit/s, 0 (unlimited), memcpy, calibrate or probed (what "
+                   "the workers measure at start) (default: netcluster.sh's, "
+                   "calibrate)")
     p.add_argument("--transfer-setup-us", default=None,
                    help="fixed start-up cost of every transfer for the "
                    "planner, microseconds (default: netcluster.sh's)")
