@@ -1,12 +1,14 @@
 #include "planner/ir/plan_hazards.h"
 
 #include <cstdint>
-#include <queue>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "planner/ir/step_order.h"
 #include "planner/ir/spec_convert.h"
 #include "planner/tensor.h"
+#include "util/status_macros.h"
 
 namespace meshcast {
 namespace {
@@ -23,60 +25,24 @@ bool TensorForm(const v1::Step& step) {
          step.slice_size() > 0;
 }
 
-// Ancestors of every step as bitsets over step indices, in an order where
-// each step follows its dependencies. INVALID_ARGUMENT for an unknown
-// dependency or a cycle.
+// Ancestors of every step as bitsets over step indices (position in
+// plan.steps), filled in dependency order.
 absl::Status Ancestors(const v1::Plan& plan,
                        std::vector<std::vector<uint64_t>>* out) {
+  ASSIGN_OR_RETURN(const std::vector<int> order, StepsInDependencyOrder(plan));
   const int n = plan.steps_size();
-  std::vector<int> index_of_id;
-  for (int i = 0; i < n; ++i) {
-    const int id = plan.steps(i).id();
-    if (id < 0 || id > 4 * n + 1024) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("step ", i, " has id ", id, "; ids must be small"));
-    }
-    if (id >= static_cast<int>(index_of_id.size())) {
-      index_of_id.resize(id + 1, -1);
-    }
-    index_of_id[id] = i;
-  }
-  std::vector<std::vector<int>> users(n);
-  std::vector<int> pending(n, 0);
-  for (int i = 0; i < n; ++i) {
-    for (int dep : plan.steps(i).deps()) {
-      const int d = dep >= 0 && dep < static_cast<int>(index_of_id.size())
-                        ? index_of_id[dep]
-                        : -1;
-      if (d < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "step ", plan.steps(i).id(), " depends on unknown step ", dep));
-      }
-      users[d].push_back(i);
-      ++pending[i];
-    }
-  }
+  absl::flat_hash_map<int, int> position;
+  for (int i = 0; i < n; ++i) position[plan.steps(i).id()] = i;
   const size_t words = (n + 63) / 64;
   out->assign(n, std::vector<uint64_t>(words, 0));
-  std::queue<int> ready;
-  for (int i = 0; i < n; ++i) {
-    if (pending[i] == 0) ready.push(i);
-  }
-  int done = 0;
-  while (!ready.empty()) {
-    const int i = ready.front();
-    ready.pop();
-    ++done;
-    for (int u : users[i]) {
-      std::vector<uint64_t>& a = (*out)[u];
-      const std::vector<uint64_t>& b = (*out)[i];
-      for (size_t w = 0; w < words; ++w) a[w] |= b[w];
-      a[i / 64] |= uint64_t{1} << (i % 64);
-      if (--pending[u] == 0) ready.push(u);
+  for (int i : order) {
+    std::vector<uint64_t>& mine = (*out)[i];
+    for (int dep : plan.steps(i).deps()) {
+      const int d = position.at(dep);
+      const std::vector<uint64_t>& theirs = (*out)[d];
+      for (size_t w = 0; w < words; ++w) mine[w] |= theirs[w];
+      mine[d / 64] |= uint64_t{1} << (d % 64);
     }
-  }
-  if (done != n) {
-    return absl::InvalidArgumentError("plan.steps: the deps form a cycle");
   }
   return absl::OkStatus();
 }

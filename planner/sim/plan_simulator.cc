@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "planner/cost_model.h"
+#include "planner/ir/step_order.h"
 #include "proto/dtype_convert.h"
 #include "util/status_macros.h"
 
@@ -141,39 +142,9 @@ class PlanModeler {
     return absl::OkStatus();
   }
 
-  // Kahn's algorithm: every step must become ready, or some dependency
-  // cycle blocks it.
+  // Every step must become ready, or some dependency cycle blocks it.
   absl::Status CheckAcyclic() const {
-    const int n = plan_.steps_size();
-    std::vector<int> pending(n, 0);
-    std::vector<std::vector<int>> dependents(n);
-    for (int i = 0; i < n; ++i) {
-      for (int dep : plan_.steps(i).deps()) {
-        dependents[step_index_.at(dep)].push_back(i);
-        ++pending[i];
-      }
-    }
-    std::vector<int> ready;
-    for (int i = 0; i < n; ++i) {
-      if (pending[i] == 0) ready.push_back(i);
-    }
-    int done = 0;
-    while (!ready.empty()) {
-      const int i = ready.back();
-      ready.pop_back();
-      ++done;
-      for (int next : dependents[i]) {
-        if (--pending[next] == 0) ready.push_back(next);
-      }
-    }
-    if (done == n) return absl::OkStatus();
-    for (int i = 0; i < n; ++i) {
-      if (pending[i] > 0) {
-        return StepError(plan_.steps(i),
-                         "deps form a cycle (the step can never start)");
-      }
-    }
-    return absl::OkStatus();
+    return StepsInDependencyOrder(plan_).status();
   }
 
   absl::StatusOr<const v1::CommGroup*> GroupOf(const v1::Step& step,

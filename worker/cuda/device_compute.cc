@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -272,6 +273,37 @@ absl::Status EnqueueElementwise(const StepDesc& step,
 }
 
 // True if the two operands share bytes of one tile.
+// The dtype an attention op runs in: its operands' one dtype (named in
+// order, the output last), FAILED_PRECONDITION when they differ ("<op>
+// operands must share one dtype: Q is float32, K float16, ..."),
+// INVALID_ARGUMENT for an integer dtype.
+absl::StatusOr<DType> AttentionDType(
+    absl::string_view op,
+    const std::vector<std::pair<const char*, const Dense*>>& operands) {
+  const DType dtype = operands.back().second->tile->dtype();
+  bool same = true;
+  for (const auto& [name, dense] : operands) {
+    same = same && dense->tile->dtype() == dtype;
+  }
+  if (!same) {
+    std::string listing;
+    for (const auto& [name, dense] : operands) {
+      absl::StrAppend(&listing, listing.empty() ? "" : ", ", name,
+                      listing.empty() ? " is " : " ",
+                      DTypeName(dense->tile->dtype()));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        op, " operands must share one dtype: ", listing));
+  }
+  if (IsIntegerDType(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, " on ", DTypeName(dtype),
+        " is not defined; allowed dtypes: float16, bfloat16, float32, "
+        "float64"));
+  }
+  return dtype;
+}
+
 bool SharesBytes(const Dense& a, const Dense& b) {
   return a.tile == b.tile && !IsEmpty(Intersect(a.box, b.box));
 }
@@ -441,23 +473,12 @@ absl::Status EnqueueAttentionBlock(const StepDesc& step,
   }
   ASSIGN_OR_RETURN(Dense out, MakeDense(step.outputs[0], env,
                                         "outputs[0] (S')", false, s));
-  const DType dtype = out.tile->dtype();
-  if (q.tile->dtype() != dtype || k.tile->dtype() != dtype ||
-      v.tile->dtype() != dtype ||
-      (has_state && state.tile->dtype() != dtype)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "attention_block operands must share one dtype: Q is ",
-        DTypeName(q.tile->dtype()), ", K ", DTypeName(k.tile->dtype()), ", V ",
-        DTypeName(v.tile->dtype()), has_state ? ", S " : "",
-        has_state ? DTypeName(state.tile->dtype()) : "", ", S' ",
-        DTypeName(dtype)));
-  }
-  if (IsIntegerDType(dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "attention_block on ", DTypeName(dtype),
-        " is not defined; allowed dtypes: float16, bfloat16, float32, "
-        "float64"));
-  }
+  std::vector<std::pair<const char*, const Dense*>> operands = {
+      {"Q", &q}, {"K", &k}, {"V", &v}};
+  if (has_state) operands.push_back({"S", &state});
+  operands.push_back({"S'", &out});
+  ASSIGN_OR_RETURN(const DType dtype,
+                   AttentionDType("attention_block", operands));
   RETURN_IF_ERROR(CheckAttentionBlock(
       a, NumElements(q.box), NumElements(k.box), NumElements(v.box),
       has_state ? NumElements(state.box) : -1, NumElements(out.box)));
@@ -535,18 +556,9 @@ absl::Status EnqueueAttentionFinish(const StepDesc& step,
                    MakeDense(step.inputs[0], env, "inputs[0] (S)", true, s));
   ASSIGN_OR_RETURN(Dense out,
                    MakeDense(step.outputs[0], env, "outputs[0] (O)", false, s));
-  const DType dtype = out.tile->dtype();
-  if (state.tile->dtype() != dtype) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "attention_finish operands must share one dtype: S is ",
-        DTypeName(state.tile->dtype()), ", O ", DTypeName(dtype)));
-  }
-  if (IsIntegerDType(dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "attention_finish on ", DTypeName(dtype),
-        " is not defined; allowed dtypes: float16, bfloat16, float32, "
-        "float64"));
-  }
+  ASSIGN_OR_RETURN(const DType dtype,
+                   AttentionDType("attention_finish",
+                                  {{"S", &state}, {"O", &out}}));
   RETURN_IF_ERROR(CheckAttentionFinish(f, NumElements(state.box),
                                        NumElements(out.box)));
   // An O that shares bytes with S is computed into staging first.
@@ -603,24 +615,11 @@ absl::Status EnqueueAttentionBackward(const StepDesc& step,
                    MakeDense(step.outputs[0], env,
                              dkv ? "outputs[0] (dKV)" : "outputs[0] (dQ)",
                              g.accumulate(), s));
-  const DType dtype = out.tile->dtype();
-  if (q.tile->dtype() != dtype || k.tile->dtype() != dtype ||
-      v.tile->dtype() != dtype || dout.tile->dtype() != dtype ||
-      o.tile->dtype() != dtype || state.tile->dtype() != dtype) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "attention_backward operands must share one dtype: Q is ",
-        DTypeName(q.tile->dtype()), ", K ", DTypeName(k.tile->dtype()), ", V ",
-        DTypeName(v.tile->dtype()), ", dO ", DTypeName(dout.tile->dtype()),
-        ", O ", DTypeName(o.tile->dtype()), ", S ",
-        DTypeName(state.tile->dtype()), dkv ? ", dKV " : ", dQ ",
-        DTypeName(dtype)));
-  }
-  if (IsIntegerDType(dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "attention_backward on ", DTypeName(dtype),
-        " is not defined; allowed dtypes: float16, bfloat16, float32, "
-        "float64"));
-  }
+  ASSIGN_OR_RETURN(
+      const DType dtype,
+      AttentionDType("attention_backward",
+                     {{"Q", &q}, {"K", &k}, {"V", &v}, {"dO", &dout},
+                      {"O", &o}, {"S", &state}, {dkv ? "dKV" : "dQ", &out}}));
   RETURN_IF_ERROR(CheckAttentionBackward(
       g, NumElements(q.box), NumElements(k.box), NumElements(v.box),
       NumElements(dout.box), NumElements(o.box), NumElements(state.box),

@@ -88,6 +88,25 @@ bool Overlaps(absl::Span<const uint8_t> a, absl::Span<const uint8_t> b) {
   return a0 < b0 + b.size() && b0 < a0 + a.size();
 }
 
+// Runs `run(to)` with `to` = out's bytes, or, when `out` overlaps one of
+// `inputs`, a copy of them (starting as out's contents, for a kernel that
+// accumulates into its output) written back afterwards, so that no input
+// is read after the kernel overwrote it.
+template <typename Run>
+void RunIntoOutput(absl::Span<uint8_t> out,
+                   std::initializer_list<absl::Span<const uint8_t>> inputs,
+                   Run run) {
+  const absl::Span<const uint8_t> view(out.data(), out.size());
+  for (absl::Span<const uint8_t> input : inputs) {
+    if (!Overlaps(view, input)) continue;
+    std::vector<uint8_t> copy(out.begin(), out.end());
+    run(copy.data());
+    std::memcpy(out.data(), copy.data(), copy.size());
+    return;
+  }
+  run(out.data());
+}
+
 // Elements of a float dtype to and from the accumulator type T (float, or
 // double for float64): loads are exact, stores round
 // once to nearest even.
@@ -610,7 +629,7 @@ void AttentionFinishInto(DType dtype, int64_t d, int64_t rows,
 // Float accumulators for every dtype but float64 (as flash attention
 // kernels accumulate float32 inputs in float32): BLIS sgemm runs at twice
 // dgemm's rate, and FastExp vectorizes.
-bool IsHalf(DType dtype) { return dtype != DType::kFloat64; }
+bool FloatAccumulator(DType dtype) { return dtype != DType::kFloat64; }
 
 }  // namespace
 
@@ -716,11 +735,11 @@ absl::Status RunAttentionBlock(const v1::AttentionBlockAttrs& attrs,
   RETURN_IF_ERROR(CheckAttentionBlock(
       attrs, count(q.size()), count(k.size()), count(v.size()),
       state_in.empty() ? -1 : count(state_in.size()), count(state_out.size())));
-  const absl::Span<const uint8_t> out(state_out.data(), state_out.size());
-  const bool in_place = !state_in.empty() && state_in.data() == out.data();
+  const bool in_place =
+      !state_in.empty() && state_in.data() == state_out.data();
   const uint8_t* s_in = state_in.empty() ? nullptr : state_in.data();
   auto run = [&](uint8_t* to) {
-    if (IsHalf(dtype)) {
+    if (FloatAccumulator(dtype)) {
       AttentionBlockInto<float>(attrs, dtype, q.data(), k.data(), v.data(),
                                 s_in, to);
     } else {
@@ -728,14 +747,10 @@ absl::Status RunAttentionBlock(const v1::AttentionBlockAttrs& attrs,
                                  s_in, to);
     }
   };
-  if (Overlaps(out, q) || Overlaps(out, k) || Overlaps(out, v) ||
-      (!in_place && Overlaps(out, state_in))) {
-    std::vector<uint8_t> copy(state_out.size());
-    run(copy.data());
-    std::memcpy(state_out.data(), copy.data(), copy.size());
-    return absl::OkStatus();
-  }
-  run(state_out.data());
+  // S' may be S exactly (each row is read before it is written).
+  RunIntoOutput(state_out,
+                {q, k, v, in_place ? absl::Span<const uint8_t>() : state_in},
+                run);
   return absl::OkStatus();
 }
 
@@ -751,19 +766,13 @@ absl::Status RunAttentionFinish(const v1::AttentionFinishAttrs& attrs,
   const int64_t d = attrs.head_dim();
   const int64_t rows = s_elements / (d + 2);
   auto run = [&](uint8_t* to) {
-    if (IsHalf(dtype)) {
+    if (FloatAccumulator(dtype)) {
       AttentionFinishInto<float>(dtype, d, rows, state.data(), to);
     } else {
       AttentionFinishInto<double>(dtype, d, rows, state.data(), to);
     }
   };
-  if (Overlaps(absl::Span<const uint8_t>(out.data(), out.size()), state)) {
-    std::vector<uint8_t> copy(out.size());
-    run(copy.data());
-    std::memcpy(out.data(), copy.data(), copy.size());
-    return absl::OkStatus();
-  }
-  run(out.data());
+  RunIntoOutput(out, {state}, run);
   return absl::OkStatus();
 }
 
@@ -828,7 +837,7 @@ absl::Status RunAttentionBackward(const v1::AttentionBackwardAttrs& attrs,
       count(dout.size()), count(o.size()), count(state.size()),
       count(out.size())));
   auto run = [&](uint8_t* to) {
-    if (IsHalf(dtype)) {
+    if (FloatAccumulator(dtype)) {
       AttentionBackwardInto<float>(attrs, dtype, q.data(), k.data(), v.data(),
                                    dout.data(), o.data(), state.data(), to);
     } else {
@@ -837,15 +846,8 @@ absl::Status RunAttentionBackward(const v1::AttentionBackwardAttrs& attrs,
                                     state.data(), to);
     }
   };
-  const absl::Span<const uint8_t> view(out.data(), out.size());
-  if (Overlaps(view, q) || Overlaps(view, k) || Overlaps(view, v) ||
-      Overlaps(view, dout) || Overlaps(view, o) || Overlaps(view, state)) {
-    std::vector<uint8_t> copy(out.begin(), out.end());  // the accumulator
-    run(copy.data());
-    std::memcpy(out.data(), copy.data(), copy.size());
-    return absl::OkStatus();
-  }
-  run(out.data());
+  // The output is read too when accumulating (a copy starts from it).
+  RunIntoOutput(out, {q, k, v, dout, o, state}, run);
   return absl::OkStatus();
 }
 
