@@ -254,17 +254,26 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   }
 
   // 3. The world communicators (lane 0), then the lanes as splits of it.
+  // ncclCommInitRankConfig sets its output before it returns; a
+  // non-blocking ncclCommSplit only when the split has finished, from
+  // NCCL's thread, so a split's output is the lane's `split_slots`.
+  const size_t local_gpus = setup.gpus.size();
   for (int lane = 0; lane < options.lanes; ++lane) {
     auto state = std::make_unique<Lane>();
     absl::MutexLock lock(&state->mu);
-    state->comms.assign(setup.gpus.size(), nullptr);
+    state->comms.assign(local_gpus, nullptr);
+    if (lane > 0) {
+      state->split_slots = std::make_unique<ncclComm_t[]>(local_gpus);
+      state->split_waiting.assign(local_gpus, false);
+    }
     comm->lanes_.push_back(std::move(state));
   }
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   for (int lane = 0; lane < options.lanes; ++lane) {
-    std::vector<ncclComm_t> created(setup.gpus.size(), nullptr);
-    std::vector<ncclComm_t> world;
+    Lane& state = *comm->lanes_[lane];
+    std::vector<ncclComm_t> world(local_gpus, nullptr);
+    std::vector<ncclComm_t> created(local_gpus, nullptr);
     if (lane > 0) {
       absl::MutexLock lock(&comm->lanes_[0]->mu);
       world = comm->lanes_[0]->comms;
@@ -272,16 +281,23 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     absl::Status status =
         NcclStatus(ncclGroupStart(), "ncclGroupStart (communicator init)");
     if (status.ok()) {
-      for (size_t i = 0; i < setup.gpus.size() && status.ok(); ++i) {
+      for (size_t i = 0; i < local_gpus && status.ok(); ++i) {
         ScopedCudaDevice on(setup.gpus[i]);
         status = on.status();
         if (!status.ok()) break;
         const int rank = comm->first_rank_ + static_cast<int>(i);
-        const ncclResult_t result =
-            lane == 0 ? ncclCommInitRankConfig(&created[i], comm->nranks_, id,
-                                               rank, &config)
-                      : ncclCommSplit(world[i], /*color=*/0, /*key=*/rank,
-                                      &created[i], &config);
+        ncclResult_t result;
+        if (lane == 0) {
+          result = ncclCommInitRankConfig(&created[i], comm->nranks_, id, rank,
+                                          &config);
+        } else {
+          result = ncclCommSplit(world[i], /*color=*/0, /*key=*/rank,
+                                 &state.split_slots[i], &config);
+          if (result == ncclInProgress || result == ncclSuccess) {
+            absl::MutexLock lock(&state.mu);
+            state.split_waiting[i] = true;
+          }
+        }
         if (result != ncclInProgress) {
           status = NcclStatus(
               result, lane == 0 ? "ncclCommInitRankConfig" : "ncclCommSplit");
@@ -292,17 +308,19 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
         status = NcclStatus(end, "ncclGroupEnd (communicator init)");
       }
     }
-    {
-      absl::MutexLock lock(&comm->lanes_[lane]->mu);
-      comm->lanes_[lane]->comms = created;
+    if (lane == 0) {
+      absl::MutexLock lock(&state.mu);
+      state.comms = created;
     }
     if (status.ok()) {
-      status = comm->WaitAccepted(
-          lane, std::max(absl::ZeroDuration(), deadline - absl::Now()),
-          absl::StrCat(
-              lane == 0 ? "creating" : "splitting", " the NCCL communicators (",
-              comm->nranks_, " ranks, this worker ", comm->first_rank_, "..",
-              comm->first_rank_ + setup.gpus.size() - 1, ", lane ", lane, ")"));
+      const std::string what = absl::StrCat(
+          lane == 0 ? "creating" : "splitting", " the NCCL communicators (",
+          comm->nranks_, " ranks, this worker ", comm->first_rank_, "..",
+          comm->first_rank_ + local_gpus - 1, ", lane ", lane, ")");
+      const absl::Duration left =
+          std::max(absl::ZeroDuration(), deadline - absl::Now());
+      status = lane == 0 ? comm->WaitAccepted(lane, left, what)
+                         : comm->WaitSplit(lane, left, what);
     }
     if (!status.ok()) {
       comm->Abort(std::string(status.message()));
@@ -314,6 +332,12 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
 
 NcclCommunicator::~NcclCommunicator() {
   Abort("the NCCL communicator was destroyed without Finalize");
+  for (auto& lane : lanes_) {
+    absl::MutexLock lock(&lane->mu);
+    // NCCL may still write a split's slot after we give up on it: keep
+    // that memory alive rather than let a late write corrupt the heap.
+    if (SplitWaiting(*lane)) (void)lane->split_slots.release();
+  }
 }
 
 absl::Status NcclCommunicator::AbortedStatus() const {
@@ -343,6 +367,53 @@ absl::Status NcclCommunicator::WaitAccepted(int lane, absl::Duration timeout,
       }
     }
     if (!pending) return absl::OkStatus();
+    if (cancelled_ && cancelled_()) {
+      return absl::CancelledError(absl::StrCat(what, ": cancelled"));
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          what, " did not finish within ", absl::FormatDuration(timeout),
+          " (a peer worker is missing, slow or dead)"));
+    }
+    absl::SleepFor(options_.poll_interval);
+  }
+}
+
+absl::Status NcclCommunicator::WaitSplit(int lane, absl::Duration timeout,
+                                         const std::string& what) {
+  const absl::Time deadline = absl::Now() + timeout;
+  Lane& world = *lanes_[0];
+  Lane& state = *lanes_[lane];
+  while (true) {
+    bool pending = false;
+    {
+      absl::MutexLock world_lock(&world.mu);
+      absl::MutexLock lock(&state.mu);
+      if (aborted_.load()) return AbortedStatus();
+      for (size_t i = 0; i < state.comms.size(); ++i) {
+        ncclComm_t child =
+            __atomic_load_n(&state.split_slots[i], __ATOMIC_ACQUIRE);
+        // Until NCCL writes the slot, the split's progress and errors show
+        // on the communicator it splits.
+        ncclComm_t polled = child != nullptr ? child : world.comms[i];
+        if (polled == nullptr) continue;
+        ncclResult_t async = ncclSuccess;
+        RETURN_IF_ERROR(NcclStatus(ncclCommGetAsyncError(polled, &async),
+                                   "ncclCommGetAsyncError", polled));
+        if (async != ncclSuccess && async != ncclInProgress) {
+          return NcclStatus(async, what, polled);
+        }
+        if (child == nullptr || async == ncclInProgress) pending = true;
+      }
+      if (!pending) {
+        for (size_t i = 0; i < state.comms.size(); ++i) {
+          state.comms[i] =
+              __atomic_load_n(&state.split_slots[i], __ATOMIC_ACQUIRE);
+          state.split_waiting[i] = false;
+        }
+        return absl::OkStatus();
+      }
+    }
     if (cancelled_ && cancelled_()) {
       return absl::CancelledError(absl::StrCat(what, ": cancelled"));
     }
@@ -485,14 +556,47 @@ void NcclCommunicator::Abort(const std::string& reason) {
     abort_reason_ = reason;
     aborted_.store(true);
   }
-  // Splits before the world communicators they came from.
+  // Splits before the world communicators they came from. A split still
+  // in flight has no communicator yet: aborting its world communicator
+  // ends it, and NCCL then writes the slot, so the slots are polled for a
+  // while after and what appears is aborted too.
   for (auto it = lanes_.rbegin(); it != lanes_.rend(); ++it) {
     absl::MutexLock lock(&(*it)->mu);
-    for (ncclComm_t& comm : (*it)->comms) {
-      if (comm != nullptr) ncclCommAbort(comm);
-      comm = nullptr;
+    (void)AbortLane(**it);
+  }
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  for (auto& lane : lanes_) {
+    while (true) {
+      {
+        absl::MutexLock lock(&lane->mu);
+        if (AbortLane(*lane)) break;
+      }
+      if (absl::Now() >= give_up) break;  // the destructor leaks the slots
+      absl::SleepFor(absl::Milliseconds(10));
     }
   }
+}
+
+bool NcclCommunicator::SplitWaiting(const Lane& lane) {
+  for (bool waiting : lane.split_waiting) {
+    if (waiting) return true;
+  }
+  return false;
+}
+
+bool NcclCommunicator::AbortLane(Lane& lane) {
+  for (ncclComm_t& comm : lane.comms) {
+    if (comm != nullptr) ncclCommAbort(comm);
+    comm = nullptr;
+  }
+  for (size_t i = 0; i < lane.split_waiting.size(); ++i) {
+    if (!lane.split_waiting[i]) continue;
+    ncclComm_t child = __atomic_load_n(&lane.split_slots[i], __ATOMIC_ACQUIRE);
+    if (child == nullptr) continue;  // NCCL has not written it yet
+    ncclCommAbort(child);
+    lane.split_waiting[i] = false;
+  }
+  return !SplitWaiting(lane);
 }
 
 absl::Status NcclCommunicator::Finalize() {

@@ -172,6 +172,16 @@ class NcclCommunicator {
     // By index in gpus_; null once aborted or destroyed.
     std::vector<ncclComm_t> comms ABSL_GUARDED_BY(mu);
     bool in_group ABSL_GUARDED_BY(mu) = false;
+    // A non-blocking ncclCommSplit writes its new communicator into the
+    // caller's slot from NCCL's own thread when the split finishes, not
+    // when the call returns. `split_slots` is that memory (read with an
+    // atomic load); `split_waiting[i]` says NCCL has yet to write slot i
+    // (the split was issued, its result not yet taken). Once none waits,
+    // the slots are in `comms` (or aborted). The destructor leaks the
+    // slots of a lane where NCCL may still write (a split abandoned at a
+    // timeout or abort) rather than let a late write corrupt the heap.
+    std::unique_ptr<ncclComm_t[]> split_slots;
+    std::vector<bool> split_waiting ABSL_GUARDED_BY(mu);
   };
 
   NcclCommunicator(NcclOptions options, std::function<bool()> cancelled);
@@ -180,8 +190,18 @@ class NcclCommunicator {
   // taking the lane's mutex per poll only (so Abort stays prompt).
   absl::Status WaitAccepted(int lane, absl::Duration timeout,
                             const std::string& what);
+  // Polls a lane's splits until NCCL has written every slot and none of
+  // the new communicators (nor the world communicators they split from)
+  // reports ncclInProgress, then moves them into the lane's `comms`.
+  absl::Status WaitSplit(int lane, absl::Duration timeout,
+                         const std::string& what);
   absl::StatusOr<int> GpuIndex(int gpu) const;
   absl::Status AbortedStatus() const;
+  // Aborts the lane's communicators and the splits NCCL has finished
+  // writing; true when no slot of the lane is still waiting for NCCL.
+  static bool AbortLane(Lane& lane) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lane.mu);
+  static bool SplitWaiting(const Lane& lane)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lane.mu);
 
   const NcclOptions options_;
   const std::function<bool()> cancelled_;
