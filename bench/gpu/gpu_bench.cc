@@ -1,7 +1,7 @@
 // gpu_bench: the GPU data plane's bandwidth, in tables shaped like
 // nccl-tests' output, each with a summary line.
 //
-//   gpu_bench [--sections=copy,reshard,nccl,collective]
+//   gpu_bench [--sections=copy,reshard,nccl,collective,attention]
 //             [--max_bytes=1073741824] [--reshard_bytes=268435456]
 //             [--iters=20] [--collective_max_bytes=268435456]
 //             [--collective_ranks=4]
@@ -36,6 +36,16 @@
 //          all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all
 //          (n-1)/n; broadcast 1), and the verification's mismatches
 //          (VERIFY_MODE_SAMPLE for computed outputs, every moved element).
+// attention  the attention block op's GPU kernels (compute_kernels.h) on
+//          GPU 0: batch 1, 16 heads, head_dim 128, bfloat16, 1024 tokens to
+//          --attention_max_tokens (x4), not causal and causal (the query
+//          and key positions 0..n-1), one block over all keys. FLOPs = 4 x
+//          head_dim x heads x the (query, key) pairs kept; TFLOP/s of the
+//          tiled kernel (what LaunchAttentionBlock runs) beside the row
+//          kernel (one thread block per query row, the baseline) and the
+//          GPU's fp32 CUDA-core peak (SMs x 128 FMA x 2 x clock: the bound
+//          of kernels without tensor cores, as both are), and the largest
+//          difference of the two kernels' outputs o = acc / l.
 //
 // Without a GPU it still plans the reshard cases (checking that code path)
 // and exits 0 with a message; errors exit 1.
@@ -44,10 +54,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -72,18 +85,23 @@
 #include "planner/topology.h"
 #include "planner/unit_task.h"
 #include "util/status_macros.h"
+#include "worker/cuda/compute_kernels.h"
 #include "worker/cuda/copy_kernels.h"
 #include "worker/cuda/cuda_handles.h"
 #include "worker/cuda/device_copy.h"
 #include "worker/cuda/device_executor.h"
 #include "worker/cuda/device_pattern.h"
 #include "worker/in_memory_kv_store.h"
+#include "worker/kernels/element_core.h"
 #include "worker/kv_store.h"
 #include "worker/nccl_communicator.h"
 #include "worker/program.h"
 
-ABSL_FLAG(std::string, sections, "copy,reshard,nccl,collective",
-          "comma-separated sections to run: copy, reshard, nccl, collective");
+ABSL_FLAG(std::string, sections, "copy,reshard,nccl,collective,attention",
+          "comma-separated sections to run: copy, reshard, nccl, collective, "
+          "attention");
+ABSL_FLAG(int64_t, attention_max_tokens, 4096,
+          "longest sequence of the attention section (from 1024, x4)");
 ABSL_FLAG(int64_t, collective_max_bytes, int64_t{256} << 20,
           "largest size of the collective sweep, bytes (nccl-tests' size)");
 ABSL_FLAG(int, collective_ranks, 4,
@@ -102,6 +120,7 @@ ABSL_FLAG(std::string, public_suite, "",
 namespace meshcast::bench {
 namespace {
 
+using worker::PatternType;
 using worker::cuda::CudaStatus;
 using worker::cuda::CudaStream;
 using worker::cuda::DeviceMemory;
@@ -738,16 +757,160 @@ absl::Status CollectiveSection(int gpus) {
   return absl::OkStatus();
 }
 
+// Seconds of one call of `issue` on `stream`, the mean of `iters` after
+// one warm-up (the row kernel takes long enough that 3 would cost seconds).
+absl::StatusOr<double> TimeKernel(cudaStream_t stream, int iters,
+                                  const std::function<cudaError_t()>& issue) {
+  RETURN_IF_ERROR(CudaStatus(issue(), "attention kernel (warm-up)"));
+  ASSIGN_OR_RETURN(double seconds,
+                   TimeOnStream(stream, iters, [&]() -> absl::Status {
+                     return CudaStatus(issue(), "attention kernel");
+                   }));
+  return seconds;
+}
+
+// o = acc / l of every row of a state [rows, d + 2] in bfloat16 bits.
+std::vector<double> FinishedRows(const std::vector<uint16_t>& state,
+                                 int64_t rows, int64_t d) {
+  std::vector<double> o(rows * d);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* s = state.data() + r * (d + 2);
+    const double l = worker::CoreFloatValue(PatternType::kBFloat16, s[d + 1]);
+    for (int64_t c = 0; c < d; ++c) {
+      o[r * d + c] =
+          l == 0 ? 0 : worker::CoreFloatValue(PatternType::kBFloat16, s[c]) / l;
+    }
+  }
+  return o;
+}
+
+absl::Status AttentionSection(const GpuInfo& info) {
+  constexpr int64_t kHeads = 16, kDim = 128;
+  const int64_t max_tokens = absl::GetFlag(FLAGS_attention_max_tokens);
+  ScopedCudaDevice on(0);
+  RETURN_IF_ERROR(on.status());
+  ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create(0));
+  int clock_khz = 0;
+  if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    clock_khz = 0;
+  }
+  const double fp32_peak = 2.0 * 128 * info.sms * clock_khz * 1e3;
+  std::printf(
+      "#\n# Attention forward on GPU 0 (%s): one attention_block over all "
+      "keys, batch 1, %lld heads, head_dim %lld, bfloat16; FLOPs = 4 x "
+      "head_dim x heads x kept pairs; fp32 CUDA-core peak %.1f TFLOP/s "
+      "(%d SMs x 128 FMA x 2 x %.2f GHz)\n",
+      info.name.c_str(), static_cast<long long>(kHeads),
+      static_cast<long long>(kDim), fp32_peak / 1e12, info.sms,
+      clock_khz / 1e6);
+  std::printf("# %7s %6s %10s %8s %7s %10s %8s %9s %10s\n", "tokens",
+              "causal", "tiled(ms)", "TFLOP/s", "%peak", "row(ms)", "TFLOP/s",
+              "tiled/row", "max|diff|");
+  double best = 0, best_speedup = 0, worst_diff = 0;
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  for (int64_t n = 1024; n <= max_tokens; n *= 4) {
+    const int64_t elems = kHeads * n * kDim;
+    const int64_t state_elems = kHeads * n * (kDim + 2);
+    std::vector<uint16_t> host(elems);
+    ASSIGN_OR_RETURN(DeviceMemory q, DeviceMemory::Allocate(0, elems * 2));
+    ASSIGN_OR_RETURN(DeviceMemory k, DeviceMemory::Allocate(0, elems * 2));
+    ASSIGN_OR_RETURN(DeviceMemory v, DeviceMemory::Allocate(0, elems * 2));
+    for (DeviceMemory* m : {&q, &k, &v}) {
+      for (uint16_t& x : host) {
+        x = static_cast<uint16_t>(
+            worker::CoreFloatStoreBits(PatternType::kBFloat16, uniform(rng)));
+      }
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpy(m->data(), host.data(), elems * 2, cudaMemcpyHostToDevice),
+          "cudaMemcpy"));
+    }
+    std::vector<int64_t> positions(n);
+    for (int64_t i = 0; i < n; ++i) positions[i] = i;
+    ASSIGN_OR_RETURN(DeviceMemory pos, DeviceMemory::Allocate(0, n * 8));
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpy(pos.data(), positions.data(), n * 8,
+                                          cudaMemcpyHostToDevice),
+                               "cudaMemcpy"));
+    ASSIGN_OR_RETURN(DeviceMemory tiled_out,
+                     DeviceMemory::Allocate(0, state_elems * 2));
+    ASSIGN_OR_RETURN(DeviceMemory row_out,
+                     DeviceMemory::Allocate(0, state_elems * 2));
+    for (bool causal : {false, true}) {
+      worker::cuda::AttentionBlockShape shape;
+      shape.batch = 1;
+      shape.heads = shape.kv_heads = kHeads;
+      shape.q_rows = shape.kv_rows = n;
+      shape.head_dim = kDim;
+      shape.scale = 1.0 / std::sqrt(static_cast<double>(kDim));
+      shape.causal = causal;
+      const auto* p = static_cast<const int64_t*>(pos.data());
+      ASSIGN_OR_RETURN(
+          DeviceMemory scratch,
+          DeviceMemory::Allocate(0, worker::cuda::AttentionBlockScratchBytes(
+                                        PatternType::kBFloat16, shape)));
+      ASSIGN_OR_RETURN(
+          const double tiled,
+          TimeKernel(stream.get(), 5, [&] {
+            return worker::cuda::LaunchAttentionBlock(
+                PatternType::kBFloat16, shape, q.data(), k.data(), v.data(),
+                nullptr, tiled_out.data(), p, p, scratch.data(), stream.get());
+          }));
+      ASSIGN_OR_RETURN(
+          const double row,
+          TimeKernel(stream.get(), 1, [&] {
+            return worker::cuda::LaunchAttentionBlockByRow(
+                PatternType::kBFloat16, shape, q.data(), k.data(), v.data(),
+                nullptr, row_out.data(), p, p, scratch.data(), stream.get());
+          }));
+      std::vector<uint16_t> a(state_elems), b(state_elems);
+      RETURN_IF_ERROR(CudaStatus(cudaMemcpy(a.data(), tiled_out.data(),
+                                            state_elems * 2,
+                                            cudaMemcpyDeviceToHost),
+                                 "cudaMemcpy"));
+      RETURN_IF_ERROR(CudaStatus(cudaMemcpy(b.data(), row_out.data(),
+                                            state_elems * 2,
+                                            cudaMemcpyDeviceToHost),
+                                 "cudaMemcpy"));
+      const std::vector<double> oa = FinishedRows(a, kHeads * n, kDim);
+      const std::vector<double> ob = FinishedRows(b, kHeads * n, kDim);
+      double diff = 0;
+      for (size_t i = 0; i < oa.size(); ++i) {
+        diff = std::max(diff, std::abs(oa[i] - ob[i]));
+      }
+      const double pairs = causal ? n * (n + 1) / 2.0 : double(n) * n;
+      const double flops = 4.0 * kDim * kHeads * pairs;
+      const double tiled_rate = flops / tiled, row_rate = flops / row;
+      best = std::max(best, tiled_rate);
+      best_speedup = std::max(best_speedup, row / tiled);
+      worst_diff = std::max(worst_diff, diff);
+      std::printf("  %7lld %6s %10.3f %8.2f %6.1f%% %10.3f %8.2f %8.1fx %10.2e\n",
+                  static_cast<long long>(n), causal ? "yes" : "no",
+                  tiled * 1e3, tiled_rate / 1e12,
+                  fp32_peak > 0 ? 100 * tiled_rate / fp32_peak : 0.0,
+                  row * 1e3, row_rate / 1e12, row / tiled, diff);
+    }
+  }
+  std::printf(
+      "# attention summary: tiled kernel best %.2f TFLOP/s (%.1f%% of the "
+      "fp32 CUDA-core peak), up to %.1fx the row kernel; largest |o| "
+      "difference between them %.2e\n",
+      best / 1e12, fp32_peak > 0 ? 100 * best / fp32_peak : 0.0, best_speedup,
+      worst_diff);
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   std::vector<std::string> sections =
       absl::StrSplit(absl::GetFlag(FLAGS_sections), ',', absl::SkipEmpty());
   for (const std::string& section : sections) {
     if (section != "copy" && section != "reshard" && section != "nccl" &&
-        section != "collective") {
+        section != "collective" && section != "attention") {
       std::fprintf(stderr,
                    "gpu_bench: --sections: unknown section '%s' (allowed: "
-                   "copy, reshard, nccl, collective)\n",
+                   "copy, reshard, nccl, collective, attention)\n",
                    section.c_str());
       return 1;
     }
@@ -814,6 +977,7 @@ int Main(int argc, char** argv) {
   if (status.ok() && wants("reshard")) status = ReshardSection(&*info);
   if (status.ok() && wants("nccl")) status = NcclSection(gpus);
   if (status.ok() && wants("collective")) status = CollectiveSection(gpus);
+  if (status.ok() && wants("attention")) status = AttentionSection(*info);
   if (!status.ok()) {
     std::fprintf(stderr, "gpu_bench: %s\n", status.ToString().c_str());
     return 1;

@@ -511,6 +511,251 @@ cudaError_t AttentionBlock(const AttentionBlockShape& sh, const void* q,
   return cudaGetLastError();
 }
 
+// The tiled forward kernel (LaunchAttentionBlock for fp16, bf16 and float32
+// with head_dim <= kTiledMaxDim): a thread block takes kTiledRows query rows
+// of one (batch, head) and walks the keys in tiles of kTiledKeys, each tile
+// of K and V loaded once into shared memory and used by every query row of
+// the block (the row kernel above reads each key once per query row). The
+// 16 x 16 threads each hold a 4 x 4 tile of scores and a 4 x
+// kTiledColsPerThread tile of o in registers; the 16 threads of a query row
+// group are one half-warp, so a row's maximum and sum are warp shuffles.
+constexpr int kTiledRows = 64;
+constexpr int kTiledKeys = 64;
+constexpr int kTiledThreads = 256;
+constexpr int kTiledMaxDim = 128;
+constexpr int kTiledColsPerThread = kTiledMaxDim / 16;
+
+// Shared memory of the tiled kernel for head_dim d (floats): Q and K tiles
+// with rows padded to d + 1 (the score loop reads 16 key rows at once),
+// the V tile, the probabilities.
+int64_t TiledSharedBytes(int64_t d) {
+  return (2 * kTiledRows * (d + 1) + kTiledKeys * d + kTiledRows * kTiledKeys) *
+         static_cast<int64_t>(sizeof(float));
+}
+
+__device__ inline float HalfWarpMax(float x) {
+  for (int offset = 8; offset > 0; offset /= 2) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  }
+  return x;
+}
+__device__ inline float HalfWarpSum(float x) {
+  for (int offset = 8; offset > 0; offset /= 2) {
+    x += __shfl_xor_sync(0xffffffffu, x, offset);
+  }
+  return x;
+}
+
+template <PatternType kType>
+__global__ void __launch_bounds__(kTiledThreads)
+    AttentionTiledKernel(AttentionBlockShape sh, const WordT<kType>* q,
+                         const WordT<kType>* k, const WordT<kType>* v,
+                         const WordT<kType>* s_in, WordT<kType>* s_out,
+                         const int64_t* q_pos, const int64_t* kv_pos) {
+  using W = WordT<kType>;
+  extern __shared__ float tiled_shared[];
+  __shared__ int64_t qpos_s[kTiledRows];
+  __shared__ int64_t kpos_s[kTiledKeys];
+  const int d = static_cast<int>(sh.head_dim), ld = d + 1;
+  const int64_t width = sh.head_dim + 2;
+  float* qs = tiled_shared;            // kTiledRows x ld
+  float* ks = qs + kTiledRows * ld;    // kTiledKeys x ld
+  float* vs = ks + kTiledKeys * ld;    // kTiledKeys x d
+  float* ps = vs + kTiledKeys * d;     // kTiledRows x kTiledKeys
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int64_t row_tiles = (sh.q_rows + kTiledRows - 1) / kTiledRows;
+  const int64_t bh = blockIdx.x / row_tiles;  // batch * heads + head
+  const int64_t row0 = (blockIdx.x % row_tiles) * kTiledRows;
+  const int rows_here = static_cast<int>(
+      sh.q_rows - row0 < kTiledRows ? sh.q_rows - row0 : kTiledRows);
+  const int64_t b = bh / sh.heads, h = bh % sh.heads;
+  const int64_t group = sh.heads / sh.kv_heads;
+  const int64_t kv_offset = (b * sh.kv_heads + h / group) * sh.kv_rows * d;
+  const W* qbase = q + (bh * sh.q_rows + row0) * d;
+  const float alpha = static_cast<float>(sh.scale);
+  const float neg_inf = -CUDART_INF_F;
+
+  for (int e = tid; e < kTiledRows * d; e += kTiledThreads) {
+    const int r = e / d, c = e % d;
+    qs[r * ld + c] =
+        r < rows_here ? AttentionValue<kType, float>(qbase[e]) : 0.0f;
+  }
+  if (tid < kTiledRows) {
+    // Rows past the end see no key (they are neither computed nor written).
+    qpos_s[tid] = tid >= rows_here ? INT64_MIN
+                  : sh.causal      ? q_pos[row0 + tid]
+                                   : INT64_MAX - 1;
+  }
+  // This thread's rows ty*4 + i and columns tx + 16*c of o, m and l.
+  float acc[4][kTiledColsPerThread], m[4], l[4];
+  #pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = ty * 4 + i;
+    const W* in = s_in == nullptr || r >= rows_here
+                      ? nullptr
+                      : s_in + (bh * sh.q_rows + row0 + r) * width;
+    #pragma unroll
+    for (int c = 0; c < kTiledColsPerThread; ++c) {
+      const int col = tx + 16 * c;
+      acc[i][c] = in != nullptr && col < d
+                      ? AttentionValue<kType, float>(in[col])
+                      : 0.0f;
+    }
+    m[i] = in != nullptr ? AttentionValue<kType, float>(in[d]) : neg_inf;
+    l[i] = in != nullptr ? AttentionValue<kType, float>(in[d + 1]) : 0.0f;
+  }
+
+  for (int64_t j0 = 0; j0 < sh.kv_rows; j0 += kTiledKeys) {
+    const int keys_here = static_cast<int>(
+        sh.kv_rows - j0 < kTiledKeys ? sh.kv_rows - j0 : kTiledKeys);
+    __syncthreads();  // the last tile's ks, vs, ps and kpos_s are read
+    if (tid < kTiledKeys) {
+      // Keys past the end are masked for every row.
+      kpos_s[tid] = tid >= keys_here ? INT64_MAX
+                    : sh.causal      ? kv_pos[j0 + tid]
+                                     : INT64_MIN + 1;
+    }
+    __syncthreads();
+    bool live = false;
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        live |= kpos_s[tx + 16 * j] <= qpos_s[ty * 4 + i];
+      }
+    }
+    if (!__syncthreads_or(live)) continue;  // every pair of the tile masked
+    const W* kt = k + kv_offset + j0 * d;
+    const W* vt = v + kv_offset + j0 * d;
+    for (int e = tid; e < kTiledKeys * d; e += kTiledThreads) {
+      const int r = e / d, c = e % d;
+      const bool in_range = r < keys_here;
+      ks[r * ld + c] = in_range ? AttentionValue<kType, float>(kt[e]) : 0.0f;
+      vs[e] = in_range ? AttentionValue<kType, float>(vt[e]) : 0.0f;
+    }
+    __syncthreads();
+    float s[4][4] = {};
+    for (int c = 0; c < d; ++c) {
+      float qv[4], kv[4];
+      #pragma unroll
+      for (int i = 0; i < 4; ++i) qv[i] = qs[(ty * 4 + i) * ld + c];
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) kv[j] = ks[(tx + 16 * j) * ld + c];
+      #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) s[i][j] = fmaf(qv[i], kv[j], s[i][j]);
+      }
+    }
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = ty * 4 + i;
+      float mx = neg_inf;
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        s[i][j] = kpos_s[tx + 16 * j] <= qpos_s[r] ? alpha * s[i][j] : neg_inf;
+        mx = fmaxf(mx, s[i][j]);
+      }
+      // The shuffles run in every thread (no branch around them): the two
+      // half-warps of a warp hold different rows.
+      mx = HalfWarpMax(mx);
+      const bool none = mx == neg_inf;  // no key of this tile for the row
+      const float m_new =
+          none ? m[i]
+               : AttentionValue<kType, float>(AttentionBits<kType, float>(
+                     fmaxf(mx, m[i])));  // rounded to the dtype
+      const float f = none || m[i] == neg_inf
+                          ? (none ? 1.0f : 0.0f)
+                          : expf(m[i] - m_new);
+      float part = 0.0f;
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        s[i][j] = none ? 0.0f : expf(s[i][j] - m_new);  // masked: 0
+        part += s[i][j];
+      }
+      const float sum = HalfWarpSum(part);
+      if (!none) {
+        l[i] = l[i] * f + sum;
+        m[i] = m_new;
+      }
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) ps[r * kTiledKeys + tx + 16 * j] = s[i][j];
+      #pragma unroll
+      for (int c = 0; c < kTiledColsPerThread; ++c) acc[i][c] *= f;
+    }
+    __syncthreads();
+    for (int j = 0; j < keys_here; ++j) {
+      float p[4];
+      #pragma unroll
+      for (int i = 0; i < 4; ++i) p[i] = ps[(ty * 4 + i) * kTiledKeys + j];
+      #pragma unroll
+      for (int c = 0; c < kTiledColsPerThread; ++c) {
+        const int col = tx + 16 * c;
+        const float vv = col < d ? vs[j * d + col] : 0.0f;
+        #pragma unroll
+        for (int i = 0; i < 4; ++i) acc[i][c] = fmaf(p[i], vv, acc[i][c]);
+      }
+    }
+  }
+  // Every read of s_in happened before the loop's first barrier, so an
+  // s_out that aliases it is safe to write.
+  #pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = ty * 4 + i;
+    if (r >= rows_here) continue;
+    W* out = s_out + (bh * sh.q_rows + row0 + r) * width;
+    #pragma unroll
+    for (int c = 0; c < kTiledColsPerThread; ++c) {
+      const int col = tx + 16 * c;
+      if (col < d) out[col] = AttentionBits<kType, float>(acc[i][c]);
+    }
+    if (tx == 0) {
+      out[d] = AttentionBits<kType, float>(m[i]);
+      out[d + 1] = AttentionBits<kType, float>(l[i]);
+    }
+  }
+}
+
+template <PatternType kType>
+cudaError_t AttentionTiled(const AttentionBlockShape& sh, const void* q,
+                           const void* k, const void* v, const void* s_in,
+                           void* s_out, const int64_t* q_pos,
+                           const int64_t* kv_pos, cudaStream_t stream) {
+  using W = WordT<kType>;
+  const int64_t blocks =
+      sh.batch * sh.heads * ((sh.q_rows + kTiledRows - 1) / kTiledRows);
+  if (blocks > INT32_MAX) return cudaErrorInvalidValue;
+  const int64_t shared = TiledSharedBytes(sh.head_dim);
+  cudaError_t err = cudaFuncSetAttribute(
+      AttentionTiledKernel<kType>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      static_cast<int>(shared));
+  if (err != cudaSuccess) return err;
+  AttentionTiledKernel<kType>
+      <<<static_cast<int>(blocks), kTiledThreads, shared, stream>>>(
+          sh, static_cast<const W*>(q), static_cast<const W*>(k),
+          static_cast<const W*>(v), static_cast<const W*>(s_in),
+          static_cast<W*>(s_out), q_pos, kv_pos);
+  return cudaGetLastError();
+}
+
+// The tiled kernel where it takes the dtype and head_dim (and `by_row` is
+// false), else the row kernel.
+template <PatternType kType>
+cudaError_t AttentionBlockEither(bool by_row, const AttentionBlockShape& sh,
+                                 const void* q, const void* k, const void* v,
+                                 const void* s_in, void* s_out,
+                                 const int64_t* q_pos, const int64_t* kv_pos,
+                                 void* scratch, cudaStream_t stream) {
+  if constexpr (kType != PatternType::kFloat64) {
+    if (!by_row && sh.head_dim <= kTiledMaxDim) {
+      return AttentionTiled<kType>(sh, q, k, v, s_in, s_out, q_pos, kv_pos,
+                                   stream);
+    }
+  }
+  return AttentionBlock<kType>(sh, q, k, v, s_in, s_out, q_pos, kv_pos,
+                               scratch, stream);
+}
+
 // Thread blocks of the backward's dQ (one per query row) or dK / dV (one
 // per key row) kernel.
 int64_t AttentionBackwardGrid(const AttentionBackwardShape& sh) {
@@ -761,12 +1006,20 @@ int64_t AttentionBlockScratchBytes(PatternType type,
   return AttentionGrid(shape) * shape.head_dim * acc;
 }
 
-cudaError_t LaunchAttentionBlock(PatternType type,
-                                 const AttentionBlockShape& shape,
-                                 const void* q, const void* k, const void* v,
-                                 const void* s_in, void* s_out,
-                                 const int64_t* q_pos, const int64_t* kv_pos,
-                                 void* scratch, cudaStream_t stream) {
+bool AttentionBlockIsTiled(PatternType type,
+                           const AttentionBlockShape& shape) {
+  return (type == PatternType::kFloat16 || type == PatternType::kBFloat16 ||
+          type == PatternType::kFloat32) &&
+         shape.head_dim <= kTiledMaxDim;
+}
+
+namespace {
+
+cudaError_t LaunchAttentionBlockWith(
+    bool by_row, PatternType type, const AttentionBlockShape& shape,
+    const void* q, const void* k, const void* v, const void* s_in, void* s_out,
+    const int64_t* q_pos, const int64_t* kv_pos, void* scratch,
+    cudaStream_t stream) {
   if (shape.batch < 1 || shape.heads < 1 || shape.kv_heads < 1 ||
       shape.q_rows < 1 || shape.kv_rows < 1 || shape.head_dim < 1 ||
       shape.heads % shape.kv_heads != 0 ||
@@ -775,24 +1028,43 @@ cudaError_t LaunchAttentionBlock(PatternType type,
   }
   switch (type) {
     case PatternType::kFloat16:
-      return AttentionBlock<PatternType::kFloat16>(shape, q, k, v, s_in, s_out,
-                                                   q_pos, kv_pos, scratch,
-                                                   stream);
+      return AttentionBlockEither<PatternType::kFloat16>(
+          by_row, shape, q, k, v, s_in, s_out, q_pos, kv_pos, scratch, stream);
     case PatternType::kBFloat16:
-      return AttentionBlock<PatternType::kBFloat16>(shape, q, k, v, s_in,
-                                                    s_out, q_pos, kv_pos,
-                                                    scratch, stream);
+      return AttentionBlockEither<PatternType::kBFloat16>(
+          by_row, shape, q, k, v, s_in, s_out, q_pos, kv_pos, scratch, stream);
     case PatternType::kFloat32:
-      return AttentionBlock<PatternType::kFloat32>(shape, q, k, v, s_in, s_out,
-                                                   q_pos, kv_pos, scratch,
-                                                   stream);
+      return AttentionBlockEither<PatternType::kFloat32>(
+          by_row, shape, q, k, v, s_in, s_out, q_pos, kv_pos, scratch, stream);
     case PatternType::kFloat64:
-      return AttentionBlock<PatternType::kFloat64>(shape, q, k, v, s_in, s_out,
-                                                   q_pos, kv_pos, scratch,
-                                                   stream);
+      return AttentionBlockEither<PatternType::kFloat64>(
+          by_row, shape, q, k, v, s_in, s_out, q_pos, kv_pos, scratch, stream);
     default:
       return cudaErrorInvalidValue;  // attention takes floats only
   }
+}
+
+}  // namespace
+
+cudaError_t LaunchAttentionBlock(PatternType type,
+                                 const AttentionBlockShape& shape,
+                                 const void* q, const void* k, const void* v,
+                                 const void* s_in, void* s_out,
+                                 const int64_t* q_pos, const int64_t* kv_pos,
+                                 void* scratch, cudaStream_t stream) {
+  return LaunchAttentionBlockWith(/*by_row=*/false, type, shape, q, k, v,
+                                  s_in, s_out, q_pos, kv_pos, scratch, stream);
+}
+
+cudaError_t LaunchAttentionBlockByRow(PatternType type,
+                                      const AttentionBlockShape& shape,
+                                      const void* q, const void* k,
+                                      const void* v, const void* s_in,
+                                      void* s_out, const int64_t* q_pos,
+                                      const int64_t* kv_pos, void* scratch,
+                                      cudaStream_t stream) {
+  return LaunchAttentionBlockWith(/*by_row=*/true, type, shape, q, k, v, s_in,
+                                  s_out, q_pos, kv_pos, scratch, stream);
 }
 
 cudaError_t LaunchAttentionFinish(PatternType type, const void* state,

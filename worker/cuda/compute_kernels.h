@@ -112,28 +112,48 @@ int64_t AttentionBlockScratchBytes(PatternType type,
 // (null: the empty state) and s_out [batch, heads, q_rows, head_dim + 2],
 // row-major; q_pos (q_rows) and kv_pos (kv_rows int64 entries) in device
 // memory when causal, else unused (may be null); `scratch`
-// AttentionBlockScratchBytes of device memory. One thread block of 128
-// threads per query row (grid-stride over the rows): the row's running o
-// in the accumulator type (float for fp16 / bf16, double for float32 /
-// float64) in `scratch`, m and l in registers; keys in chunks of 256 (the
-// host's kAttentionKeyChunk): each thread scores keys of the chunk (a dot
-// product in order over head_dim, times scale; -inf when masked) into
-// shared memory, a block reduction gives the chunk's maximum, m_new =
-// max(m, maximum) rounded to the dtype, f = exp(m - m_new) (0 while m is
-// -inf), each score becomes exp(s - m_new), a block reduction sums them
-// (l = l f + sum), and each thread updates its columns of o = o f + sum_j
-// p_j v_j over the chunk in key order. A row no key of which is kept
+// AttentionBlockScratchBytes of device memory (used by the row kernel
+// only).
+//
+// Two kernels compute the same online softmax: per query row and chunk of
+// keys, m_new = max(m, the chunk's largest score) rounded to the dtype, f =
+// exp(m - m_new) (0 while m is -inf), each score becomes exp(s - m_new), l =
+// l f + their sum, o = o f + sum_j p_j v_j. A row no key of which is kept
 // keeps its state bit for bit (s_in's row, or o = +0, m = -inf, l = +0).
-// The bits may differ from the host's (the order of the sums), within the
-// reference's tolerance. `s_out` may alias `s_in` exactly; it must not
-// overlap q, k or v. Float types only (cudaErrorInvalidValue for integers
-// or a dimension < 1).
+// - The tiled kernel (fp16, bf16, float32 with head_dim <= 128;
+//   AttentionBlockIsTiled): a thread block takes 64 query rows of one
+//   (batch, head) and walks the keys in tiles of 64 held in shared memory,
+//   so each key is read once per 64 query rows; float accumulators in
+//   registers (the host's too, attention.h); tiles where every (query,
+//   key) pair is masked are skipped whole.
+// - The row kernel (float64, larger head_dim, and LaunchAttentionBlockByRow):
+//   one thread block of 128 threads per query row (grid-stride over the
+//   rows), the row's o in `scratch` in the accumulator type (float for
+//   fp16 / bf16, double for float32 / float64), keys in chunks of 256 (the
+//   host's kAttentionKeyChunk) scored by a dot product per thread.
+// The bits may differ from the host's (the order of the sums, the chunk
+// size), within the reference's tolerance. `s_out` may alias `s_in`
+// exactly; it must not overlap q, k or v. Float types only
+// (cudaErrorInvalidValue for integers or a dimension < 1).
 cudaError_t LaunchAttentionBlock(PatternType type,
                                  const AttentionBlockShape& shape,
                                  const void* q, const void* k, const void* v,
                                  const void* s_in, void* s_out,
                                  const int64_t* q_pos, const int64_t* kv_pos,
                                  void* scratch, cudaStream_t stream);
+
+// The row kernel alone, whatever the dtype and head_dim: the baseline the
+// GPU benchmark measures the tiled kernel against (bench/gpu/gpu_bench.cc).
+cudaError_t LaunchAttentionBlockByRow(PatternType type,
+                                      const AttentionBlockShape& shape,
+                                      const void* q, const void* k,
+                                      const void* v, const void* s_in,
+                                      void* s_out, const int64_t* q_pos,
+                                      const int64_t* kv_pos, void* scratch,
+                                      cudaStream_t stream);
+
+// Whether LaunchAttentionBlock runs the tiled kernel for `type` and `shape`.
+bool AttentionBlockIsTiled(PatternType type, const AttentionBlockShape& shape);
 
 // attention.h's RunAttentionFinish on device memory: `state` rows of
 // head_dim + 2 elements, `out` rows of head_dim: out = o / l in the

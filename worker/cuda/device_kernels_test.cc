@@ -758,6 +758,94 @@ TEST_F(DeviceKernelsTest, AttentionAgainstTheReference) {
   }
 }
 
+// The tiled kernel's shapes (compute_kernels.h): query rows over several
+// 64-row tiles with a partial last one, keys over several 64-key tiles
+// with a partial last one, grouped-query heads, head_dim not a multiple of
+// 16 and the largest it takes (128), causal positions in zigzag order
+// (whole key tiles masked for some query tiles, not for others), a chain
+// of two blocks updated in place; and head_dim 130, which falls back to
+// the row kernel. Every state and output element is verified by the
+// executor against the float64 reference (its tolerance, 4 ulps of slack).
+TEST_F(DeviceKernelsTest, TiledAttentionShapesAgainstTheReference) {
+  struct Shape {
+    int64_t heads, kv_heads, q_rows, kv_rows, d;
+    bool causal;
+  };
+  const Shape shapes[] = {{4, 2, 150, 200, 72, true},
+                          {2, 2, 64, 64, 128, false},
+                          {2, 1, 70, 90, 130, true}};
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) {
+    for (const Shape& sh : shapes) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " q_rows ", sh.q_rows,
+                                " kv_rows ", sh.kv_rows, " head_dim ", sh.d,
+                                sh.causal ? " causal" : ""));
+      TestJob job(1, 1, absl::StrCat("tiled-attention-", DTypeName(dtype)));
+      const int q = job.AddTensor({{1, sh.heads, sh.q_rows, sh.d}, dtype});
+      job.SetInitializer(q, Random(71));
+      const int qb = job.AddBuffer(0, q, job.FullBox(q), BufferRole::kSource);
+      v1::Initializer zeros;
+      zeros.set_kind(v1::Initializer::KIND_ZEROS);
+      const int64_t width = sh.d + 2;
+      const int state = job.AddTensor({{1, sh.heads, sh.q_rows, width}, dtype});
+      job.SetInitializer(state, zeros);
+      const int sb =
+          job.AddBuffer(0, state, job.FullBox(state), BufferRole::kDestination);
+      // Zigzag: query row i sits at position 2i or 2i + 1 alternately, the
+      // keys of chunk c at c * kv_rows + j (the second chunk sees more).
+      int previous = -1;
+      for (int chunk = 0; chunk < 2; ++chunk) {
+        const int k = job.AddTensor({{1, sh.kv_heads, sh.kv_rows, sh.d}, dtype});
+        const int v = job.AddTensor({{1, sh.kv_heads, sh.kv_rows, sh.d}, dtype});
+        job.SetInitializer(k, Random(72 + k));
+        job.SetInitializer(v, Random(72 + v));
+        v1::Step block;
+        block.set_op(v1::Step::OP_COMPUTE);
+        block.set_device(0);
+        v1::AttentionBlockAttrs* a =
+            block.mutable_compute()->mutable_attention_block();
+        a->set_batch(1);
+        a->set_heads(sh.heads);
+        a->set_kv_heads(sh.kv_heads);
+        a->set_q_rows(sh.q_rows);
+        a->set_kv_rows(sh.kv_rows);
+        a->set_head_dim(sh.d);
+        a->set_causal(sh.causal);
+        if (sh.causal) {
+          for (int64_t i = 0; i < sh.q_rows; ++i) {
+            a->add_q_position(i < sh.q_rows / 2 ? 2 * i : 4 * i - sh.q_rows);
+          }
+          for (int64_t j = 0; j < sh.kv_rows; ++j) {
+            a->add_kv_position(chunk * sh.kv_rows + j);
+          }
+        }
+        *block.add_inputs() = TestJob::Operand(qb);
+        *block.add_inputs() = TestJob::Operand(
+            job.AddBuffer(0, k, job.FullBox(k), BufferRole::kSource));
+        *block.add_inputs() = TestJob::Operand(
+            job.AddBuffer(0, v, job.FullBox(v), BufferRole::kSource));
+        if (previous >= 0) {
+          *block.add_inputs() = TestJob::Operand(sb);
+          block.add_deps(previous);
+        }
+        *block.add_outputs() = TestJob::Operand(sb);
+        previous = job.AddStep(block);
+      }
+      const int o = job.AddTensor({{1, sh.heads, sh.q_rows, sh.d}, dtype});
+      v1::Step finish;
+      finish.set_op(v1::Step::OP_COMPUTE);
+      finish.set_device(0);
+      finish.mutable_compute()->mutable_attention_finish()->set_head_dim(sh.d);
+      *finish.add_inputs() = TestJob::Operand(sb);
+      *finish.add_outputs() = TestJob::Operand(
+          job.AddBuffer(0, o, job.FullBox(o), BufferRole::kDestination));
+      finish.add_deps(previous);
+      job.AddStep(finish);
+      ExpectVerified(RunWorker(job, 0, 0, 1),
+                     sh.heads * sh.q_rows * (width + sh.d), 4.0);
+    }
+  }
+}
+
 // Element e of `bytes` (dtype elements) as a double, and `value` rounded to
 // the dtype into element e.
 double ElementAt(DType dtype, const std::vector<uint8_t>& bytes, int64_t e) {
