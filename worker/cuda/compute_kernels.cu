@@ -1,5 +1,6 @@
 #include "worker/cuda/compute_kernels.h"
 
+#include <cuda_fp16.h>
 #include <math_constants.h>
 
 #include "worker/cuda/kernel_launch.h"
@@ -516,20 +517,33 @@ cudaError_t AttentionBlock(const AttentionBlockShape& sh, const void* q,
 // of one (batch, head) and walks the keys in tiles of kTiledKeys, each tile
 // of K and V loaded once into shared memory and used by every query row of
 // the block (the row kernel above reads each key once per query row). The
-// 16 x 16 threads each hold a 4 x 4 tile of scores and a 4 x
-// kTiledColsPerThread tile of o in registers; the 16 threads of a query row
-// group are one half-warp, so a row's maximum and sum are warp shuffles.
+// 16 x 16 threads each hold a 4 x 4 tile of scores (rows ty*4.., keys tx +
+// 16j) and a 4 x 8 tile of o (columns tx*4.. and 64 + tx*4..) in
+// registers, and read shared memory 16 bytes at a time: Q and K rows along
+// head_dim, the probabilities (stored key-major) and V rows along the
+// columns. The 16 threads of a row group are one half-warp, so a row's
+// maximum and sum are warp shuffles.
 constexpr int kTiledRows = 64;
 constexpr int kTiledKeys = 64;
 constexpr int kTiledThreads = 256;
 constexpr int kTiledMaxDim = 128;
-constexpr int kTiledColsPerThread = kTiledMaxDim / 16;
+constexpr int kTiledPLd = kTiledRows + 4;  // P's row stride: 2-way banks
 
-// Shared memory of the tiled kernel for head_dim d (floats): Q and K tiles
-// with rows padded to d + 1 (the score loop reads 16 key rows at once),
-// the V tile, the probabilities.
+// head_dim rounded up to whole float4s, and the Q / K row stride (one more
+// float4: the 16 key rows a half-warp reads fall on distinct bank groups).
+__host__ __device__ inline int TiledPaddedDim(int64_t d) {
+  return static_cast<int>((d + 3) / 4 * 4);
+}
+__host__ __device__ inline int TiledQkLd(int64_t d) {
+  return TiledPaddedDim(d) + 4;
+}
+
+// Shared memory of the tiled kernel for head_dim d, bytes: the Q and K
+// tiles, the V tile (kTiledMaxDim columns, zero past d), the probabilities.
 int64_t TiledSharedBytes(int64_t d) {
-  return (2 * kTiledRows * (d + 1) + kTiledKeys * d + kTiledRows * kTiledKeys) *
+  return (int64_t{kTiledRows + kTiledKeys} * TiledQkLd(d) +
+          int64_t{kTiledKeys} * kTiledMaxDim +
+          int64_t{kTiledKeys} * kTiledPLd) *
          static_cast<int64_t>(sizeof(float));
 }
 
@@ -546,6 +560,34 @@ __device__ inline float HalfWarpSum(float x) {
   return x;
 }
 
+// A 16-bit or 32-bit float element as float, exactly: a shift or a
+// conversion instruction (AttentionValue goes through the generic double
+// decoder, which made the tile loads cost more than the arithmetic).
+template <PatternType kType>
+__device__ inline float TiledValue(WordT<kType> bits) {
+  if constexpr (kType == PatternType::kBFloat16) {
+    return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+  } else if constexpr (kType == PatternType::kFloat16) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  } else {
+    return __uint_as_float(static_cast<uint32_t>(bits));
+  }
+}
+
+// `rows` x `pad` floats into shared `dst` (row stride ld) from `src` (row
+// stride d): elements past `valid` rows or d columns are zero.
+template <PatternType kType>
+__device__ inline void TiledLoad(float* dst, int ld, const WordT<kType>* src,
+                                 int rows, int valid, int d, int pad) {
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  for (int r = ty; r < rows; r += kTiledThreads / 16) {
+    for (int c = tx; c < pad; c += 16) {
+      dst[r * ld + c] =
+          r < valid && c < d ? TiledValue<kType>(src[r * d + c]) : 0.0f;
+    }
+  }
+}
+
 template <PatternType kType>
 __global__ void __launch_bounds__(kTiledThreads)
     AttentionTiledKernel(AttentionBlockShape sh, const WordT<kType>* q,
@@ -553,15 +595,16 @@ __global__ void __launch_bounds__(kTiledThreads)
                          const WordT<kType>* s_in, WordT<kType>* s_out,
                          const int64_t* q_pos, const int64_t* kv_pos) {
   using W = WordT<kType>;
-  extern __shared__ float tiled_shared[];
+  extern __shared__ float4 tiled_shared4[];
   __shared__ int64_t qpos_s[kTiledRows];
   __shared__ int64_t kpos_s[kTiledKeys];
-  const int d = static_cast<int>(sh.head_dim), ld = d + 1;
+  const int d = static_cast<int>(sh.head_dim);
+  const int pad = TiledPaddedDim(d), ld = TiledQkLd(d);
   const int64_t width = sh.head_dim + 2;
-  float* qs = tiled_shared;            // kTiledRows x ld
-  float* ks = qs + kTiledRows * ld;    // kTiledKeys x ld
-  float* vs = ks + kTiledKeys * ld;    // kTiledKeys x d
-  float* ps = vs + kTiledKeys * d;     // kTiledRows x kTiledKeys
+  float* qs = reinterpret_cast<float*>(tiled_shared4);  // kTiledRows x ld
+  float* ks = qs + kTiledRows * ld;                      // kTiledKeys x ld
+  float* vs = ks + kTiledKeys * ld;  // kTiledKeys x kTiledMaxDim
+  float* ps = vs + kTiledKeys * kTiledMaxDim;  // kTiledKeys x kTiledPLd
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   const int64_t row_tiles = (sh.q_rows + kTiledRows - 1) / kTiledRows;
   const int64_t bh = blockIdx.x / row_tiles;  // batch * heads + head
@@ -571,38 +614,38 @@ __global__ void __launch_bounds__(kTiledThreads)
   const int64_t b = bh / sh.heads, h = bh % sh.heads;
   const int64_t group = sh.heads / sh.kv_heads;
   const int64_t kv_offset = (b * sh.kv_heads + h / group) * sh.kv_rows * d;
-  const W* qbase = q + (bh * sh.q_rows + row0) * d;
   const float alpha = static_cast<float>(sh.scale);
   const float neg_inf = -CUDART_INF_F;
+  // This thread's columns of o: two runs of 4 (the second past d when
+  // head_dim <= 64).
+  const int col0 = tx * 4, col1 = 64 + tx * 4;
+  const bool second = col1 < d;
 
-  for (int e = tid; e < kTiledRows * d; e += kTiledThreads) {
-    const int r = e / d, c = e % d;
-    qs[r * ld + c] =
-        r < rows_here ? AttentionValue<kType, float>(qbase[e]) : 0.0f;
-  }
+  TiledLoad<kType>(qs, ld, q + (bh * sh.q_rows + row0) * d, kTiledRows,
+                   rows_here, d, pad);
   if (tid < kTiledRows) {
-    // Rows past the end see no key (they are neither computed nor written).
+    // Rows past the end see no key (they are neither computed nor
+    // written); without a mask every real row sees every real key.
     qpos_s[tid] = tid >= rows_here ? INT64_MIN
                   : sh.causal      ? q_pos[row0 + tid]
                                    : INT64_MAX - 1;
   }
-  // This thread's rows ty*4 + i and columns tx + 16*c of o, m and l.
-  float acc[4][kTiledColsPerThread], m[4], l[4];
-  #pragma unroll
+  float acc[4][8], m[4], l[4];
+#pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int r = ty * 4 + i;
     const W* in = s_in == nullptr || r >= rows_here
                       ? nullptr
                       : s_in + (bh * sh.q_rows + row0 + r) * width;
-    #pragma unroll
-    for (int c = 0; c < kTiledColsPerThread; ++c) {
-      const int col = tx + 16 * c;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const int col = (c < 4 ? col0 : col1) + c % 4;
       acc[i][c] = in != nullptr && col < d
-                      ? AttentionValue<kType, float>(in[col])
+                      ? TiledValue<kType>(in[col])
                       : 0.0f;
     }
-    m[i] = in != nullptr ? AttentionValue<kType, float>(in[d]) : neg_inf;
-    l[i] = in != nullptr ? AttentionValue<kType, float>(in[d + 1]) : 0.0f;
+    m[i] = in != nullptr ? TiledValue<kType>(in[d]) : neg_inf;
+    l[i] = in != nullptr ? TiledValue<kType>(in[d + 1]) : 0.0f;
   }
 
   for (int64_t j0 = 0; j0 < sh.kv_rows; j0 += kTiledKeys) {
@@ -617,41 +660,47 @@ __global__ void __launch_bounds__(kTiledThreads)
     }
     __syncthreads();
     bool live = false;
-    #pragma unroll
+#pragma unroll
     for (int i = 0; i < 4; ++i) {
-      #pragma unroll
+#pragma unroll
       for (int j = 0; j < 4; ++j) {
         live |= kpos_s[tx + 16 * j] <= qpos_s[ty * 4 + i];
       }
     }
     if (!__syncthreads_or(live)) continue;  // every pair of the tile masked
-    const W* kt = k + kv_offset + j0 * d;
-    const W* vt = v + kv_offset + j0 * d;
-    for (int e = tid; e < kTiledKeys * d; e += kTiledThreads) {
-      const int r = e / d, c = e % d;
-      const bool in_range = r < keys_here;
-      ks[r * ld + c] = in_range ? AttentionValue<kType, float>(kt[e]) : 0.0f;
-      vs[e] = in_range ? AttentionValue<kType, float>(vt[e]) : 0.0f;
-    }
+    TiledLoad<kType>(ks, ld, k + kv_offset + j0 * d, kTiledKeys, keys_here, d,
+                     pad);
+    TiledLoad<kType>(vs, kTiledMaxDim, v + kv_offset + j0 * d, kTiledKeys,
+                     keys_here, d, kTiledMaxDim);
     __syncthreads();
     float s[4][4] = {};
-    for (int c = 0; c < d; ++c) {
-      float qv[4], kv[4];
-      #pragma unroll
-      for (int i = 0; i < 4; ++i) qv[i] = qs[(ty * 4 + i) * ld + c];
-      #pragma unroll
-      for (int j = 0; j < 4; ++j) kv[j] = ks[(tx + 16 * j) * ld + c];
-      #pragma unroll
+    for (int c = 0; c < pad; c += 4) {
+      float4 qv[4], kv[4];
+#pragma unroll
       for (int i = 0; i < 4; ++i) {
-        #pragma unroll
-        for (int j = 0; j < 4; ++j) s[i][j] = fmaf(qv[i], kv[j], s[i][j]);
+        qv[i] = *reinterpret_cast<const float4*>(&qs[(ty * 4 + i) * ld + c]);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        kv[j] = *reinterpret_cast<const float4*>(&ks[(tx + 16 * j) * ld + c]);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          s[i][j] = fmaf(qv[i].x, kv[j].x, s[i][j]);
+          s[i][j] = fmaf(qv[i].y, kv[j].y, s[i][j]);
+          s[i][j] = fmaf(qv[i].z, kv[j].z, s[i][j]);
+          s[i][j] = fmaf(qv[i].w, kv[j].w, s[i][j]);
+        }
       }
     }
-    #pragma unroll
+    float f[4];
+#pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r = ty * 4 + i;
       float mx = neg_inf;
-      #pragma unroll
+#pragma unroll
       for (int j = 0; j < 4; ++j) {
         s[i][j] = kpos_s[tx + 16 * j] <= qpos_s[r] ? alpha * s[i][j] : neg_inf;
         mx = fmaxf(mx, s[i][j]);
@@ -664,49 +713,64 @@ __global__ void __launch_bounds__(kTiledThreads)
           none ? m[i]
                : AttentionValue<kType, float>(AttentionBits<kType, float>(
                      fmaxf(mx, m[i])));  // rounded to the dtype
-      const float f = none || m[i] == neg_inf
-                          ? (none ? 1.0f : 0.0f)
-                          : expf(m[i] - m_new);
+      f[i] = none || m[i] == neg_inf ? (none ? 1.0f : 0.0f)
+                                     : expf(m[i] - m_new);
       float part = 0.0f;
-      #pragma unroll
+#pragma unroll
       for (int j = 0; j < 4; ++j) {
         s[i][j] = none ? 0.0f : expf(s[i][j] - m_new);  // masked: 0
         part += s[i][j];
       }
       const float sum = HalfWarpSum(part);
       if (!none) {
-        l[i] = l[i] * f + sum;
+        l[i] = l[i] * f[i] + sum;
         m[i] = m_new;
       }
-      #pragma unroll
-      for (int j = 0; j < 4; ++j) ps[r * kTiledKeys + tx + 16 * j] = s[i][j];
-      #pragma unroll
-      for (int c = 0; c < kTiledColsPerThread; ++c) acc[i][c] *= f;
+#pragma unroll
+      for (int c = 0; c < 8; ++c) acc[i][c] *= f[i];
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      *reinterpret_cast<float4*>(&ps[(tx + 16 * j) * kTiledPLd + ty * 4]) =
+          make_float4(s[0][j], s[1][j], s[2][j], s[3][j]);
     }
     __syncthreads();
     for (int j = 0; j < keys_here; ++j) {
-      float p[4];
-      #pragma unroll
-      for (int i = 0; i < 4; ++i) p[i] = ps[(ty * 4 + i) * kTiledKeys + j];
-      #pragma unroll
-      for (int c = 0; c < kTiledColsPerThread; ++c) {
-        const int col = tx + 16 * c;
-        const float vv = col < d ? vs[j * d + col] : 0.0f;
-        #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[i][c] = fmaf(p[i], vv, acc[i][c]);
+      const float4 p =
+          *reinterpret_cast<const float4*>(&ps[j * kTiledPLd + ty * 4]);
+      const float4 va =
+          *reinterpret_cast<const float4*>(&vs[j * kTiledMaxDim + col0]);
+      const float pr[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        acc[i][0] = fmaf(pr[i], va.x, acc[i][0]);
+        acc[i][1] = fmaf(pr[i], va.y, acc[i][1]);
+        acc[i][2] = fmaf(pr[i], va.z, acc[i][2]);
+        acc[i][3] = fmaf(pr[i], va.w, acc[i][3]);
+      }
+      if (second) {
+        const float4 vb =
+            *reinterpret_cast<const float4*>(&vs[j * kTiledMaxDim + col1]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          acc[i][4] = fmaf(pr[i], vb.x, acc[i][4]);
+          acc[i][5] = fmaf(pr[i], vb.y, acc[i][5]);
+          acc[i][6] = fmaf(pr[i], vb.z, acc[i][6]);
+          acc[i][7] = fmaf(pr[i], vb.w, acc[i][7]);
+        }
       }
     }
   }
   // Every read of s_in happened before the loop's first barrier, so an
   // s_out that aliases it is safe to write.
-  #pragma unroll
+#pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int r = ty * 4 + i;
     if (r >= rows_here) continue;
     W* out = s_out + (bh * sh.q_rows + row0 + r) * width;
-    #pragma unroll
-    for (int c = 0; c < kTiledColsPerThread; ++c) {
-      const int col = tx + 16 * c;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const int col = (c < 4 ? col0 : col1) + c % 4;
       if (col < d) out[col] = AttentionBits<kType, float>(acc[i][c]);
     }
     if (tx == 0) {
