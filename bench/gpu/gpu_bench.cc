@@ -44,8 +44,10 @@
 //          tiled kernel (what LaunchAttentionBlock runs) beside the row
 //          kernel (one thread block per query row, the baseline) and the
 //          GPU's fp32 CUDA-core peak (SMs x 128 FMA x 2 x clock: the bound
-//          of kernels without tensor cores, as both are), and the largest
-//          difference of the two kernels' outputs o = acc / l.
+//          of kernels without tensor cores, as both are), the largest
+//          difference of the two kernels' outputs o = acc / l, and the
+//          backward pass (the dQ then the dK / dV kernel; its work counted
+//          as 2.5 x the forward's, a fused backward's).
 //
 // Without a GPU it still plans the reshard cases (checking that code path)
 // and exits 0 with a message; errors exit 1.
@@ -769,6 +771,55 @@ absl::StatusOr<double> TimeKernel(cudaStream_t stream, int iters,
   return seconds;
 }
 
+// Seconds of one backward pass (the dQ kernel, then the dK / dV kernel) of
+// the block whose final state is `state` (positions as the forward's), with
+// O the finished state and dO = O.
+absl::StatusOr<double> TimeBackward(cudaStream_t stream,
+                                    const worker::cuda::AttentionBlockShape& block,
+                                    const DeviceMemory& q, const DeviceMemory& k,
+                                    const DeviceMemory& v,
+                                    const DeviceMemory& state,
+                                    const int64_t* positions) {
+  const int64_t rows = block.batch * block.heads * block.q_rows;
+  const int64_t elems = rows * block.head_dim;
+  ASSIGN_OR_RETURN(DeviceMemory o, DeviceMemory::Allocate(0, elems * 2));
+  ASSIGN_OR_RETURN(DeviceMemory dout, DeviceMemory::Allocate(0, elems * 2));
+  ASSIGN_OR_RETURN(DeviceMemory dq, DeviceMemory::Allocate(0, elems * 2));
+  ASSIGN_OR_RETURN(DeviceMemory dkv, DeviceMemory::Allocate(
+                                         0, 2 * block.batch * block.kv_heads *
+                                                block.kv_rows *
+                                                block.head_dim * 2));
+  RETURN_IF_ERROR(CudaStatus(
+      worker::cuda::LaunchAttentionFinish(PatternType::kBFloat16, state.data(),
+                                          o.data(), rows, block.head_dim,
+                                          stream),
+      "attention finish"));
+  // dO: the output itself, a stand-in gradient of the right scale.
+  RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dout.data(), o.data(), elems * 2,
+                                             cudaMemcpyDeviceToDevice, stream),
+                             "cudaMemcpyAsync"));
+  worker::cuda::AttentionBackwardShape dq_shape{block, /*dkv=*/false, false};
+  worker::cuda::AttentionBackwardShape dkv_shape{block, /*dkv=*/true, false};
+  const int64_t scratch_bytes = std::max(
+      worker::cuda::AttentionBackwardScratchBytes(PatternType::kBFloat16,
+                                                  dq_shape),
+      worker::cuda::AttentionBackwardScratchBytes(PatternType::kBFloat16,
+                                                  dkv_shape));
+  ASSIGN_OR_RETURN(DeviceMemory scratch,
+                   DeviceMemory::Allocate(0, scratch_bytes));
+  return TimeKernel(stream, 1, [&]() -> cudaError_t {
+    for (const auto* shape : {&dq_shape, &dkv_shape}) {
+      const cudaError_t err = worker::cuda::LaunchAttentionBackward(
+          PatternType::kBFloat16, *shape, q.data(), k.data(), v.data(),
+          dout.data(), o.data(), state.data(),
+          shape->dkv ? dkv.data() : dq.data(), positions, positions,
+          scratch.data(), stream);
+      if (err != cudaSuccess) return err;
+    }
+    return cudaSuccess;
+  });
+}
+
 // o = acc / l of every row of a state [rows, d + 2] in bfloat16 bits.
 std::vector<double> FinishedRows(const std::vector<uint16_t>& state,
                                  int64_t rows, int64_t d) {
@@ -805,10 +856,10 @@ absl::Status AttentionSection(const GpuInfo& info) {
       info.name.c_str(), static_cast<long long>(kHeads),
       static_cast<long long>(kDim), fp32_peak / 1e12, info.sms,
       clock_khz / 1e6);
-  std::printf("# %7s %6s %10s %8s %7s %10s %8s %9s %10s\n", "tokens",
-              "causal", "tiled(ms)", "TFLOP/s", "%peak", "row(ms)", "TFLOP/s",
-              "tiled/row", "max|diff|");
-  double best = 0, best_speedup = 0, worst_diff = 0;
+  std::printf("# %7s %6s %10s %8s %7s %10s %8s %9s %10s %9s %8s\n",
+              "tokens", "causal", "tiled(ms)", "TFLOP/s", "%peak", "row(ms)",
+              "TFLOP/s", "tiled/row", "max|diff|", "bwd(ms)", "TFLOP/s");
+  double best = 0, best_speedup = 0, worst_diff = 0, best_backward = 0;
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> uniform(-1.0, 1.0);
   for (int64_t n = 1024; n <= max_tokens; n *= 4) {
@@ -879,25 +930,33 @@ absl::Status AttentionSection(const GpuInfo& info) {
       for (size_t i = 0; i < oa.size(); ++i) {
         diff = std::max(diff, std::abs(oa[i] - ob[i]));
       }
+      ASSIGN_OR_RETURN(const double backward,
+                       TimeBackward(stream.get(), shape, q, k, v, tiled_out, p));
       const double pairs = causal ? n * (n + 1) / 2.0 : double(n) * n;
       const double flops = 4.0 * kDim * kHeads * pairs;
       const double tiled_rate = flops / tiled, row_rate = flops / row;
+      // The backward's work counted as a fused backward's, 2.5 x the
+      // forward's (the split dQ / dKV kernels recompute more).
+      const double backward_rate = 2.5 * flops / backward;
       best = std::max(best, tiled_rate);
       best_speedup = std::max(best_speedup, row / tiled);
+      best_backward = std::max(best_backward, backward_rate);
       worst_diff = std::max(worst_diff, diff);
-      std::printf("  %7lld %6s %10.3f %8.2f %6.1f%% %10.3f %8.2f %8.1fx %10.2e\n",
-                  static_cast<long long>(n), causal ? "yes" : "no",
-                  tiled * 1e3, tiled_rate / 1e12,
-                  fp32_peak > 0 ? 100 * tiled_rate / fp32_peak : 0.0,
-                  row * 1e3, row_rate / 1e12, row / tiled, diff);
+      std::printf(
+          "  %7lld %6s %10.3f %8.2f %6.1f%% %10.3f %8.2f %8.1fx %10.2e %9.3f "
+          "%8.2f\n",
+          static_cast<long long>(n), causal ? "yes" : "no", tiled * 1e3,
+          tiled_rate / 1e12, fp32_peak > 0 ? 100 * tiled_rate / fp32_peak : 0.0,
+          row * 1e3, row_rate / 1e12, row / tiled, diff, backward * 1e3,
+          backward_rate / 1e12);
     }
   }
   std::printf(
       "# attention summary: tiled kernel best %.2f TFLOP/s (%.1f%% of the "
       "fp32 CUDA-core peak), up to %.1fx the row kernel; largest |o| "
-      "difference between them %.2e\n",
+      "difference between them %.2e; backward (dQ + dKV) best %.2f TFLOP/s\n",
       best / 1e12, fp32_peak > 0 ? 100 * best / fp32_peak : 0.0, best_speedup,
-      worst_diff);
+      worst_diff, best_backward / 1e12);
   return absl::OkStatus();
 }
 

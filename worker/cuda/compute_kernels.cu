@@ -150,9 +150,27 @@ __device__ inline T AttentionNegInf() {
   return static_cast<T>(-CUDART_INF);
 }
 
+// A 16-bit or 32-bit float element as float, exactly: a shift or a
+// conversion instruction (the generic double decoder, CoreFloatValue,
+// costs more than the attention kernels' arithmetic).
+template <PatternType kType>
+__device__ inline float FloatOf(WordT<kType> bits) {
+  if constexpr (kType == PatternType::kBFloat16) {
+    return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+  } else if constexpr (kType == PatternType::kFloat16) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  } else {
+    return __uint_as_float(static_cast<uint32_t>(bits));
+  }
+}
+
 template <PatternType kType, typename T>
 __device__ inline T AttentionValue(WordT<kType> bits) {
-  return static_cast<T>(CoreFloatValue(kType, bits));
+  if constexpr (kType == PatternType::kFloat64) {
+    return static_cast<T>(CoreFloatValue(kType, bits));
+  } else {
+    return static_cast<T>(FloatOf<kType>(bits));  // exact, as the decoder
+  }
 }
 
 template <PatternType kType, typename T>
@@ -560,20 +578,6 @@ __device__ inline float HalfWarpSum(float x) {
   return x;
 }
 
-// A 16-bit or 32-bit float element as float, exactly: a shift or a
-// conversion instruction (AttentionValue goes through the generic double
-// decoder, which made the tile loads cost more than the arithmetic).
-template <PatternType kType>
-__device__ inline float TiledValue(WordT<kType> bits) {
-  if constexpr (kType == PatternType::kBFloat16) {
-    return __uint_as_float(static_cast<uint32_t>(bits) << 16);
-  } else if constexpr (kType == PatternType::kFloat16) {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
-  } else {
-    return __uint_as_float(static_cast<uint32_t>(bits));
-  }
-}
-
 // `rows` x `pad` floats into shared `dst` (row stride ld) from `src` (row
 // stride d): elements past `valid` rows or d columns are zero.
 template <PatternType kType>
@@ -583,7 +587,7 @@ __device__ inline void TiledLoad(float* dst, int ld, const WordT<kType>* src,
   for (int r = ty; r < rows; r += kTiledThreads / 16) {
     for (int c = tx; c < pad; c += 16) {
       dst[r * ld + c] =
-          r < valid && c < d ? TiledValue<kType>(src[r * d + c]) : 0.0f;
+          r < valid && c < d ? FloatOf<kType>(src[r * d + c]) : 0.0f;
     }
   }
 }
@@ -641,11 +645,11 @@ __global__ void __launch_bounds__(kTiledThreads)
     for (int c = 0; c < 8; ++c) {
       const int col = (c < 4 ? col0 : col1) + c % 4;
       acc[i][c] = in != nullptr && col < d
-                      ? TiledValue<kType>(in[col])
+                      ? FloatOf<kType>(in[col])
                       : 0.0f;
     }
-    m[i] = in != nullptr ? TiledValue<kType>(in[d]) : neg_inf;
-    l[i] = in != nullptr ? TiledValue<kType>(in[d + 1]) : 0.0f;
+    m[i] = in != nullptr ? FloatOf<kType>(in[d]) : neg_inf;
+    l[i] = in != nullptr ? FloatOf<kType>(in[d + 1]) : 0.0f;
   }
 
   for (int64_t j0 = 0; j0 < sh.kv_rows; j0 += kTiledKeys) {
