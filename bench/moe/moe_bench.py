@@ -175,10 +175,12 @@ def measure(cluster, c, args, where):
     predicted, pick = plan([], job_spec(c, "auto"),
                            lambda argv: cluster.ctl(argv + ["--live"], 120))
     row = dict(c, where=where, predicted=predicted, pick=pick, measured={},
-               status="ok")
-    for schedule in SCHEDULES:
-        runs = []
-        for attempt in range(args.repeat):
+               runs={}, status="ok")
+    runs = {schedule: [] for schedule in SCHEDULES}
+    # Repeats interleave the schedules (b, s1, s2, b, s1, s2, ...) so that a
+    # slow stretch of this shared machine hits them alike.
+    for attempt in range(args.repeat):
+        for schedule in SCHEDULES:
             # The first run is verified; repeats only time the layer (the
             # reference costs seconds per job on this machine).
             verify = args.verify if attempt == 0 else "VERIFY_MODE_OFF"
@@ -188,21 +190,25 @@ def measure(cluster, c, args, where):
             if job.get("state") != "SUCCEEDED":
                 row["status"] = "%s %s: %s" % (schedule, job.get("state"),
                                                (job.get("message") or "")[:100])
-                break
+                return row
             if result.get("mismatches", 0) != 0:
                 row["status"] = "%s MISMATCH (%s)" % (schedule,
                                                      result["mismatches"])
-                break
-            runs.append(result.get("metrics", {}).get("total_seconds"))
-        if row["status"] != "ok":
-            break
-        row["measured"][schedule] = statistics.median(runs)
-    if row["status"] == "ok":
-        m = row["measured"]
-        fastest = min(m, key=m.get)
-        row.update(fastest=fastest, hit=pick == fastest,
-                   loss=m[pick] / m[fastest] - 1,
-                   speedup=m["baseline"] / m[pick])
+                return row
+            runs[schedule].append(
+                result.get("metrics", {}).get("total_seconds"))
+    row["runs"] = runs
+    row["measured"] = {s: statistics.median(r) for s, r in runs.items()}
+    m = row["measured"]
+    fastest = min(m, key=m.get)
+    # A tie: in at least one round (the schedules run back to back) the
+    # pick was the faster of the two. With 5 rounds or fewer a sign test
+    # cannot call a difference unless one side wins every round.
+    tie = (pick != fastest and args.repeat >= 2 and
+           any(p < f for p, f in zip(runs[pick], runs[fastest])))
+    row.update(fastest=fastest, hit=pick == fastest, tie=tie,
+               loss=m[pick] / m[fastest] - 1,
+               speedup=m["baseline"] / m[pick])
     return row
 
 
@@ -262,8 +268,9 @@ def section_cluster(args, where):
                 m = row["measured"]
                 note = row["status"] if row["status"] != "ok" else (
                     "auto hit" if row["hit"] else
-                    "auto missed %s by %.0f%%" % (row["fastest"],
-                                                  100 * row["loss"]))
+                    "auto missed %s by %.0f%%%s" % (
+                        row["fastest"], 100 * row["loss"],
+                        " (a tie: it won a round)" if row["tie"] else ""))
                 log(" " + ROW % (label(c), "%dx%d" % (ep, mp), where,
                                  fmt_s(m.get("baseline")), fmt_s(m.get("s1")),
                                  fmt_s(m.get("s2")),
@@ -273,21 +280,31 @@ def section_cluster(args, where):
             rows += part
     ok_rows = [r for r in rows if r["status"] == "ok"]
     hits = sum(r["hit"] for r in ok_rows)
+    ties = sum(r["tie"] for r in ok_rows)
     misses = [r["loss"] for r in ok_rows if not r["hit"]]
     ratios = [r["measured"][s] / r["predicted"][s] for r in ok_rows
               for s in SCHEDULES if r["predicted"].get(s)]
     beats = sum(min(r["measured"]["s1"], r["measured"]["s2"]) <
                 r["measured"]["baseline"] for r in ok_rows)
+    # Per schedule: a bias of one schedule's prediction against another's
+    # is what turns auto's pick (a ratio of predictions) wrong.
+    per_schedule = ", ".join(
+        "%s %s" % (s, fmt(geomean([r["measured"][s] / r["predicted"][s]
+                                   for r in ok_rows
+                                   if r["predicted"].get(s)]), "%.2f"))
+        for s in SCHEDULES)
     log("# Summary (%s): %d/%d layers ok; auto picks the measured-fastest "
-        "in %d/%d (%.0f%%), worst loss when it misses %s; s1 or s2 beats "
+        "in %d/%d (%.0f%%), or one its runs cannot tell from it in %d/%d "
+        "(%.0f%%); worst loss when it misses %s; s1 or s2 beats "
         "the baseline in %d/%d; auto over baseline %.2fx geomean; "
-        "measured/predicted geomean %s; %.0f s, load average %s" % (
+        "measured/predicted geomean %s (%s); %.0f s, load average %s" % (
             where, len(ok_rows), len(rows), hits, len(ok_rows),
-            100.0 * hits / max(1, len(ok_rows)),
+            100.0 * hits / max(1, len(ok_rows)), hits + ties, len(ok_rows),
+            100.0 * (hits + ties) / max(1, len(ok_rows)),
             "%.0f%%" % (100 * max(misses)) if misses else "-", beats,
             len(ok_rows),
             geomean([r["speedup"] for r in ok_rows]) or 0,
-            fmt(geomean(ratios), "%.2f"), time.time() - start,
+            fmt(geomean(ratios), "%.2f"), per_schedule, time.time() - start,
             load_average()))
     return len(ok_rows) == len(rows), rows
 
