@@ -50,7 +50,7 @@ class PlanMaker {
     transfer.slice = {Interval{0, bytes}};
     transfer.bytes = bytes;
     transfer.src_device = src;
-    transfer.dst_devices = std::move(dsts);
+    transfer.dst_devices.assign(dsts.begin(), dsts.end());
     transfer.deps = std::move(deps);
     plan_.transfers.push_back(std::move(transfer));
     return static_cast<int>(plan_.transfers.size()) - 1;
@@ -410,8 +410,8 @@ UnitTask Task(std::vector<int> senders, std::vector<int> receivers,
               int64_t bytes) {
   UnitTask task;
   task.slice = {Interval{0, bytes}};
-  task.senders = std::move(senders);
-  task.receivers = std::move(receivers);
+  task.senders.assign(senders.begin(), senders.end());
+  task.receivers.assign(receivers.begin(), receivers.end());
   task.bytes = bytes;
   return task;
 }
@@ -586,7 +586,7 @@ TEST(LowerBoundTest, SimulatedPlansNeverBeatIt) {
     PlanMaker maker;
     for (size_t t = 0; t < tasks.size(); ++t) {
       const UnitTask& task = tasks[t];
-      std::vector<int> chain = task.receivers;
+      std::vector<int> chain(task.receivers.begin(), task.receivers.end());
       if (variant & (1 << t)) std::reverse(chain.begin(), chain.end());
       maker.Add(task.senders[variant % task.senders.size()], chain, task.bytes);
     }
@@ -662,7 +662,7 @@ class RandomCase {
       return transfers - 1;
     };
     for (const UnitTask& task : tasks) {
-      std::vector<int> chain = task.receivers;
+      std::vector<int> chain(task.receivers.begin(), task.receivers.end());
       for (int i = static_cast<int>(chain.size()) - 1; i > 0; --i) {
         std::swap(chain[i], chain[Uniform(0, i)]);
       }

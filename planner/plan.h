@@ -29,7 +29,7 @@ struct Transfer {
   int tensor = 0;  // index into ReshardPlan::problems
   Box slice;       // global tensor coordinates
   int src_device = -1;
-  std::vector<int> dst_devices;  // chain order
+  DeviceList dst_devices;  // chain order
   int64_t bytes = 0;
   int stage = 0;
   std::vector<int> deps;  // indices of earlier transfers in the plan

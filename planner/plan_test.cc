@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "absl/types/span.h"
 #include "gtest/gtest.h"
 #include "planner/sharding.h"
 
@@ -30,14 +31,15 @@ ReshardProblem MakeProblem(const Topology& topology, std::vector<int64_t> shape,
 }
 
 Transfer MakeTransfer(const ReshardProblem& problem, int tensor, Box slice,
-                      int src, std::vector<int> dst, std::vector<int> deps = {},
+                      int src, absl::Span<const int> dst,
+                      std::vector<int> deps = {},
                       int stage = 0) {
   Transfer transfer;
   transfer.tensor = tensor;
   transfer.bytes = NumElements(slice) * DTypeSize(problem.tensor.dtype);
   transfer.slice = std::move(slice);
   transfer.src_device = src;
-  transfer.dst_devices = std::move(dst);
+  transfer.dst_devices.assign(dst.begin(), dst.end());
   transfer.deps = std::move(deps);
   transfer.stage = stage;
   return transfer;
@@ -314,7 +316,8 @@ TEST_F(VerifyPlanTest, PropertyRandomPlans) {
         pieces = {low, high};
       }
       for (const Box& piece : pieces) {
-        std::vector<int> chain = transfer.dst_devices;
+        std::vector<int> chain(transfer.dst_devices.begin(),
+                               transfer.dst_devices.end());
         std::shuffle(chain.begin(), chain.end(), rng);
         split.transfers.push_back(
             MakeTransfer(problem, 0, piece, transfer.src_device, chain));

@@ -13,6 +13,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/types/span.h"
 #include "planner/cost_model.h"
 #include "util/status_macros.h"
 
@@ -49,7 +50,7 @@ class Rng {
 };
 
 // Sorted distinct hosts of `devices`.
-std::vector<int> HostsOf(const std::vector<int>& devices,
+std::vector<int> HostsOf(absl::Span<const int> devices,
                          const Topology& topology) {
   std::vector<int> hosts;
   hosts.reserve(devices.size());
@@ -61,7 +62,7 @@ std::vector<int> HostsOf(const std::vector<int>& devices,
 
 // The device of `candidates` with the lowest load; ties go to the earliest.
 template <typename Load>
-int LeastLoaded(const std::vector<int>& candidates, const Load& load) {
+int LeastLoaded(absl::Span<const int> candidates, const Load& load) {
   int best = candidates.front();
   for (int device : candidates) {
     if (load[device] < load[best]) best = device;
@@ -113,14 +114,14 @@ class PlanBuilder {
   }
 
   // Returns the index of the new transfer.
-  int Add(int tensor, Box slice, int src, std::vector<int> dsts,
+  int Add(int tensor, Box slice, int src, absl::Span<const int> dsts,
           std::vector<int> deps = {}) {
     Transfer transfer;
     transfer.tensor = tensor;
     transfer.bytes = NumElements(slice) * element_bytes_[tensor];
     transfer.slice = std::move(slice);
     transfer.src_device = src;
-    transfer.dst_devices = std::move(dsts);
+    transfer.dst_devices.assign(dsts.begin(), dsts.end());
     for (int dep : deps) {
       transfer.stage = std::max(transfer.stage, plan_.transfers[dep].stage + 1);
     }
@@ -167,9 +168,9 @@ class HostIssueOrder {
 };
 
 // Sender host plus receiver hosts of a broadcast, distinct.
-std::vector<int> HostsInvolved(int sender, const std::vector<int>& receivers,
+std::vector<int> HostsInvolved(int sender, absl::Span<const int> receivers,
                                const Topology& topology) {
-  std::vector<int> devices = receivers;
+  std::vector<int> devices(receivers.begin(), receivers.end());
   devices.push_back(sender);
   return HostsOf(devices, topology);
 }
@@ -479,22 +480,26 @@ ReshardPlan PlanBroadcastLb(const std::vector<ReshardProblem>& problems,
 // 4. Everything runs concurrently: all tensors of the request share the
 //    links from the start.
 
+// [begin, end) index ranges of holders that share a host: usually one.
+using HostRunList = absl::InlinedVector<std::pair<size_t, size_t>, 1>;
+// Bytes per holder of one network task (aligned with its holders).
+using HolderAmounts = absl::InlinedVector<double, 2>;
+
 struct NetworkTask {
   int task;
-  std::vector<int> holders;  // devices with a replica, ascending
-  std::vector<std::pair<size_t, size_t>> runs;  // holders grouped by host
+  DeviceList holders;  // devices with a replica, ascending
+  HostRunList runs;    // holders grouped by host
   // Per holder: the device whose port carries what it sends over the
   // network. Usually the holder itself; but a holder that already sends the
   // whole slice to its own host's receivers sends its network parts along
   // that chain, so the last of those receivers forwards them instead.
-  std::vector<int> payer;
+  DeviceList payer;
   double bytes;
 };
 
 // Runs of `holders` (ascending device ids) that share a host.
-std::vector<std::pair<size_t, size_t>> HostRuns(const std::vector<int>& holders,
-                                                const Topology& topology) {
-  std::vector<std::pair<size_t, size_t>> runs;
+HostRunList HostRuns(absl::Span<const int> holders, const Topology& topology) {
+  HostRunList runs;
   for (size_t i = 0; i < holders.size();) {
     size_t j = i + 1;
     while (j < holders.size() && topology.SameHost(holders[j], holders[i])) {
@@ -569,7 +574,7 @@ class EgressLoads {
   // devices as the level allows). Adds into `amounts`.
   void FillHost(const NetworkTask& task, std::pair<size_t, size_t> run,
                 double bytes, double level,
-                std::vector<double>& amounts) const {
+                HolderAmounts& amounts) const {
     std::vector<size_t> order(run.second - run.first);
     std::iota(order.begin(), order.end(), run.first);
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -598,9 +603,9 @@ constexpr int kPourSteps = 50;
 
 // Pours `bytes` onto the task's holders up to the lowest common level of
 // NIC and port loads that takes them all; returns bytes per holder.
-std::vector<double> Pour(const NetworkTask& task, double bytes,
+HolderAmounts Pour(const NetworkTask& task, double bytes,
                          const EgressLoads& loads, const Topology& topology) {
-  std::vector<double> amounts(task.holders.size(), 0);
+  HolderAmounts amounts(task.holders.size(), 0);
   double low = 0;
   double high = 0;
   for (size_t i = 0; i < task.holders.size(); ++i) {
@@ -635,7 +640,7 @@ std::vector<double> Pour(const NetworkTask& task, double bytes,
   return amounts;
 }
 
-void Charge(const NetworkTask& task, const std::vector<double>& amounts,
+void Charge(const NetworkTask& task, const HolderAmounts& amounts,
             double sign, EgressLoads& loads) {
   for (size_t i = 0; i < amounts.size(); ++i) {
     if (amounts[i] != 0) loads.AddNetwork(task, i, sign * amounts[i]);
@@ -644,7 +649,7 @@ void Charge(const NetworkTask& task, const std::vector<double>& amounts,
 
 // Bytes each holder sends of each task (aligned with NetworkTask::holders).
 // `loads` holds the fixed loads on entry and the final ones on return.
-std::vector<std::vector<double>> AssignEgress(
+std::vector<HolderAmounts> AssignEgress(
     const std::vector<NetworkTask>& tasks, const Topology& topology,
     EgressLoads& loads) {
   const size_t n = tasks.size();
@@ -661,7 +666,7 @@ std::vector<std::vector<double>> AssignEgress(
 
   // Fractional assignment by block coordinate descent, each task re-poured
   // in turn. The work per pass is bounded so huge requests stay fast.
-  std::vector<std::vector<double>> fractional(n);
+  std::vector<HolderAmounts> fractional(n);
   double total_bytes = 0;
   int64_t work_per_pass = 1;
   for (int t : order) {
@@ -685,7 +690,7 @@ std::vector<std::vector<double>> AssignEgress(
     for (int t : order) {
       if (tasks[t].holders.size() < 2) continue;
       Charge(tasks[t], fractional[t], -1, loads);
-      std::vector<double> amounts =
+      HolderAmounts amounts =
           Pour(tasks[t], tasks[t].bytes, loads, topology);
       for (size_t i = 0; i < amounts.size(); ++i) {
         moved += std::abs(amounts[i] - fractional[t][i]);
@@ -703,7 +708,7 @@ std::vector<std::vector<double>> AssignEgress(
   // lightest hosts first, and pours any rest on top.
   const double limit = level * (1 + 1e-3);
   loads = fixed;
-  std::vector<std::vector<double>> greedy(n);
+  std::vector<HolderAmounts> greedy(n);
   std::vector<size_t> runs_by_load;
   for (int t : order) {
     const NetworkTask& task = tasks[t];
@@ -739,7 +744,7 @@ std::vector<std::vector<double>> AssignEgress(
       }
       if (left > 0) {
         Charge(task, greedy[t], +1, loads);
-        const std::vector<double> rest = Pour(task, left, loads, topology);
+        const HolderAmounts rest = Pour(task, left, loads, topology);
         Charge(task, greedy[t], -1, loads);
         for (size_t i = 0; i < rest.size(); ++i) greedy[t][i] += rest[i];
       }
@@ -752,7 +757,7 @@ std::vector<std::vector<double>> AssignEgress(
   // become tiny transfers) into the task's largest one.
   loads = fractional_loads;
   for (size_t t = 0; t < n; ++t) {
-    std::vector<double>& share = fractional[t];
+    HolderAmounts& share = fractional[t];
     const size_t largest =
         std::max_element(share.begin(), share.end()) - share.begin();
     for (size_t i = 0; i < share.size(); ++i) {
@@ -809,7 +814,7 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
     std::vector<int> receivers;  // chain order
   };
   std::vector<std::vector<LocalChain>> local_chains(tasks.size());
-  std::vector<std::vector<int>> remote_hosts(tasks.size());
+  std::vector<absl::InlinedVector<int, 2>> remote_hosts(tasks.size());
   std::vector<NetworkTask> network_tasks;
   std::vector<int> network_index(tasks.size(), -1);
   const auto by_port_load = [&](std::vector<int>& devices) {
@@ -821,8 +826,7 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
     const UnitTask& task = tasks[i];
     const double bytes = static_cast<double>(task.bytes);
     group_receivers(task);
-    const std::vector<std::pair<size_t, size_t>> runs =
-        HostRuns(task.senders, topology);
+    const HostRunList runs = HostRuns(task.senders, topology);
     for (const auto& [begin, end] : runs) {
       const int host = topology.HostOf(task.senders[begin]);
       if (receivers_on[host].empty()) continue;
@@ -881,7 +885,7 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
       loads.RaiseFloor(bytes / topology.intra_host_bandwidth);
     }
   }
-  const std::vector<std::vector<double>> egress =
+  const std::vector<HolderAmounts> egress =
       AssignEgress(network_tasks, topology, loads);
 
   // 3. Emit chains. Relays and remote forwards add to the loads as they are
@@ -900,7 +904,7 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
     part_senders.clear();
     if (network_index[i] >= 0) {
       const NetworkTask& network = network_tasks[network_index[i]];
-      const std::vector<double>& share = egress[network_index[i]];
+      const HolderAmounts& share = egress[network_index[i]];
       weights.clear();
       for (size_t h = 0; h < share.size(); ++h) {
         if (share[h] <= 0) continue;
@@ -924,7 +928,7 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
           if (local.host == sender_host) chain = local.receivers;
         }
         const size_t local_count = chain.size();
-        remote = remote_hosts[i];
+        remote.assign(remote_hosts[i].begin(), remote_hosts[i].end());
         size_t remote_receivers = 0;
         for (int host : remote) remote_receivers += receivers_on[host].size();
         for (int host : remote) {

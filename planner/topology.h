@@ -38,11 +38,18 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace meshcast {
+
+// Device ids of one unit task or transfer (its senders, receivers, a relay
+// chain): usually one or two, so they live inside the object instead of
+// in a heap block of their own; at millions of unit tasks that is a third
+// of the planner's memory (docs/benchmarks.md, planning scaling).
+using DeviceList = absl::InlinedVector<int, 2>;
 
 // What one device computes per second: its peak FLOP rate and its memory
 // bandwidth. The defaults are the "cpu" preset.

@@ -100,7 +100,7 @@ absl::StatusOr<std::vector<UnitTask>> ComputeUnitTasks(
                             src->devices.begin(), src->devices.end(),
                             std::back_inserter(task.receivers));
         if (!task.receivers.empty() && !IsEmpty(task.slice)) {
-          task.senders = src->devices;
+          task.senders.assign(src->devices.begin(), src->devices.end());
           task.bytes = NumElements(task.slice) * element_bytes;
           tasks.push_back(std::move(task));
         }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "absl/strings/string_view.h"
 #include "bench/workloads/public_suite.h"
 #include "gmock/gmock.h"
@@ -41,7 +42,7 @@ std::vector<UnitTask> MustCompute(const ReshardProblem& problem) {
   return tasks.ok() ? *tasks : std::vector<UnitTask>();
 }
 
-std::vector<int> HostsOf(const std::vector<int>& devices,
+std::vector<int> HostsOf(absl::Span<const int> devices,
                          const Topology& topology) {
   std::vector<int> hosts;
   for (int d : devices) hosts.push_back(topology.HostOf(d));
@@ -309,7 +310,8 @@ TEST(ComputeUnitTasksTest, PropertyMatchesElementOracle) {
           inside &= x[d] >= task.slice[d].begin && x[d] < task.slice[d].end;
         }
         if (!inside) continue;
-        EXPECT_EQ(task.senders, src) << "element " << e;
+        EXPECT_THAT(task.senders, testing::ElementsAreArray(src))
+            << "element " << e;
         delivered.insert(delivered.end(), task.receivers.begin(),
                          task.receivers.end());
       }
