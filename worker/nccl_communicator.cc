@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -345,28 +346,13 @@ absl::Status NcclCommunicator::AbortedStatus() const {
   return absl::CancelledError(abort_reason_);
 }
 
-absl::Status NcclCommunicator::WaitAccepted(int lane, absl::Duration timeout,
-                                            const std::string& what) {
+absl::Status NcclCommunicator::PollUntilDone(
+    absl::Duration timeout, const std::string& what,
+    absl::FunctionRef<absl::StatusOr<bool>()> done) {
   const absl::Time deadline = absl::Now() + timeout;
-  Lane& state = *lanes_[lane];
   while (true) {
-    bool pending = false;
-    {
-      absl::MutexLock lock(&state.mu);
-      if (aborted_.load()) return AbortedStatus();
-      for (ncclComm_t comm : state.comms) {
-        if (comm == nullptr) continue;
-        ncclResult_t async = ncclSuccess;
-        RETURN_IF_ERROR(NcclStatus(ncclCommGetAsyncError(comm, &async),
-                                   "ncclCommGetAsyncError", comm));
-        if (async == ncclInProgress) {
-          pending = true;
-        } else if (async != ncclSuccess) {
-          return NcclStatus(async, what, comm);
-        }
-      }
-    }
-    if (!pending) return absl::OkStatus();
+    ASSIGN_OR_RETURN(const bool finished, done());
+    if (finished) return absl::OkStatus();
     if (cancelled_ && cancelled_()) {
       return absl::CancelledError(absl::StrCat(what, ": cancelled"));
     }
@@ -379,51 +365,59 @@ absl::Status NcclCommunicator::WaitAccepted(int lane, absl::Duration timeout,
   }
 }
 
+absl::Status NcclCommunicator::WaitAccepted(int lane, absl::Duration timeout,
+                                            const std::string& what) {
+  Lane& state = *lanes_[lane];
+  return PollUntilDone(timeout, what, [&]() -> absl::StatusOr<bool> {
+    absl::MutexLock lock(&state.mu);
+    if (aborted_.load()) return AbortedStatus();
+    bool pending = false;
+    for (ncclComm_t comm : state.comms) {
+      if (comm == nullptr) continue;
+      ncclResult_t async = ncclSuccess;
+      RETURN_IF_ERROR(NcclStatus(ncclCommGetAsyncError(comm, &async),
+                                 "ncclCommGetAsyncError", comm));
+      if (async == ncclInProgress) {
+        pending = true;
+      } else if (async != ncclSuccess) {
+        return NcclStatus(async, what, comm);
+      }
+    }
+    return !pending;
+  });
+}
+
 absl::Status NcclCommunicator::WaitSplit(int lane, absl::Duration timeout,
                                          const std::string& what) {
-  const absl::Time deadline = absl::Now() + timeout;
   Lane& world = *lanes_[0];
   Lane& state = *lanes_[lane];
-  while (true) {
+  return PollUntilDone(timeout, what, [&]() -> absl::StatusOr<bool> {
+    absl::MutexLock world_lock(&world.mu);
+    absl::MutexLock lock(&state.mu);
+    if (aborted_.load()) return AbortedStatus();
     bool pending = false;
-    {
-      absl::MutexLock world_lock(&world.mu);
-      absl::MutexLock lock(&state.mu);
-      if (aborted_.load()) return AbortedStatus();
-      for (size_t i = 0; i < state.comms.size(); ++i) {
-        ncclComm_t child =
-            __atomic_load_n(&state.split_slots[i], __ATOMIC_ACQUIRE);
-        // Until NCCL writes the slot, the split's progress and errors show
-        // on the communicator it splits.
-        ncclComm_t polled = child != nullptr ? child : world.comms[i];
-        if (polled == nullptr) continue;
-        ncclResult_t async = ncclSuccess;
-        RETURN_IF_ERROR(NcclStatus(ncclCommGetAsyncError(polled, &async),
-                                   "ncclCommGetAsyncError", polled));
-        if (async != ncclSuccess && async != ncclInProgress) {
-          return NcclStatus(async, what, polled);
-        }
-        if (child == nullptr || async == ncclInProgress) pending = true;
+    for (size_t i = 0; i < state.comms.size(); ++i) {
+      ncclComm_t child =
+          __atomic_load_n(&state.split_slots[i], __ATOMIC_ACQUIRE);
+      // Until NCCL writes the slot, the split's progress and errors show
+      // on the communicator it splits.
+      ncclComm_t polled = child != nullptr ? child : world.comms[i];
+      if (polled == nullptr) continue;
+      ncclResult_t async = ncclSuccess;
+      RETURN_IF_ERROR(NcclStatus(ncclCommGetAsyncError(polled, &async),
+                                 "ncclCommGetAsyncError", polled));
+      if (async != ncclSuccess && async != ncclInProgress) {
+        return NcclStatus(async, what, polled);
       }
-      if (!pending) {
-        for (size_t i = 0; i < state.comms.size(); ++i) {
-          state.comms[i] =
-              __atomic_load_n(&state.split_slots[i], __ATOMIC_ACQUIRE);
-          state.split_waiting[i] = false;
-        }
-        return absl::OkStatus();
-      }
+      if (child == nullptr || async == ncclInProgress) pending = true;
     }
-    if (cancelled_ && cancelled_()) {
-      return absl::CancelledError(absl::StrCat(what, ": cancelled"));
+    if (pending) return false;
+    for (size_t i = 0; i < state.comms.size(); ++i) {
+      state.comms[i] = __atomic_load_n(&state.split_slots[i], __ATOMIC_ACQUIRE);
+      state.split_waiting[i] = false;
     }
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          what, " did not finish within ", absl::FormatDuration(timeout),
-          " (a peer worker is missing, slow or dead)"));
-    }
-    absl::SleepFor(options_.poll_interval);
-  }
+    return true;
+  });
 }
 
 absl::StatusOr<int> NcclCommunicator::GpuIndex(int gpu) const {

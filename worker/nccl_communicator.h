@@ -64,6 +64,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -190,6 +191,11 @@ class NcclCommunicator {
   // taking the lane's mutex per poll only (so Abort stays prompt).
   absl::Status WaitAccepted(int lane, absl::Duration timeout,
                             const std::string& what);
+  // Calls `done` every poll_interval until it returns true or an error,
+  // the job is cancelled, or `timeout` passes (DEADLINE_EXCEEDED naming
+  // `what`).
+  absl::Status PollUntilDone(absl::Duration timeout, const std::string& what,
+                             absl::FunctionRef<absl::StatusOr<bool>()> done);
   // Polls a lane's splits until NCCL has written every slot and none of
   // the new communicators (nor the world communicators they split from)
   // reports ncclInProgress, then moves them into the lane's `comms`.

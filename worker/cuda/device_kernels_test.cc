@@ -687,6 +687,39 @@ TEST_F(DeviceKernelsTest, GradientsAndRowDotAgainstTheReference) {
 // Then a non-causal chain whose state is its whole buffer, updated in
 // place (S' is S). Both states and outputs are destinations; an l of up to
 // ~300 in bfloat16 errs by up to about 1, hence the loose max_error.
+// An attention_block step on device 0 (inputs and outputs left to the
+// caller).
+v1::Step AttentionBlockStep(int64_t heads, int64_t kv_heads, int64_t q_rows,
+                            int64_t kv_rows, int64_t d, bool causal) {
+  v1::Step block;
+  block.set_op(v1::Step::OP_COMPUTE);
+  block.set_device(0);
+  v1::AttentionBlockAttrs* a = block.mutable_compute()->mutable_attention_block();
+  a->set_batch(1);
+  a->set_heads(heads);
+  a->set_kv_heads(kv_heads);
+  a->set_q_rows(q_rows);
+  a->set_kv_rows(kv_rows);
+  a->set_head_dim(d);
+  a->set_causal(causal);
+  return block;
+}
+
+// The attention_finish step of the state `state_buffer` (its `slice`)
+// into tensor `out`, after step `previous`.
+void AddAttentionFinish(TestJob& job, int state_buffer, const Box& slice,
+                        int out, int64_t d, int previous) {
+  v1::Step finish;
+  finish.set_op(v1::Step::OP_COMPUTE);
+  finish.set_device(0);
+  finish.mutable_compute()->mutable_attention_finish()->set_head_dim(d);
+  *finish.add_inputs() = TestJob::Operand(state_buffer, slice);
+  *finish.add_outputs() = TestJob::Operand(
+      job.AddBuffer(0, out, job.FullBox(out), BufferRole::kDestination));
+  finish.add_deps(previous);
+  job.AddStep(finish);
+}
+
 TEST_F(DeviceKernelsTest, AttentionAgainstTheReference) {
   const int64_t heads = 4, n = 6, d = 8;
   for (DType dtype :
@@ -715,18 +748,9 @@ TEST_F(DeviceKernelsTest, AttentionAgainstTheReference) {
         const int v = job.AddTensor({{1, 2, rows, d}, dtype});
         job.SetInitializer(k, Random(62 + k));
         job.SetInitializer(v, Random(62 + v));
-        v1::Step block;
-        block.set_op(v1::Step::OP_COMPUTE);
-        block.set_device(0);
+        v1::Step block = AttentionBlockStep(heads, 2, n, rows, d, causal);
         v1::AttentionBlockAttrs* a =
             block.mutable_compute()->mutable_attention_block();
-        a->set_batch(1);
-        a->set_heads(heads);
-        a->set_kv_heads(2);
-        a->set_q_rows(n);
-        a->set_kv_rows(rows);
-        a->set_head_dim(d);
-        a->set_causal(causal);
         if (causal) {
           for (int64_t p : {-1, 5, 100, 260, 299, 400}) a->add_q_position(p);
           for (int64_t j = 0; j < rows; ++j) a->add_kv_position(first + j);
@@ -743,15 +767,7 @@ TEST_F(DeviceKernelsTest, AttentionAgainstTheReference) {
         *block.add_outputs() = TestJob::Operand(sb, slice);
         previous = job.AddStep(block);
       }
-      v1::Step finish;
-      finish.set_op(v1::Step::OP_COMPUTE);
-      finish.set_device(0);
-      finish.mutable_compute()->mutable_attention_finish()->set_head_dim(d);
-      *finish.add_inputs() = TestJob::Operand(sb, slice);
-      *finish.add_outputs() = TestJob::Operand(
-          job.AddBuffer(0, o, job.FullBox(o), BufferRole::kDestination));
-      finish.add_deps(previous);
-      job.AddStep(finish);
+      AddAttentionFinish(job, sb, slice, o, d, previous);
       verified += heads * n * width + heads * n * d;
     }
     ExpectVerified(RunWorker(job, 0, 0, 1), verified, 4.0);
@@ -798,18 +814,10 @@ TEST_F(DeviceKernelsTest, TiledAttentionShapesAgainstTheReference) {
         const int v = job.AddTensor({{1, sh.kv_heads, sh.kv_rows, sh.d}, dtype});
         job.SetInitializer(k, Random(72 + k));
         job.SetInitializer(v, Random(72 + v));
-        v1::Step block;
-        block.set_op(v1::Step::OP_COMPUTE);
-        block.set_device(0);
+        v1::Step block = AttentionBlockStep(sh.heads, sh.kv_heads, sh.q_rows,
+                                            sh.kv_rows, sh.d, sh.causal);
         v1::AttentionBlockAttrs* a =
             block.mutable_compute()->mutable_attention_block();
-        a->set_batch(1);
-        a->set_heads(sh.heads);
-        a->set_kv_heads(sh.kv_heads);
-        a->set_q_rows(sh.q_rows);
-        a->set_kv_rows(sh.kv_rows);
-        a->set_head_dim(sh.d);
-        a->set_causal(sh.causal);
         if (sh.causal) {
           for (int64_t i = 0; i < sh.q_rows; ++i) {
             a->add_q_position(i < sh.q_rows / 2 ? 2 * i : 4 * i - sh.q_rows);
@@ -831,15 +839,7 @@ TEST_F(DeviceKernelsTest, TiledAttentionShapesAgainstTheReference) {
         previous = job.AddStep(block);
       }
       const int o = job.AddTensor({{1, sh.heads, sh.q_rows, sh.d}, dtype});
-      v1::Step finish;
-      finish.set_op(v1::Step::OP_COMPUTE);
-      finish.set_device(0);
-      finish.mutable_compute()->mutable_attention_finish()->set_head_dim(sh.d);
-      *finish.add_inputs() = TestJob::Operand(sb);
-      *finish.add_outputs() = TestJob::Operand(
-          job.AddBuffer(0, o, job.FullBox(o), BufferRole::kDestination));
-      finish.add_deps(previous);
-      job.AddStep(finish);
+      AddAttentionFinish(job, sb, Box{}, o, sh.d, previous);
       ExpectVerified(RunWorker(job, 0, 0, 1),
                      sh.heads * sh.q_rows * (width + sh.d), 4.0);
     }
