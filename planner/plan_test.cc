@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "gmock/gmock.h"
 #include "absl/types/span.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/sharding.h"
 
@@ -32,8 +32,7 @@ ReshardProblem MakeProblem(const Topology& topology, std::vector<int64_t> shape,
 
 Transfer MakeTransfer(const ReshardProblem& problem, int tensor, Box slice,
                       int src, absl::Span<const int> dst,
-                      std::vector<int> deps = {},
-                      int stage = 0) {
+                      std::vector<int> deps = {}, int stage = 0) {
   Transfer transfer;
   transfer.tensor = tensor;
   transfer.bytes = NumElements(slice) * DTypeSize(problem.tensor.dtype);

@@ -578,8 +578,7 @@ class EgressLoads {
   // the least-loaded ports first up to `level` (so a share stays on as few
   // devices as the level allows). Adds into `amounts`.
   void FillHost(const NetworkTask& task, std::pair<size_t, size_t> run,
-                double bytes, double level,
-                HolderAmounts& amounts) const {
+                double bytes, double level, HolderAmounts& amounts) const {
     std::vector<size_t> order(run.second - run.first);
     std::iota(order.begin(), order.end(), run.first);
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -609,7 +608,7 @@ constexpr int kPourSteps = 50;
 // Pours `bytes` onto the task's holders up to the lowest common level of
 // NIC and port loads that takes them all; returns bytes per holder.
 HolderAmounts Pour(const NetworkTask& task, double bytes,
-                         const EgressLoads& loads, const Topology& topology) {
+                   const EgressLoads& loads, const Topology& topology) {
   HolderAmounts amounts(task.holders.size(), 0);
   double low = 0;
   double high = 0;
@@ -645,8 +644,8 @@ HolderAmounts Pour(const NetworkTask& task, double bytes,
   return amounts;
 }
 
-void Charge(const NetworkTask& task, const HolderAmounts& amounts,
-            double sign, EgressLoads& loads) {
+void Charge(const NetworkTask& task, const HolderAmounts& amounts, double sign,
+            EgressLoads& loads) {
   for (size_t i = 0; i < amounts.size(); ++i) {
     if (amounts[i] != 0) loads.AddNetwork(task, i, sign * amounts[i]);
   }
@@ -654,9 +653,9 @@ void Charge(const NetworkTask& task, const HolderAmounts& amounts,
 
 // Bytes each holder sends of each task (aligned with NetworkTask::holders).
 // `loads` holds the fixed loads on entry and the final ones on return.
-std::vector<HolderAmounts> AssignEgress(
-    const std::vector<NetworkTask>& tasks, const Topology& topology,
-    EgressLoads& loads) {
+std::vector<HolderAmounts> AssignEgress(const std::vector<NetworkTask>& tasks,
+                                        const Topology& topology,
+                                        EgressLoads& loads) {
   const size_t n = tasks.size();
   std::vector<int> order(n);
   std::iota(order.begin(), order.end(), 0);
@@ -695,8 +694,7 @@ std::vector<HolderAmounts> AssignEgress(
     for (int t : order) {
       if (tasks[t].holders.size() < 2) continue;
       Charge(tasks[t], fractional[t], -1, loads);
-      HolderAmounts amounts =
-          Pour(tasks[t], tasks[t].bytes, loads, topology);
+      HolderAmounts amounts = Pour(tasks[t], tasks[t].bytes, loads, topology);
       for (size_t i = 0; i < amounts.size(); ++i) {
         moved += std::abs(amounts[i] - fractional[t][i]);
       }

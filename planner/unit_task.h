@@ -36,8 +36,8 @@ struct ReshardProblem {
 struct UnitTask {
   int tensor = 0;            // index of the problem in a multi-tensor plan
   Box slice;                 // global tensor coordinates, non-empty
-  DeviceList senders;    // devices holding the slice, ascending
-  DeviceList receivers;  // devices needing it and not holding it
+  DeviceList senders;        // devices holding the slice, ascending
+  DeviceList receivers;      // devices needing it and not holding it
   int64_t bytes = 0;
 };
 

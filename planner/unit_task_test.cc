@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/types/span.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "bench/workloads/public_suite.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

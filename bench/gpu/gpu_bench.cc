@@ -14,9 +14,9 @@
 //          them, and is printed beside a table of published peaks by device
 //          name (H100 SXM 3.35 TB/s, H200 4.8 TB/s).
 // reshard  the cross-mesh resharding suite's specs (the cases tagged gpu in
-//          bench/workloads/public_suite.txt, --public_suite) on (2,2) -> (2,2) meshes,
-//          planned by the planner (meshcast strategy), projected like the
-//          controller does, and run by the GPU executor on 8 virtual
+//          bench/workloads/public_suite.txt, --public_suite) on (2,2) -> (2,2)
+//          meshes, planned by the planner (meshcast strategy), projected like
+//          the controller does, and run by the GPU executor on 8 virtual
 //          devices of GPU 0 (cuda:0x8): best of 3 runs, every element
 //          verified.
 // nccl     with 2+ GPUs: ncclBroadcast over all GPUs (algbw = bytes / time,
@@ -774,37 +774,34 @@ absl::StatusOr<double> TimeKernel(cudaStream_t stream, int iters,
 // Seconds of one backward pass (the dQ kernel, then the dK / dV kernel) of
 // the block whose final state is `state` (positions as the forward's), with
 // O the finished state and dO = O.
-absl::StatusOr<double> TimeBackward(cudaStream_t stream,
-                                    const worker::cuda::AttentionBlockShape& block,
-                                    const DeviceMemory& q, const DeviceMemory& k,
-                                    const DeviceMemory& v,
-                                    const DeviceMemory& state,
-                                    const int64_t* positions) {
+absl::StatusOr<double> TimeBackward(
+    cudaStream_t stream, const worker::cuda::AttentionBlockShape& block,
+    const DeviceMemory& q, const DeviceMemory& k, const DeviceMemory& v,
+    const DeviceMemory& state, const int64_t* positions) {
   const int64_t rows = block.batch * block.heads * block.q_rows;
   const int64_t elems = rows * block.head_dim;
   ASSIGN_OR_RETURN(DeviceMemory o, DeviceMemory::Allocate(0, elems * 2));
   ASSIGN_OR_RETURN(DeviceMemory dout, DeviceMemory::Allocate(0, elems * 2));
   ASSIGN_OR_RETURN(DeviceMemory dq, DeviceMemory::Allocate(0, elems * 2));
-  ASSIGN_OR_RETURN(DeviceMemory dkv, DeviceMemory::Allocate(
-                                         0, 2 * block.batch * block.kv_heads *
-                                                block.kv_rows *
-                                                block.head_dim * 2));
-  RETURN_IF_ERROR(CudaStatus(
-      worker::cuda::LaunchAttentionFinish(PatternType::kBFloat16, state.data(),
-                                          o.data(), rows, block.head_dim,
-                                          stream),
-      "attention finish"));
+  ASSIGN_OR_RETURN(
+      DeviceMemory dkv,
+      DeviceMemory::Allocate(0, 2 * block.batch * block.kv_heads *
+                                    block.kv_rows * block.head_dim * 2));
+  RETURN_IF_ERROR(CudaStatus(worker::cuda::LaunchAttentionFinish(
+                                 PatternType::kBFloat16, state.data(), o.data(),
+                                 rows, block.head_dim, stream),
+                             "attention finish"));
   // dO: the output itself, a stand-in gradient of the right scale.
   RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dout.data(), o.data(), elems * 2,
                                              cudaMemcpyDeviceToDevice, stream),
                              "cudaMemcpyAsync"));
   worker::cuda::AttentionBackwardShape dq_shape{block, /*dkv=*/false, false};
   worker::cuda::AttentionBackwardShape dkv_shape{block, /*dkv=*/true, false};
-  const int64_t scratch_bytes = std::max(
-      worker::cuda::AttentionBackwardScratchBytes(PatternType::kBFloat16,
-                                                  dq_shape),
-      worker::cuda::AttentionBackwardScratchBytes(PatternType::kBFloat16,
-                                                  dkv_shape));
+  const int64_t scratch_bytes =
+      std::max(worker::cuda::AttentionBackwardScratchBytes(
+                   PatternType::kBFloat16, dq_shape),
+               worker::cuda::AttentionBackwardScratchBytes(
+                   PatternType::kBFloat16, dkv_shape));
   ASSIGN_OR_RETURN(DeviceMemory scratch,
                    DeviceMemory::Allocate(0, scratch_bytes));
   return TimeKernel(stream, 1, [&]() -> cudaError_t {
@@ -856,9 +853,9 @@ absl::Status AttentionSection(const GpuInfo& info) {
       info.name.c_str(), static_cast<long long>(kHeads),
       static_cast<long long>(kDim), fp32_peak / 1e12, info.sms,
       clock_khz / 1e6);
-  std::printf("# %7s %6s %10s %8s %7s %10s %8s %9s %10s %9s %8s\n",
-              "tokens", "causal", "tiled(ms)", "TFLOP/s", "%peak", "row(ms)",
-              "TFLOP/s", "tiled/row", "max|diff|", "bwd(ms)", "TFLOP/s");
+  std::printf("# %7s %6s %10s %8s %7s %10s %8s %9s %10s %9s %8s\n", "tokens",
+              "causal", "tiled(ms)", "TFLOP/s", "%peak", "row(ms)", "TFLOP/s",
+              "tiled/row", "max|diff|", "bwd(ms)", "TFLOP/s");
   double best = 0, best_speedup = 0, worst_diff = 0, best_backward = 0;
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> uniform(-1.0, 1.0);
@@ -881,9 +878,9 @@ absl::Status AttentionSection(const GpuInfo& info) {
     std::vector<int64_t> positions(n);
     for (int64_t i = 0; i < n; ++i) positions[i] = i;
     ASSIGN_OR_RETURN(DeviceMemory pos, DeviceMemory::Allocate(0, n * 8));
-    RETURN_IF_ERROR(CudaStatus(cudaMemcpy(pos.data(), positions.data(), n * 8,
-                                          cudaMemcpyHostToDevice),
-                               "cudaMemcpy"));
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpy(pos.data(), positions.data(), n * 8, cudaMemcpyHostToDevice),
+        "cudaMemcpy"));
     ASSIGN_OR_RETURN(DeviceMemory tiled_out,
                      DeviceMemory::Allocate(0, state_elems * 2));
     ASSIGN_OR_RETURN(DeviceMemory row_out,
@@ -901,37 +898,36 @@ absl::Status AttentionSection(const GpuInfo& info) {
           DeviceMemory scratch,
           DeviceMemory::Allocate(0, worker::cuda::AttentionBlockScratchBytes(
                                         PatternType::kBFloat16, shape)));
-      ASSIGN_OR_RETURN(
-          const double tiled,
-          TimeKernel(stream.get(), 5, [&] {
-            return worker::cuda::LaunchAttentionBlock(
-                PatternType::kBFloat16, shape, q.data(), k.data(), v.data(),
-                nullptr, tiled_out.data(), p, p, scratch.data(), stream.get());
-          }));
-      ASSIGN_OR_RETURN(
-          const double row,
-          TimeKernel(stream.get(), 1, [&] {
-            return worker::cuda::LaunchAttentionBlockByRow(
-                PatternType::kBFloat16, shape, q.data(), k.data(), v.data(),
-                nullptr, row_out.data(), p, p, scratch.data(), stream.get());
-          }));
+      ASSIGN_OR_RETURN(const double tiled, TimeKernel(stream.get(), 5, [&] {
+                         return worker::cuda::LaunchAttentionBlock(
+                             PatternType::kBFloat16, shape, q.data(), k.data(),
+                             v.data(), nullptr, tiled_out.data(), p, p,
+                             scratch.data(), stream.get());
+                       }));
+      ASSIGN_OR_RETURN(const double row, TimeKernel(stream.get(), 1, [&] {
+                         return worker::cuda::LaunchAttentionBlockByRow(
+                             PatternType::kBFloat16, shape, q.data(), k.data(),
+                             v.data(), nullptr, row_out.data(), p, p,
+                             scratch.data(), stream.get());
+                       }));
       std::vector<uint16_t> a(state_elems), b(state_elems);
-      RETURN_IF_ERROR(CudaStatus(cudaMemcpy(a.data(), tiled_out.data(),
-                                            state_elems * 2,
-                                            cudaMemcpyDeviceToHost),
-                                 "cudaMemcpy"));
-      RETURN_IF_ERROR(CudaStatus(cudaMemcpy(b.data(), row_out.data(),
-                                            state_elems * 2,
-                                            cudaMemcpyDeviceToHost),
-                                 "cudaMemcpy"));
+      RETURN_IF_ERROR(
+          CudaStatus(cudaMemcpy(a.data(), tiled_out.data(), state_elems * 2,
+                                cudaMemcpyDeviceToHost),
+                     "cudaMemcpy"));
+      RETURN_IF_ERROR(
+          CudaStatus(cudaMemcpy(b.data(), row_out.data(), state_elems * 2,
+                                cudaMemcpyDeviceToHost),
+                     "cudaMemcpy"));
       const std::vector<double> oa = FinishedRows(a, kHeads * n, kDim);
       const std::vector<double> ob = FinishedRows(b, kHeads * n, kDim);
       double diff = 0;
       for (size_t i = 0; i < oa.size(); ++i) {
         diff = std::max(diff, std::abs(oa[i] - ob[i]));
       }
-      ASSIGN_OR_RETURN(const double backward,
-                       TimeBackward(stream.get(), shape, q, k, v, tiled_out, p));
+      ASSIGN_OR_RETURN(
+          const double backward,
+          TimeBackward(stream.get(), shape, q, k, v, tiled_out, p));
       const double pairs = causal ? n * (n + 1) / 2.0 : double(n) * n;
       const double flops = 4.0 * kDim * kHeads * pairs;
       const double tiled_rate = flops / tiled, row_rate = flops / row;

@@ -1,8 +1,7 @@
-#include "worker/cuda/compute_kernels.h"
-
 #include <cuda_fp16.h>
 #include <math_constants.h>
 
+#include "worker/cuda/compute_kernels.h"
 #include "worker/cuda/kernel_launch.h"
 #include "worker/kernels/element_core.h"
 
@@ -606,8 +605,8 @@ __global__ void __launch_bounds__(kTiledThreads)
   const int pad = TiledPaddedDim(d), ld = TiledQkLd(d);
   const int64_t width = sh.head_dim + 2;
   float* qs = reinterpret_cast<float*>(tiled_shared4);  // kTiledRows x ld
-  float* ks = qs + kTiledRows * ld;                      // kTiledKeys x ld
-  float* vs = ks + kTiledKeys * ld;  // kTiledKeys x kTiledMaxDim
+  float* ks = qs + kTiledRows * ld;                     // kTiledKeys x ld
+  float* vs = ks + kTiledKeys * ld;            // kTiledKeys x kTiledMaxDim
   float* ps = vs + kTiledKeys * kTiledMaxDim;  // kTiledKeys x kTiledPLd
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   const int64_t row_tiles = (sh.q_rows + kTiledRows - 1) / kTiledRows;
@@ -644,9 +643,7 @@ __global__ void __launch_bounds__(kTiledThreads)
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
       const int col = (c < 4 ? col0 : col1) + c % 4;
-      acc[i][c] = in != nullptr && col < d
-                      ? FloatOf<kType>(in[col])
-                      : 0.0f;
+      acc[i][c] = in != nullptr && col < d ? FloatOf<kType>(in[col]) : 0.0f;
     }
     m[i] = in != nullptr ? FloatOf<kType>(in[d]) : neg_inf;
     l[i] = in != nullptr ? FloatOf<kType>(in[d + 1]) : 0.0f;
@@ -717,8 +714,8 @@ __global__ void __launch_bounds__(kTiledThreads)
           none ? m[i]
                : AttentionValue<kType, float>(AttentionBits<kType, float>(
                      fmaxf(mx, m[i])));  // rounded to the dtype
-      f[i] = none || m[i] == neg_inf ? (none ? 1.0f : 0.0f)
-                                     : expf(m[i] - m_new);
+      f[i] =
+          none || m[i] == neg_inf ? (none ? 1.0f : 0.0f) : expf(m[i] - m_new);
       float part = 0.0f;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -820,8 +817,8 @@ cudaError_t AttentionBlockEither(bool by_row, const AttentionBlockShape& sh,
                                    stream);
     }
   }
-  return AttentionBlock<kType>(sh, q, k, v, s_in, s_out, q_pos, kv_pos,
-                               scratch, stream);
+  return AttentionBlock<kType>(sh, q, k, v, s_in, s_out, q_pos, kv_pos, scratch,
+                               stream);
 }
 
 // Thread blocks of the backward's dQ (one per query row) or dK / dV (one
@@ -1074,8 +1071,7 @@ int64_t AttentionBlockScratchBytes(PatternType type,
   return AttentionGrid(shape) * shape.head_dim * acc;
 }
 
-bool AttentionBlockIsTiled(PatternType type,
-                           const AttentionBlockShape& shape) {
+bool AttentionBlockIsTiled(PatternType type, const AttentionBlockShape& shape) {
   return (type == PatternType::kFloat16 || type == PatternType::kBFloat16 ||
           type == PatternType::kFloat32) &&
          shape.head_dim <= kTiledMaxDim;
@@ -1083,11 +1079,13 @@ bool AttentionBlockIsTiled(PatternType type,
 
 namespace {
 
-cudaError_t LaunchAttentionBlockWith(
-    bool by_row, PatternType type, const AttentionBlockShape& shape,
-    const void* q, const void* k, const void* v, const void* s_in, void* s_out,
-    const int64_t* q_pos, const int64_t* kv_pos, void* scratch,
-    cudaStream_t stream) {
+cudaError_t LaunchAttentionBlockWith(bool by_row, PatternType type,
+                                     const AttentionBlockShape& shape,
+                                     const void* q, const void* k,
+                                     const void* v, const void* s_in,
+                                     void* s_out, const int64_t* q_pos,
+                                     const int64_t* kv_pos, void* scratch,
+                                     cudaStream_t stream) {
   if (shape.batch < 1 || shape.heads < 1 || shape.kv_heads < 1 ||
       shape.q_rows < 1 || shape.kv_rows < 1 || shape.head_dim < 1 ||
       shape.heads % shape.kv_heads != 0 ||
@@ -1120,8 +1118,8 @@ cudaError_t LaunchAttentionBlock(PatternType type,
                                  const void* s_in, void* s_out,
                                  const int64_t* q_pos, const int64_t* kv_pos,
                                  void* scratch, cudaStream_t stream) {
-  return LaunchAttentionBlockWith(/*by_row=*/false, type, shape, q, k, v,
-                                  s_in, s_out, q_pos, kv_pos, scratch, stream);
+  return LaunchAttentionBlockWith(/*by_row=*/false, type, shape, q, k, v, s_in,
+                                  s_out, q_pos, kv_pos, scratch, stream);
 }
 
 cudaError_t LaunchAttentionBlockByRow(PatternType type,

@@ -694,7 +694,8 @@ v1::Step AttentionBlockStep(int64_t heads, int64_t kv_heads, int64_t q_rows,
   v1::Step block;
   block.set_op(v1::Step::OP_COMPUTE);
   block.set_device(0);
-  v1::AttentionBlockAttrs* a = block.mutable_compute()->mutable_attention_block();
+  v1::AttentionBlockAttrs* a =
+      block.mutable_compute()->mutable_attention_block();
   a->set_batch(1);
   a->set_heads(heads);
   a->set_kv_heads(kv_heads);
@@ -810,8 +811,10 @@ TEST_F(DeviceKernelsTest, TiledAttentionShapesAgainstTheReference) {
       // keys of chunk c at c * kv_rows + j (the second chunk sees more).
       int previous = -1;
       for (int chunk = 0; chunk < 2; ++chunk) {
-        const int k = job.AddTensor({{1, sh.kv_heads, sh.kv_rows, sh.d}, dtype});
-        const int v = job.AddTensor({{1, sh.kv_heads, sh.kv_rows, sh.d}, dtype});
+        const int k =
+            job.AddTensor({{1, sh.kv_heads, sh.kv_rows, sh.d}, dtype});
+        const int v =
+            job.AddTensor({{1, sh.kv_heads, sh.kv_rows, sh.d}, dtype});
         job.SetInitializer(k, Random(72 + k));
         job.SetInitializer(v, Random(72 + v));
         v1::Step block = AttentionBlockStep(sh.heads, sh.kv_heads, sh.q_rows,
