@@ -582,7 +582,11 @@ double LowerBoundSeconds(const std::vector<UnitTask>& tasks,
     }
     if (task.bytes > 0 && !task.receivers.empty()) must_move = true;
   }
-  double bound = 0;
+  // Two kinds of bound, by the last hop their last byte must still take:
+  // what crosses a NIC pays an inter-host hop's latency after it; what
+  // passes a device port or a host's copy may stay inside a host, so it
+  // pays at least the cheaper hop's.
+  double device_bound = 0;
   if (topology.host_copy_bandwidth > 0) {
     // Every hop into a device of a host uses that host's copy once (a local
     // memcpy or an unpack), every hop out of it to another host once more
@@ -592,32 +596,37 @@ double LowerBoundSeconds(const std::vector<UnitTask>& tasks,
       copy_bytes[topology.HostOf(device)] += device_in[device];
     }
     for (double bytes : copy_bytes) {
-      bound = std::max(bound, bytes / topology.host_copy_bandwidth);
+      device_bound = std::max(device_bound, bytes / topology.host_copy_bandwidth);
     }
   }
-  for (double bytes : host_in) {
-    bound = std::max(bound, bytes / topology.inter_host_bandwidth);
-  }
   for (double bytes : device_in) {
-    bound = std::max(bound, bytes / topology.intra_host_bandwidth);
+    device_bound = std::max(device_bound, bytes / topology.intra_host_bandwidth);
   }
-  bound =
-      std::max(bound, SetEgressBound(
-                          tasks, num_hosts,
-                          [&](int device) { return topology.HostOf(device); },
-                          topology.inter_host_bandwidth));
-  bound =
-      std::max(bound, SetEgressBound(
-                          tasks, num_devices, [](int device) { return device; },
-                          topology.intra_host_bandwidth));
+  device_bound = std::max(
+      device_bound,
+      SetEgressBound(
+          tasks, num_devices, [](int device) { return device; },
+          topology.intra_host_bandwidth));
+  double nic_bound = 0;
+  for (double bytes : host_in) {
+    nic_bound = std::max(nic_bound, bytes / topology.inter_host_bandwidth);
+  }
+  nic_bound = std::max(
+      nic_bound, SetEgressBound(
+                     tasks, num_hosts,
+                     [&](int device) { return topology.HostOf(device); },
+                     topology.inter_host_bandwidth));
+  if (!must_move) return std::max(device_bound, nic_bound);
   // No flow moves a byte before its transfer's setup has elapsed, so all the
   // work above happens after it; and the transfer that carries the last byte
-  // still pays at least one hop's latency after it (the cheaper kind).
-  if (must_move) {
-    bound += topology.transfer_setup_seconds +
-             std::min(topology.intra_host_latency, topology.inter_host_latency);
+  // of a resource still pays a hop's latency after it.
+  const double cheaper_hop =
+      std::min(topology.intra_host_latency, topology.inter_host_latency);
+  double bound = device_bound + cheaper_hop;
+  if (nic_bound > 0) {
+    bound = std::max(bound, nic_bound + topology.inter_host_latency);
   }
-  return bound;
+  return topology.transfer_setup_seconds + bound;
 }
 
 }  // namespace meshcast

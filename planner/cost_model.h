@@ -48,7 +48,11 @@
 // copy once, and each such slice leaves h by at least one hop from h, which
 // packs at h). When some byte must move, transfer_setup_seconds is added:
 // no flow moves data before its transfer's setup has elapsed, so every
-// resource's work happens after it. Latency and pipeline fill are ignored.
+// resource's work happens after it. The transfer carrying a resource's last
+// byte still has a hop to finish: the NIC bounds (host ingress, sender sets
+// of hosts) add an inter-host hop's latency, the device-port and host-copy
+// bounds the cheaper of the two hops' (their last byte may stay inside a
+// host). Pipeline fill is ignored.
 // Every simulated plan that delivers `tasks` takes at least this long,
 // whatever its strategy.
 //
@@ -88,8 +92,9 @@ absl::StatusOr<SimulationResult> Simulate(const ReshardPlan& plan,
 
 // Lower bound on the time of any plan delivering `tasks`: the busiest link
 // (NIC, device link or host copy) or the busiest set of senders at full
-// bandwidth, plus the transfer set-up and one hop's latency when anything
-// moves (so that tiny tensors get a meaningful ratio too).
+// bandwidth, plus the transfer set-up and the last hop's latency when
+// anything moves (inter-host after a NIC bound; so that tiny tensors, and
+// large clusters where each NIC moves little, get a meaningful ratio too).
 double LowerBoundSeconds(const std::vector<UnitTask>& tasks,
                          const Topology& topology);
 
