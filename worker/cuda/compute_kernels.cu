@@ -1071,12 +1071,6 @@ int64_t AttentionBlockScratchBytes(PatternType type,
   return AttentionGrid(shape) * shape.head_dim * acc;
 }
 
-bool AttentionBlockIsTiled(PatternType type, const AttentionBlockShape& shape) {
-  return (type == PatternType::kFloat16 || type == PatternType::kBFloat16 ||
-          type == PatternType::kFloat32) &&
-         shape.head_dim <= kTiledMaxDim;
-}
-
 namespace {
 
 cudaError_t LaunchAttentionBlockWith(bool by_row, PatternType type,

@@ -120,12 +120,12 @@ int64_t AttentionBlockScratchBytes(PatternType type,
 // exp(m - m_new) (0 while m is -inf), each score becomes exp(s - m_new), l =
 // l f + their sum, o = o f + sum_j p_j v_j. A row no key of which is kept
 // keeps its state bit for bit (s_in's row, or o = +0, m = -inf, l = +0).
-// - The tiled kernel (fp16, bf16, float32 with head_dim <= 128;
-//   AttentionBlockIsTiled): a thread block takes 64 query rows of one
-//   (batch, head) and walks the keys in tiles of 64 held in shared memory,
-//   so each key is read once per 64 query rows; float accumulators in
-//   registers (the host's too, attention.h); tiles where every (query,
-//   key) pair is masked are skipped whole.
+// - The tiled kernel (fp16, bf16, float32 with head_dim <= 128): a thread
+//   block takes 64 query rows of one (batch, head) and walks the keys in
+//   tiles of 64 held in shared memory, so each key is read once per 64
+//   query rows; float accumulators in registers (the host's too,
+//   attention.h); tiles where every (query, key) pair is masked are
+//   skipped whole.
 // - The row kernel (float64, larger head_dim, and LaunchAttentionBlockByRow):
 //   one thread block of 128 threads per query row (grid-stride over the
 //   rows), the row's o in `scratch` in the accumulator type (float for
@@ -151,9 +151,6 @@ cudaError_t LaunchAttentionBlockByRow(PatternType type,
                                       void* s_out, const int64_t* q_pos,
                                       const int64_t* kv_pos, void* scratch,
                                       cudaStream_t stream);
-
-// Whether LaunchAttentionBlock runs the tiled kernel for `type` and `shape`.
-bool AttentionBlockIsTiled(PatternType type, const AttentionBlockShape& shape);
 
 // attention.h's RunAttentionFinish on device memory: `state` rows of
 // head_dim + 2 elements, `out` rows of head_dim: out = o / l in the
