@@ -15,6 +15,10 @@
 // (S0,S1 -> S1,S0, about 16K unit tasks) and reports the wall time of each
 // step and the peak resident memory.
 //
+// Broadcast: one device to every device of 4 ... 256 hosts, 1 to 256 MiB:
+// meshcast against the lower bound and against one relay chain through
+// every device (NCCL's ring broadcast), on both host models.
+//
 // Scaling: the same transpose at N x 8 -> N x 8 for N = 8, 16, ... up to
 // --max-n, each size in a child process of its own (so that its peak
 // resident memory is its own): unit tasks, lower bound, the meshcast plan
@@ -186,6 +190,102 @@ absl::Status RunSuite(const std::vector<PublicSuiteCase>& suite,
   std::cout << "# effective bandwidth (Gbps = tensor bits / predicted time); "
                "mc/X = meshcast time / X time (mc/LB >= 1; < 1 is faster)\n"
             << gbps.Render("  ") << "\n";
+  return absl::OkStatus();
+}
+
+// One long broadcast: a tensor on one device for every device of `hosts`
+// other hosts.
+absl::StatusOr<ReshardProblem> BroadcastProblem(int64_t bytes, int hosts,
+                                                const Topology& topology) {
+  ReshardProblem problem;
+  problem.tensor = TensorSpec{{bytes / 4}, DType::kInt32};
+  ASSIGN_OR_RETURN(problem.src_mesh, ParseMesh("1x1@0", topology, "src mesh"));
+  ASSIGN_OR_RETURN(
+      problem.dst_mesh,
+      ParseMesh(absl::StrCat(hosts, "x", topology.devices_per_host, "@1"),
+                topology, "dst mesh"));
+  ASSIGN_OR_RETURN(problem.src_spec, ShardingSpec::Parse("R"));
+  ASSIGN_OR_RETURN(problem.dst_spec, ShardingSpec::Parse("R"));
+  RETURN_IF_ERROR(problem.Validate(topology));
+  return problem;
+}
+
+// Planned and simulated with one strategy only.
+absl::StatusOr<StrategyEvaluation> PlanOnly(const ReshardProblem& problem,
+                                            const Topology& topology,
+                                            Strategy strategy) {
+  ASSIGN_OR_RETURN(
+      StrategyComparison comparison,
+      CompareStrategies({problem}, topology, CompareOptions{.only = strategy}));
+  RETURN_IF_ERROR(VerifyPlan(comparison.rows[0].plan, topology));
+  return std::move(comparison.rows[0]);
+}
+
+// Broadcasts from one device to every device of many hosts: meshcast (a
+// chain, or split into pieces that each host sends on, in rounds) against
+// the lower bound and against one relay chain through every device in
+// order, as NCCL's ring broadcast runs it (the `broadcast` strategy).
+absl::Status RunBroadcasts(int max_hosts) {
+  struct Model {
+    std::string name;
+    int gpus;
+    double nic_gbps, nvlink_gbps;
+  };
+  std::vector<double> speedups;
+  double worst = 0;
+  std::string worst_row;
+  int within = 0, rows = 0;
+  for (const Model& model : {Model{"4 GPUs + 10 Gbps per host", 4, 10, 1200},
+                             Model{"8 GPUs + 100 Gbps per host", 8, 100,
+                                   2400}}) {
+    TextTable table({"tensor", "hosts", "lower bound", "meshcast", "x bound",
+                     "transfers", "ring", "x bound", "ring/meshcast"},
+                    {TextTable::kRight});
+    for (int64_t mib : {1, 16, 256}) {
+      for (int hosts : {4, 8, 16, 64, 256}) {
+        if (hosts > max_hosts) continue;
+        const Topology topology = Topology::FromGbps(
+            hosts + 1, model.gpus, model.nic_gbps, model.nvlink_gbps);
+        ASSIGN_OR_RETURN(const ReshardProblem problem,
+                         BroadcastProblem(mib << 20, hosts, topology));
+        ASSIGN_OR_RETURN(const StrategyEvaluation ours,
+                         PlanOnly(problem, topology, Strategy::kMeshcast));
+        ASSIGN_OR_RETURN(const StrategyEvaluation ring,
+                         PlanOnly(problem, topology, Strategy::kBroadcast));
+        const double bound = ours.lower_bound_seconds;
+        const double ratio = ours.predicted_seconds / bound;
+        table.AddRow({absl::StrCat(mib, " MiB"), absl::StrCat(hosts),
+                      FormatSeconds(bound),
+                      FormatSeconds(ours.predicted_seconds),
+                      absl::StrFormat("%.3f", ratio),
+                      absl::StrCat(ours.plan.transfers.size()),
+                      FormatSeconds(ring.predicted_seconds),
+                      absl::StrFormat("%.2f", ring.predicted_seconds / bound),
+                      absl::StrFormat("%.2fx", ring.predicted_seconds /
+                                                   ours.predicted_seconds)});
+        speedups.push_back(ring.predicted_seconds / ours.predicted_seconds);
+        ++rows;
+        if (ratio <= 1.02) ++within;
+        if (ratio > worst) {
+          worst = ratio;
+          worst_row = absl::StrCat(mib, " MiB to ", hosts, " hosts, ",
+                                   model.name);
+        }
+      }
+    }
+    std::cout << "# broadcast from one device to every device of H hosts, "
+              << model.name << " (latency 10 us between hosts, relay "
+              << "chunk 1 MiB)\n"
+              << table.Render("  ") << "\n";
+  }
+  double log_sum = 0;
+  for (double speedup : speedups) log_sum += std::log(speedup);
+  std::cout << absl::StrFormat(
+      "summary: meshcast within 2%% of the lower bound on %d of %d "
+      "broadcasts (worst %.3fx: %s); %.2fx faster than one ring (geomean)"
+      "\n\n",
+      within, rows, worst, worst_row,
+      speedups.empty() ? 0.0 : std::exp(log_sum / speedups.size()));
   return absl::OkStatus();
 }
 
@@ -393,8 +493,11 @@ int Main(const std::vector<std::string>& args) {
       "N x 8 -> N x 8.");
   int max_n = 1024;
   std::string suite_path = DefaultPublicSuitePath();
-  flags.Choice("only", &only, {"all", "suite", "speed", "scaling"},
+  flags.Choice("only", &only, {"all", "suite", "broadcast", "speed", "scaling"},
                "which part to run");
+  int max_hosts = 256;
+  flags.Int("max-hosts", &max_hosts, "H",
+            "the most receiving hosts of the broadcast section");
   flags.Int("max-n", &max_n, "N",
             "the largest N of the scaling section (N x 8 -> N x 8)");
   flags.String("public-suite", &suite_path, "FILE",
@@ -436,6 +539,13 @@ int Main(const std::vector<std::string>& args) {
         summary.worst_lb_case, summary.min_speedup_vs_blb,
         summary.max_speedup_vs_blb, summary.slower_than_blb,
         summary.min_speedup_vs_sr, summary.max_speedup_vs_sr);
+  }
+  if (only == "all" || only == "broadcast") {
+    absl::Status status = RunBroadcasts(max_hosts);
+    if (!status.ok()) {
+      std::cerr << "reshard_plan_bench: broadcasts: " << status << "\n";
+      return 1;
+    }
   }
   if (only == "all" || only == "speed") {
     absl::Status status = RunSpeed(verify);

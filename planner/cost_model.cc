@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <limits>
 #include <queue>
 #include <utility>
 #include <vector>
@@ -491,11 +492,26 @@ absl::StatusOr<SimulationResult> Simulate(const ReshardPlan& plan,
 namespace {
 
 // max over unit sets S that hold some slice of: bytes held only inside S
-// that a unit outside S needs, over |S| x capacity. `unit_of` maps a device
-// to its unit (host or device).
+// that a unit outside S needs, over |S| x capacity, plus the relay term
+// below. `unit_of` maps a device to its unit (host or device).
+//
+// Relay term (relay_latency > 0: the latency of one hop between units).
+// When every such slice is needed by at least K >= 2 units outside S, the
+// last bytes cannot all arrive one hop after they leave S. Let t be the
+// time the bytes alone take at S's full egress, L the hop latency. A byte
+// that reaches an outside unit through another outside unit crossed two
+// hops, so it left S by T - 2L; a transfer that leaves S later reaches one
+// outside unit only, so each byte first sent after T - 2L leaves S K times
+// by T - L. With Y bytes out by T - 2L (Y <= capacity |S| (T - 2L)):
+// Y + K (bytes - Y) <= capacity |S| (T - L), which gives
+// T >= t + (2 - 1/K) L, unless every byte goes out directly K times,
+// which takes t K + L. So the bound adds min((1 - 1/K) L, (K - 1) t) on
+// top of the caller's one latency. K = 1 (some slice has one outside
+// unit) adds nothing.
 template <typename UnitOf>
 double SetEgressBound(const std::vector<UnitTask>& tasks, int num_units,
-                      UnitOf unit_of, double capacity) {
+                      UnitOf unit_of, double capacity,
+                      double relay_latency = 0) {
   // Group tasks by their (sorted, distinct) sender unit set.
   absl::flat_hash_map<std::vector<int>, int> group_of_set;
   std::vector<std::vector<int>> group_set;
@@ -516,11 +532,16 @@ double SetEgressBound(const std::vector<UnitTask>& tasks, int num_units,
     group_tasks[it->second].push_back(static_cast<int>(i));
   }
   std::vector<char> in_set(num_units, 0);
+  // Outside units counted for the current (set, task): stamped.
+  std::vector<int64_t> seen(num_units, 0);
   double bound = 0;
   for (size_t g = 0; g < group_set.size(); ++g) {
     const std::vector<int>& set = group_set[g];
     for (int unit : set) in_set[unit] = 1;
     double bytes = 0;
+    // Fewest outside units any counted slice needs (K above); counting
+    // stops once a slice reaches the fewest so far.
+    int fewest_outside = std::numeric_limits<int>::max();
     for (size_t h = 0; h < group_set.size(); ++h) {
       const std::vector<int>& subset = group_set[h];
       if (h != g && (set.size() == 1 || subset.size() > set.size() ||
@@ -529,16 +550,29 @@ double SetEgressBound(const std::vector<UnitTask>& tasks, int num_units,
         continue;
       }
       for (int i : group_tasks[h]) {
+        const int64_t stamp = int64_t{i} + 1 +
+                              static_cast<int64_t>(g) *
+                                  static_cast<int64_t>(tasks.size());
+        int outside = 0;
         for (int device : tasks[i].receivers) {
-          if (!in_set[unit_of(device)]) {
-            bytes += static_cast<double>(tasks[i].bytes);
-            break;
-          }
+          const int unit = unit_of(device);
+          if (in_set[unit] || seen[unit] == stamp) continue;
+          seen[unit] = stamp;
+          if (++outside >= fewest_outside || relay_latency <= 0) break;
         }
+        if (outside == 0) continue;
+        bytes += static_cast<double>(tasks[i].bytes);
+        fewest_outside = std::min(fewest_outside, outside);
       }
     }
     for (int unit : set) in_set[unit] = 0;
-    bound = std::max(bound, bytes / (capacity * set.size()));
+    const double seconds = bytes / (capacity * set.size());
+    double relay = 0;
+    if (relay_latency > 0 && bytes > 0 && fewest_outside >= 2) {
+      const double k = fewest_outside;
+      relay = std::min((1 - 1 / k) * relay_latency, (k - 1) * seconds);
+    }
+    bound = std::max(bound, seconds + relay);
   }
   return bound;
 }
@@ -615,7 +649,8 @@ double LowerBoundSeconds(const std::vector<UnitTask>& tasks,
       nic_bound, SetEgressBound(
                      tasks, num_hosts,
                      [&](int device) { return topology.HostOf(device); },
-                     topology.inter_host_bandwidth));
+                     topology.inter_host_bandwidth,
+                     topology.inter_host_latency));
   if (!must_move) return std::max(device_bound, nic_bound);
   // No flow moves a byte before its transfer's setup has elapsed, so all the
   // work above happens after it; and the transfer that carries the last byte

@@ -52,7 +52,11 @@
 // byte still has a hop to finish: the NIC bounds (host ingress, sender sets
 // of hosts) add an inter-host hop's latency, the device-port and host-copy
 // bounds the cheaper of the two hops' (their last byte may stay inside a
-// host). Pipeline fill is ignored.
+// host). A set of hosts whose slices each go to K >= 2 other hosts adds
+// up to (1 - 1/K) of an inter-host latency more: bytes that reach a host
+// through another one cross two hops, and bytes sent late enough to cross
+// only one must leave the set once per receiving host (the derivation is
+// at SetEgressBound in cost_model.cc). Pipeline fill is ignored.
 // Every simulated plan that delivers `tasks` takes at least this long,
 // whatever its strategy.
 //

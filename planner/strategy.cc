@@ -775,15 +775,133 @@ std::vector<HolderAmounts> AssignEgress(const std::vector<NetworkTask>& tasks,
   return fractional;
 }
 
+// Split broadcasts (step 3). A chain through H remote hosts pays, on top of
+// the part's bytes at the NIC rate, a pipeline chunk's fill and a latency
+// per hop, inside hosts too: for a part no bigger than a chunk nothing
+// pipelines, and the chain takes H times as long as one hop. Cut into one
+// piece per host instead, each piece crosses to one device of its host
+// (the scatter), which sends it on to its host's other receivers and to
+// every other remote host's (each a transfer after the scatter): every
+// byte crosses at most two hops between hosts, and each host's NIC still
+// sends about one copy of the part, as a relay does in the chain. Done
+// once, the forwards would wait for the whole scatter (twice the bytes'
+// time); so the part goes in rounds: round r's scatter starts when round
+// r - 1's has finished, while the hosts send round r - 1's pieces on.
+
+// Transfers one split part may take; past it, pieces are fewer than hosts
+// (and the hosts holding one send it more often), then rounds fewer.
+constexpr size_t kSplitTransferBudget = 16384;
+// Rounds at most: where latency and setup cost nothing the estimate
+// would take as many as the budget allows, for little gain past this.
+constexpr size_t kMaxSplitRounds = 16;
+
+// The receivers of a part outside its sending host.
+struct RemoteReceivers {
+  size_t hosts = 0;
+  size_t devices = 0;  // on all of them
+  size_t widest = 0;   // on the host with the most
+};
+
+struct SplitShape {
+  size_t pieces = 1;  // per round, one per remote host within the budget
+  size_t rounds = 1;
+};
+
+// Latency and pipeline fill of `hops` hops inside a host for `bytes`.
+double InHostHopsSeconds(double bytes, size_t hops, const Topology& topology) {
+  return static_cast<double>(hops) *
+         (topology.intra_host_latency +
+          std::min(bytes, topology.pipeline_chunk_bytes) /
+              topology.intra_host_bandwidth);
+}
+
+// The split of `bytes`: as many pieces as hosts the budget allows, and the
+// rounds that minimize SplitSeconds: each round costs a transfer's setup
+// and a latency, and more rounds shrink the last round's forwards, so
+// sqrt(forwarded bytes' time / per-round cost).
+SplitShape ChooseSplit(double bytes, const RemoteReceivers& remote,
+                       const Topology& topology) {
+  SplitShape shape;
+  const size_t per_piece = remote.hosts + 1;  // scatter + forwards
+  shape.pieces = std::max<size_t>(
+      1, std::min(remote.hosts, kSplitTransferBudget / per_piece));
+  const size_t max_rounds =
+      std::max<size_t>(1, kSplitTransferBudget / (shape.pieces * per_piece));
+  const double forward_share =
+      std::min(1.0, static_cast<double>(remote.hosts - 1) /
+                        static_cast<double>(shape.pieces));
+  const double per_round =
+      topology.transfer_setup_seconds + topology.inter_host_latency;
+  const double best =
+      per_round > 0 ? std::sqrt(forward_share * bytes /
+                                (topology.inter_host_bandwidth * per_round))
+                    : static_cast<double>(max_rounds);
+  shape.rounds = std::clamp<size_t>(
+      static_cast<size_t>(std::llround(std::min(best, 1e6))), 1,
+      std::min(max_rounds, kMaxSplitRounds));
+  return shape;
+}
+
+// Uncontended seconds for `bytes` to reach the remote receivers along one
+// chain: every hop between hosts and inside them adds its latency and a
+// chunk's fill.
+double ChainSeconds(double bytes, const RemoteReceivers& remote,
+                    const Topology& topology) {
+  const double fill = std::min(bytes, topology.pipeline_chunk_bytes) /
+                      topology.inter_host_bandwidth;
+  return topology.transfer_setup_seconds +
+         bytes / topology.inter_host_bandwidth +
+         static_cast<double>(remote.hosts) * topology.inter_host_latency +
+         static_cast<double>(remote.hosts - 1) * fill +
+         InHostHopsSeconds(bytes, remote.devices - remote.hosts, topology);
+}
+
+// The same, split: the rounds' scatters back to back, then the last
+// round's forwards (or, where the pieces are fewer than the hosts and the
+// forwards are the slower phase, every round's forwards after the first
+// scatter), and one host's hops inside it.
+double SplitSeconds(double bytes, const RemoteReceivers& remote,
+                    const SplitShape& shape, const Topology& topology) {
+  const double rounds = static_cast<double>(shape.rounds);
+  const double forward_share = static_cast<double>(remote.hosts - 1) /
+                               static_cast<double>(shape.pieces);
+  const double seconds = bytes / topology.inter_host_bandwidth;
+  const double piece = bytes / (rounds * static_cast<double>(shape.pieces));
+  return (rounds + 1) *
+             (topology.transfer_setup_seconds + topology.inter_host_latency) +
+         std::max(1.0, forward_share) * seconds +
+         std::min(1.0, forward_share) * seconds / rounds +
+         InHostHopsSeconds(piece, remote.widest - 1, topology);
+}
+
+// Whether a part of `bytes` goes split: when that is faster uncontended
+// and the chain would end late enough to matter (past
+// kSplitWhenChainEndsPast of the plan's busiest resource, `level`), since
+// a split adds transfers and store-and-forward steps.
+constexpr double kSplitWhenChainEndsPast = 0.5;
+
+bool SplitPays(double bytes, const RemoteReceivers& remote, double level,
+               const Topology& topology) {
+  if (remote.hosts < 2) return false;
+  const double chain = ChainSeconds(bytes, remote, topology);
+  return SplitSeconds(bytes, remote, ChooseSplit(bytes, remote, topology),
+                      topology) < chain &&
+         chain > kSplitWhenChainEndsPast * level;
+}
+
 // Expected bytes each of `receivers` chain members forwards of `bytes`.
 double ForwardShare(double bytes, size_t receivers) {
   return bytes * static_cast<double>(receivers - 1) /
          static_cast<double>(receivers);
 }
 
+// With `allow_split` false every part travels one chain; `splits` (when
+// not null) receives the number of parts that went split.
 ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
                          const std::vector<UnitTask>& tasks,
-                         const Topology& topology) {
+                         const Topology& topology, bool allow_split,
+                         int* splits) {
+  if (splits != nullptr) *splits = 0;
   const int num_hosts = topology.num_hosts;
   PlanBuilder builder(problems, StrategyName(Strategy::kMeshcast));
   builder.Reserve(tasks.size());  // at least one transfer per task
@@ -892,6 +1010,64 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
   }
   const std::vector<HolderAmounts> egress =
       AssignEgress(network_tasks, topology, loads);
+  // The busiest resource's time: a chain that ends well before it costs
+  // the plan nothing, however long its tail.
+  const double level = loads.Busiest();
+
+  // Charges `bytes` to every member of an in-host chain but the last (each
+  // forwards them to the next).
+  const auto charge_forwards = [&](absl::Span<const int> chain_on_host,
+                                   double bytes) {
+    for (size_t c = 0; c + 1 < chain_on_host.size(); ++c) {
+      loads.AddLocal(chain_on_host[c], bytes);
+    }
+  };
+  // A split broadcast of `part` from `sender` through `local` (the sending
+  // host's own receivers, who get every piece) to the `remote` hosts, in
+  // rounds: in each, piece j goes to the first receiver of remote[j] (the
+  // least loaded port; after piece j of the round before), which sends it
+  // on to its host's other receivers and to every other remote host's.
+  std::vector<int> scatter_chain;
+  std::vector<int> last_scatter;
+  const auto split_broadcast = [&](int tensor, const Box& part, int sender,
+                                   absl::Span<const int> local,
+                                   absl::Span<const int> remote,
+                                   const SplitShape& shape) {
+    last_scatter.assign(shape.pieces, -1);
+    for (const Box& block :
+         SplitBox(part, std::vector<double>(shape.rounds, 1.0))) {
+      const std::vector<Box> pieces =
+          SplitBox(block, std::vector<double>(shape.pieces, 1.0));
+      for (size_t j = 0; j < pieces.size(); ++j) {
+        const int64_t piece_bytes = builder.BytesOf(tensor, pieces[j]);
+        if (piece_bytes == 0) continue;
+        const double amount = static_cast<double>(piece_bytes);
+        std::vector<int>& holders = receivers_on[remote[j]];
+        by_port_load(holders);
+        const int forwarder = holders.front();
+        scatter_chain.assign(local.begin(), local.end());
+        scatter_chain.push_back(forwarder);
+        std::vector<int> after;
+        if (last_scatter[j] >= 0) after.push_back(last_scatter[j]);
+        const int scatter = builder.Add(tensor, pieces[j], sender,
+                                        scatter_chain, std::move(after));
+        last_scatter[j] = scatter;
+        const auto send_on = [&](absl::Span<const int> to) {
+          builder.Add(tensor, pieces[j], forwarder, to, {scatter});
+          loads.AddLocal(forwarder, amount);
+          charge_forwards(to, amount);
+        };
+        if (holders.size() > 1) {
+          send_on(absl::MakeConstSpan(holders).subspan(1));
+        }
+        for (size_t k = 0; k < remote.size(); ++k) {
+          if (k != j) send_on(receivers_on[remote[k]]);
+        }
+        loads.AddRelay(remote[j],
+                       amount * static_cast<double>(remote.size() - 1));
+      }
+    }
+  };
 
   // 3. Emit chains. Relays and remote forwards add to the loads as they are
   // placed (local chains were charged above).
@@ -945,19 +1121,32 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
         std::stable_sort(remote.begin(), remote.end(), [&](int a, int b) {
           return loads.nic(a) < loads.nic(b);
         });
-        for (size_t r = 0; r < remote.size(); ++r) {
-          std::vector<int>& on_host = receivers_on[remote[r]];
-          by_port_load(on_host);
-          chain.insert(chain.end(), on_host.begin(), on_host.end());
-          if (r + 1 < remote.size()) {
-            loads.AddRelay(remote[r], static_cast<double>(bytes));
+        RemoteReceivers receivers{remote.size(), remote_receivers, 0};
+        for (int host : remote) {
+          receivers.widest =
+              std::max(receivers.widest, receivers_on[host].size());
+        }
+        if (allow_split && SplitPays(static_cast<double>(bytes), receivers,
+                                     level, topology)) {
+          split_broadcast(
+              task.tensor, parts[p], sender, chain, remote,
+              ChooseSplit(static_cast<double>(bytes), receivers, topology));
+          if (splits != nullptr) ++*splits;
+        } else {
+          for (size_t r = 0; r < remote.size(); ++r) {
+            std::vector<int>& on_host = receivers_on[remote[r]];
+            by_port_load(on_host);
+            chain.insert(chain.end(), on_host.begin(), on_host.end());
+            if (r + 1 < remote.size()) {
+              loads.AddRelay(remote[r], static_cast<double>(bytes));
+            }
           }
+          // (The last local receiver's forward was charged to it as payer.)
+          for (size_t c = local_count; c + 1 < chain.size(); ++c) {
+            loads.AddLocal(chain[c], static_cast<double>(bytes));
+          }
+          builder.Add(task.tensor, parts[p], sender, chain);
         }
-        // (The last local receiver's forward was charged to it as payer.)
-        for (size_t c = local_count; c + 1 < chain.size(); ++c) {
-          loads.AddLocal(chain[c], static_cast<double>(bytes));
-        }
-        builder.Add(task.tensor, parts[p], sender, chain);
       }
       for (const LocalChain& local : local_chains[i]) {
         if (local.host == sender_host) continue;
@@ -967,6 +1156,26 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
     clear_receivers(task);
   }
   return builder.Take();
+}
+
+// The meshcast plan with split broadcasts where the estimate says they pay;
+// since that estimate ignores contention, a plan that split anything is
+// simulated against the all-chains plan, and the faster one kept (ties go
+// to the chains, which have fewer transfers).
+absl::StatusOr<ReshardPlan> PlanMeshcastChecked(
+    const std::vector<ReshardProblem>& problems,
+    const std::vector<UnitTask>& tasks, const Topology& topology) {
+  int splits = 0;
+  ReshardPlan split = PlanMeshcast(problems, tasks, topology,
+                                   /*allow_split=*/true, &splits);
+  if (splits == 0) return split;
+  ReshardPlan chains = PlanMeshcast(problems, tasks, topology,
+                                    /*allow_split=*/false, nullptr);
+  ASSIGN_OR_RETURN(const SimulationResult split_time, Simulate(split, topology));
+  ASSIGN_OR_RETURN(const SimulationResult chain_time,
+                   Simulate(chains, topology));
+  return split_time.seconds < chain_time.seconds ? std::move(split)
+                                                 : std::move(chains);
 }
 
 absl::StatusOr<std::vector<UnitTask>> CollectTasks(
@@ -1001,7 +1210,7 @@ absl::StatusOr<ReshardPlan> PlanConcrete(
     case Strategy::kBroadcastLb:
       return PlanBroadcastLb(problems, tasks, topology);
     case Strategy::kMeshcast:
-      return PlanMeshcast(problems, tasks, topology);
+      return PlanMeshcastChecked(problems, tasks, topology);
     case Strategy::kAuto:
       break;
   }

@@ -31,9 +31,16 @@
 //                    receivers first, then the remote hosts, the busiest
 //                    NIC last), feeds receivers on holder hosts from a local
 //                    replica, balances device ports, and runs everything
-//                    concurrently. Assumes device ports at least as fast as
-//                    NICs (NVLink, memory copies); elsewhere auto may pick
-//                    another strategy.
+//                    concurrently. Where a chain through many hosts would
+//                    pay more in hops (latency, pipeline fill) than a
+//                    second hop costs, the part goes split instead: one
+//                    piece to each remote host, which sends it on to the
+//                    others, in rounds so that the forwards of one overlap
+//                    the scatter of the next (about two hops' time in all;
+//                    a plan that splits is kept only if its simulation
+//                    beats the all-chains plan). Assumes device ports at
+//                    least as fast as NICs (NVLink, memory copies);
+//                    elsewhere auto may pick another strategy.
 //   auto             the strategy with the lowest simulated time.
 //
 // Every strategy lists relay chains host by host and is deterministic.
