@@ -1,6 +1,7 @@
 #include "cli/plan_command.h"
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <cstdint>
 #include <iterator>
@@ -475,9 +476,19 @@ Json MeshJson(const DeviceMesh& mesh) {
   return Json{{"shape", mesh.shape}, {"devices", mesh.devices}};
 }
 
-// The transfers as a JSON array, written as text: a JSON tree of millions
-// of transfers (1M at 1024x8 -> 1024x8) took about a kilobyte each, the
-// text takes about 70 bytes. The same text nlohmann's dump() writes.
+// Plans with at least this many transfers go to --output json as a stream
+// (CommandContext::stream_out), not one string: at a million transfers the
+// text is about 100 MB. Smaller ones are returned whole, as every other
+// command's output is.
+constexpr size_t kStreamJsonTransfers = 10000;
+
+// Receives JSON text piece by piece.
+using TextSink = std::function<void(absl::string_view)>;
+
+// Pieces of about this size go to a TextSink.
+constexpr size_t kJsonPieceBytes = size_t{1} << 20;
+
+// `values` as a JSON array of integers, appended to `out`.
 void AppendIntList(std::string& out, absl::Span<const int> values) {
   out.push_back('[');
   for (size_t i = 0; i < values.size(); ++i) {
@@ -487,7 +498,11 @@ void AppendIntList(std::string& out, absl::Span<const int> values) {
   out.push_back(']');
 }
 
-std::string TransfersJsonText(const ReshardPlan& plan) {
+// The transfers as a JSON array, written as text to `sink` in pieces: a
+// JSON tree of millions of transfers (1M at 1024x8 -> 1024x8) took about a
+// kilobyte each, the text takes about 70 bytes. The same text nlohmann's
+// dump() writes.
+void WriteTransfersJson(const ReshardPlan& plan, const TextSink& sink) {
   std::string out = "[";
   for (size_t t = 0; t < plan.transfers.size(); ++t) {
     const Transfer& transfer = plan.transfers[t];
@@ -504,13 +519,19 @@ std::string TransfersJsonText(const ReshardPlan& plan) {
                     ",\"stage\":", transfer.stage, ",\"deps\":");
     AppendIntList(out, transfer.deps);
     out.push_back('}');
+    if (out.size() >= kJsonPieceBytes) {
+      sink(out);
+      out.clear();
+    }
   }
   out.push_back(']');
-  return out;
+  sink(out);
 }
 
-std::string RenderJson(const PlanInputs& inputs, const StrategyComparison& cmp,
-                       int chosen, size_t unit_tasks, bool verified) {
+// The --output json document, written to `sink` in pieces.
+void WriteJson(const PlanInputs& inputs, const StrategyComparison& cmp,
+               int chosen, size_t unit_tasks, bool verified,
+               const TextSink& sink) {
   const ReshardProblem& problem = inputs.problem;
   const Topology& topology = inputs.topology;
   const StrategyEvaluation& row = cmp.rows[chosen];
@@ -567,14 +588,24 @@ std::string RenderJson(const PlanInputs& inputs, const StrategyComparison& cmp,
       {"strategies", std::move(strategies)},
   };
   if (verified) out["verified"] = true;
-  // Everything but the transfers as a tree, then the transfers appended as
+  // Everything but the transfers as a tree, then the transfers written as
   // text before the closing brace.
-  std::string text = out.dump();
-  text.pop_back();  // the closing brace
-  absl::StrAppend(&text, ",\"transfers\":", TransfersJsonText(row.plan),
-                  "}\n");
+  std::string head = out.dump();
+  head.pop_back();  // the closing brace
+  head += ",\"transfers\":";
+  sink(head);
+  WriteTransfersJson(row.plan, sink);
+  sink("}\n");
+}
+
+std::string RenderJson(const PlanInputs& inputs, const StrategyComparison& cmp,
+                       int chosen, size_t unit_tasks, bool verified) {
+  std::string text;
+  WriteJson(inputs, cmp, chosen, unit_tasks, verified,
+            [&](absl::string_view piece) { text.append(piece.data(), piece.size()); });
   return text;
 }
+
 
 std::string RenderTable(const PlanInputs& inputs, const StrategyComparison& cmp,
                         int chosen, size_t unit_tasks, bool verified) {
@@ -1277,6 +1308,13 @@ CommandResult RunPlanCommand(const std::vector<std::string>& args,
     }
   }
   CommandResult result;
+  if (options.output == "json" && context.stream_out &&
+      comparison->rows[chosen].plan.transfers.size() >= kStreamJsonTransfers) {
+    // Straight to stdout, a piece at a time: no copy of the whole text.
+    WriteJson(*inputs, *comparison, chosen, comparison->unit_tasks,
+              options.verify, context.stream_out);
+    return result;
+  }
   result.out = IsStructuredOutput(options.output)
                    ? RenderStructuredText(
                          RenderJson(*inputs, *comparison, chosen,

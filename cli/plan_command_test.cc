@@ -268,6 +268,35 @@ TEST(PlanCommandTest, JsonHasThePlanAndItsContext) {
   EXPECT_EQ(plan["strategies"].size(), 5u);
 }
 
+TEST(PlanCommandTest, LargeJsonPlansStreamTheSameBytes) {
+  // 128x8 -> 128x8 transpose: 16384 transfers, past the streaming
+  // threshold.
+  const std::vector<std::string> args = {
+      "--cluster",  "256x8",     "--shape",    "8192x8192", "--dtype",
+      "bfloat16",   "--src-mesh", "128x8@0",   "--src-spec", "S0,S1",
+      "--dst-mesh", "128x8@128", "--dst-spec", "S1,S0",     "--strategy",
+      "meshcast",   "--output",  "json"};
+  std::string streamed;
+  int pieces = 0;
+  CommandContext streaming = ContextWithEnv({});
+  streaming.stream_out = [&](absl::string_view text) {
+    streamed.append(text.data(), text.size());
+    ++pieces;
+  };
+  const CommandResult result = RunPlanCommand(args, streaming);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_TRUE(result.out.empty());
+  EXPECT_GT(pieces, 2);  // head, transfers in 1 MiB pieces, tail
+  // Without a stream, the same text comes back whole.
+  const CommandResult whole = RunPlanCommand(args, ContextWithEnv({}));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_TRUE(streamed == whole.out);  // (not printed: megabytes)
+  const nlohmann::json plan = nlohmann::json::parse(streamed, nullptr, false);
+  ASSERT_FALSE(plan.is_discarded());
+  EXPECT_EQ(plan["transfers"].size(), 16384u);
+  EXPECT_EQ(plan["num_transfers"], 16384);
+}
+
 TEST(PlanCommandTest, ExplicitStrategyAndDeviceLists) {
   nlohmann::json plan = RunJson(With(Case1Args(), "--strategy", "send_recv"));
   EXPECT_EQ(plan["strategy"], "send_recv");

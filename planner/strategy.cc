@@ -815,9 +815,21 @@ double InHostHopsSeconds(double bytes, size_t hops, const Topology& topology) {
               topology.intra_host_bandwidth);
 }
 
+// What one round of a split costs beyond its bytes: a latency, and the
+// set-ups of the transfers the forwarding device starts in it, one per
+// remote host. The simulator lets set-ups overlap, but a CPU worker runs
+// its steps' set-ups on its own cores (measured on the emulated cluster:
+// rounds sized by one set-up each made 1 MiB to 4 hosts slower than the
+// chain), so they count one after another here.
+double SplitRoundSeconds(const RemoteReceivers& remote,
+                         const Topology& topology) {
+  return static_cast<double>(remote.hosts) * topology.transfer_setup_seconds +
+         topology.inter_host_latency;
+}
+
 // The split of `bytes`: as many pieces as hosts the budget allows, and the
-// rounds that minimize SplitSeconds: each round costs a transfer's setup
-// and a latency, and more rounds shrink the last round's forwards, so
+// rounds that minimize SplitSeconds: each round costs SplitRoundSeconds,
+// and more rounds shrink the last round's forwards, so
 // sqrt(forwarded bytes' time / per-round cost).
 SplitShape ChooseSplit(double bytes, const RemoteReceivers& remote,
                        const Topology& topology) {
@@ -830,8 +842,7 @@ SplitShape ChooseSplit(double bytes, const RemoteReceivers& remote,
   const double forward_share =
       std::min(1.0, static_cast<double>(remote.hosts - 1) /
                         static_cast<double>(shape.pieces));
-  const double per_round =
-      topology.transfer_setup_seconds + topology.inter_host_latency;
+  const double per_round = SplitRoundSeconds(remote, topology);
   const double best =
       per_round > 0 ? std::sqrt(forward_share * bytes /
                                 (topology.inter_host_bandwidth * per_round))
@@ -867,8 +878,7 @@ double SplitSeconds(double bytes, const RemoteReceivers& remote,
                                static_cast<double>(shape.pieces);
   const double seconds = bytes / topology.inter_host_bandwidth;
   const double piece = bytes / (rounds * static_cast<double>(shape.pieces));
-  return (rounds + 1) *
-             (topology.transfer_setup_seconds + topology.inter_host_latency) +
+  return (rounds + 1) * SplitRoundSeconds(remote, topology) +
          std::max(1.0, forward_share) * seconds +
          std::min(1.0, forward_share) * seconds / rounds +
          InHostHopsSeconds(piece, remote.widest - 1, topology);

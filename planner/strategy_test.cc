@@ -536,6 +536,33 @@ TEST(MeshcastSplitTest, KeepsOneChainWherePipeliningHidesTheHops) {
   EXPECT_EQ(plan->transfers.size(), 1u);
 }
 
+// Rounds of a split: scatters from the source device, over the pieces.
+size_t SplitRounds(const ReshardPlan& plan, size_t hosts) {
+  size_t scatters = 0;
+  for (const Transfer& transfer : plan.transfers) {
+    if (transfer.src_device == 0) ++scatters;
+  }
+  return scatters / hosts;
+}
+
+TEST(MeshcastSplitTest, TransferSetUpsMakeRoundsFewer) {
+  // 4 MiB to 4 hosts over 1 Gbit/s. Without set-ups a round costs a
+  // latency, and rounds stop at their cap; a 300 us set-up per transfer,
+  // one per remote host per round on the forwarding device, leaves
+  // sqrt(3/4 x 33.6 ms / 1.21 ms) = 5.
+  LongBroadcast c = OneToHosts(4, int64_t{4} << 20);
+  c.topology.inter_host_bandwidth = 125e6;
+  absl::StatusOr<ReshardPlan> plan =
+      PlanReshard({c.problem}, c.topology, Strategy::kMeshcast);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(SplitRounds(*plan, 4), 16u);
+  c.topology.transfer_setup_seconds = 300e-6;
+  plan = PlanReshard({c.problem}, c.topology, Strategy::kMeshcast);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(VerifyPlan(*plan, c.topology).ok());
+  EXPECT_EQ(SplitRounds(*plan, 4), 5u);
+}
+
 TEST(MeshcastSplitTest, CapsTheTransfersOfOneSplit) {
   // 1 MiB to 200 hosts: 200 pieces of 201 transfers each (the scatter, the
   // forward inside the host and 199 to the other hosts) would pass the
