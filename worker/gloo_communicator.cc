@@ -196,9 +196,12 @@ struct GlooCommunicator::State {
     for (GlooLink& link : links) link.context.reset();
   }
 
-  // The link a message with `tag` uses; both sides compute the same.
-  gloo::Context& ContextFor(uint64_t tag) const {
-    return *links[tag % links.size()].context;
+  // The link a message with `tag` from rank `from` to rank `to` uses (see
+  // LinkOf); both sides compute the same.
+  gloo::Context& ContextFor(uint64_t tag, int from, int to) const {
+    return *links[GlooCommunicator::LinkOf(static_cast<int>(links.size()), tag,
+                                           from, to)]
+                .context;
   }
 
   // "send to rank 3 (worker-3) (tag 7, 1024 bytes)", for errors; the name
@@ -431,7 +434,8 @@ absl::StatusOr<std::unique_ptr<CommRequest>> GlooCommunicator::Start(
   std::unique_ptr<GlooRequest> request;
   try {
     std::unique_ptr<gloo::transport::UnboundBuffer> buffer =
-        state_->ContextFor(tag).createUnboundBuffer(data, size);
+        state_->ContextFor(tag, is_send ? rank_ : peer, is_send ? peer : rank_)
+            .createUnboundBuffer(data, size);
     if (is_send) {
       buffer->send(peer, tag);
     } else {
@@ -470,6 +474,13 @@ void GlooCommunicator::Abort(absl::string_view reason) {
 bool GlooCommunicator::aborted() const {
   absl::MutexLock lock(&state_->mu);
   return state_->aborted;
+}
+
+int GlooCommunicator::LinkOf(int connections, uint64_t tag, int from,
+                              int to) {
+  if (connections < 2) return 0;
+  const uint64_t per_direction = static_cast<uint64_t>(connections / 2);
+  return static_cast<int>(2 * (tag % per_direction)) + (from < to ? 0 : 1);
 }
 
 int GlooCommunicator::connections() const {

@@ -8,11 +8,18 @@
 // receive of the same tag from this rank; the tag is the Gloo slot.
 //
 // With GlooOptions::connections = k > 1 every pair of ranks is joined by k
-// TCP connections, each with its own Gloo device (event-loop thread); a
-// message goes over connection `tag % k`, which both sides compute alike,
-// so consecutive chunks of one transfer (consecutive tags, relay_step.h)
-// and concurrent transfers spread over k streams. Link i > 0 rendezvous
-// under `key_prefix` + "link<i>/". Every rank must use the same k.
+// TCP connections, each with its own Gloo device (event-loop thread), and
+// each direction of a pair has its own half of them (LinkOf): Gloo sends a
+// message only once the receiver's ready notice has come back over the
+// same connection, and a notice queued behind megabytes of the other
+// direction's data in one TCP stream stalls the sender until they drain
+// (a pipeline whose stages send activations one way while gradients come
+// back measured no faster than one that never sends both ways at once;
+// docs/benchmarks.md, pipeline bench). Within a direction a message goes
+// over its `tag` modulo k / 2, so consecutive chunks of one transfer
+// (consecutive tags, relay_step.h) and concurrent transfers spread over
+// the streams. Link i > 0 rendezvous under `key_prefix` + "link<i>/".
+// Every rank must use the same k; the default is 2.
 //
 //   ASSIGN_OR_RETURN(auto comm, GlooCommunicator::Create(
 //       kv, "job/j1/gloo/", rank, world_size, GlooOptions{}));
@@ -62,8 +69,8 @@ struct GlooOptions {
   // ("send to rank 3 (worker-3)"); empty: ranks only.
   std::vector<std::string> peer_names;
   // TCP connections (Gloo devices) between each pair of ranks; >= 1, the
-  // same on every rank.
-  int connections = 1;
+  // same on every rank. Two or more give each direction its own (LinkOf).
+  int connections = 2;
 };
 
 class GlooCommunicator : public Communicator {
@@ -83,6 +90,13 @@ class GlooCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int connections() const;
+
+  // The connection (0 .. connections - 1) a message with `tag` from rank
+  // `from` to rank `to` travels on: with 2 or more, the lower rank's
+  // messages to the higher take the even connections and the others the
+  // odd ones, `tag` modulo connections / 2 choosing among them (an odd
+  // count leaves the last connection idle); with 1, connection 0.
+  static int LinkOf(int connections, uint64_t tag, int from, int to);
   // True once Abort ran (the communicator is unusable).
   bool aborted() const;
 

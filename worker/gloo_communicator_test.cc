@@ -173,6 +173,60 @@ TEST(GlooCommunicatorTest, SeveralConnectionsCarryEveryTag) {
   EXPECT_FALSE(comms[1]->Recv(absl::MakeSpan(one), 0, 2).ok());
 }
 
+TEST(GlooCommunicatorTest, EachDirectionOfAPairHasItsOwnConnections) {
+  // One connection: everything on it.
+  EXPECT_EQ(GlooCommunicator::LinkOf(1, 7, 0, 1), 0);
+  EXPECT_EQ(GlooCommunicator::LinkOf(1, 7, 1, 0), 0);
+  // Two: one per direction, whatever the tag.
+  for (uint64_t tag : {0, 1, 2, 1001}) {
+    EXPECT_EQ(GlooCommunicator::LinkOf(2, tag, 0, 3), 0);
+    EXPECT_EQ(GlooCommunicator::LinkOf(2, tag, 3, 0), 1);
+  }
+  // Four: the tags of one direction spread over its two.
+  EXPECT_EQ(GlooCommunicator::LinkOf(4, 0, 1, 2), 0);
+  EXPECT_EQ(GlooCommunicator::LinkOf(4, 1, 1, 2), 2);
+  EXPECT_EQ(GlooCommunicator::LinkOf(4, 0, 2, 1), 1);
+  EXPECT_EQ(GlooCommunicator::LinkOf(4, 1, 2, 1), 3);
+  // Three: the last one idle.
+  for (uint64_t tag = 0; tag < 6; ++tag) {
+    EXPECT_LT(GlooCommunicator::LinkOf(3, tag, 0, 1), 2);
+    EXPECT_LT(GlooCommunicator::LinkOf(3, tag, 1, 0), 2);
+  }
+}
+
+// Both ranks send to each other at once with the same tags, on the
+// default connections (one per direction): every message lands intact.
+TEST(GlooCommunicatorTest, BothDirectionsAtOnceWithTheSameTags) {
+  InMemoryKvStore kv;
+  auto comms = ConnectAll(kv, 2, FastOptions());
+  ASSERT_NE(comms[0], nullptr);
+  ASSERT_NE(comms[1], nullptr);
+  EXPECT_EQ(comms[0]->connections(), 2);
+  constexpr int kMessages = 8;
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      const int peer = 1 - rank;
+      std::vector<std::vector<uint8_t>> out, in(kMessages);
+      std::vector<std::unique_ptr<CommRequest>> requests;
+      for (int tag = 0; tag < kMessages; ++tag) {
+        out.push_back(Message(tag, rank, 300000 + 100 * tag));
+        in[tag].resize(300000 + 100 * tag);
+      }
+      for (int tag = 0; tag < kMessages; ++tag) {
+        requests.push_back(*comms[rank]->StartSend(out[tag], peer, tag));
+        requests.push_back(
+            *comms[rank]->StartRecv(absl::MakeSpan(in[tag]), peer, tag));
+      }
+      for (auto& request : requests) EXPECT_TRUE(request->Wait().ok());
+      for (int tag = 0; tag < kMessages; ++tag) {
+        EXPECT_EQ(in[tag], Message(tag, peer, 300000 + 100 * tag)) << tag;
+      }
+    });
+  }
+  for (std::thread& thread : ranks) thread.join();
+}
+
 TEST(GlooCommunicatorTest, RejectsBadPeers) {
   InMemoryKvStore kv;
   auto comms = ConnectAll(kv, 2, FastOptions());

@@ -78,10 +78,11 @@ ABSL_FLAG(double, heartbeat_seconds, 0,
 ABSL_FLAG(int64_t, chunk_bytes, int64_t{1} << 20,
           "pipelining chunk of relay chains, bytes");
 ABSL_FLAG(int, pipeline_depth, 4, "chunks in flight per relay hop");
-ABSL_FLAG(int, gloo_connections, 1,
-          "TCP connections per pair of workers (1..16), so that concurrent "
-          "transfers between two workers use several streams; every worker "
-          "of a cluster must use the same number");
+ABSL_FLAG(int, gloo_connections, 2,
+          "TCP connections per pair of workers (1..16); two or more give "
+          "each direction its own, so that data one way never delays the "
+          "other way's ready notices, and concurrent transfers spread over "
+          "them; every worker of a cluster must use the same number");
 ABSL_FLAG(int64_t, gpu_chunk_bytes, int64_t{4} << 20,
           "GPU workers: relay chunk of NCCL pipelines, bytes (the same on "
           "every worker of a job)");
