@@ -176,17 +176,19 @@ class LocalCluster:
 
 class NetCluster:
     """scripts/netcluster.sh: `hosts` x `devices`, links at `rate` (tc
-    units) each way. Needs root."""
+    units) each way, each link's queue `queue_ms` milliseconds of traffic
+    (None: netcluster.sh's default). Needs root."""
 
     def __init__(self, bin_dir, rate, hosts, devices=1, cluster_id="bench",
-                 prefix="netbench-", worker_args=""):
+                 prefix="netbench-", worker_args="", queue_ms=None):
         sys.path.insert(0, os.path.join(REPO, "bench", "netcluster"))
         import netcluster_bench  # noqa: E402 (the netcluster driver)
         self.dir = tempfile.mkdtemp(prefix=prefix)
         options = argparse.Namespace(
             dir=self.dir, id=cluster_id, hosts=hosts, devices=devices,
             rate=rate, bin_dir=bin_dir, intra_gbps=None, host_copy_gbps=None,
-            transfer_setup_us=None, worker_args=worker_args)
+            transfer_setup_us=None, worker_args=worker_args,
+            queue_ms=queue_ms)
         self.cluster = netcluster_bench.Cluster(options)
         self.ok = False
 

@@ -123,8 +123,13 @@ class Cluster:
 
     def netcluster(self, *argv, check=True, capture=True, timeout=None):
         cmd = ["bash", NETCLUSTER] + list(argv)
+        env = None
+        queue_ms = getattr(self.args, "queue_ms", None)
+        if queue_ms:
+            # netcluster.sh reads the shaped links' queue from its environment.
+            env = dict(os.environ, NETCLUSTER_QUEUE_MS=str(queue_ms))
         result = subprocess.run(cmd, capture_output=capture, text=True,
-                                timeout=timeout)
+                                timeout=timeout, env=env)
         if check and result.returncode != 0:
             raise RuntimeError("%s failed (%d): %s" %
                                (" ".join(cmd), result.returncode,

@@ -358,7 +358,8 @@ def section_cluster(args, where):
         "1f1b; load average %s" % (
             where, devices, grid["microbatches"], grid["rows"],
             grid["layers"], args.verify, args.repeat,
-            "links " + ", ".join(rates) + " each way" if where == "net"
+            "links " + ", ".join(rates) + " each way, queues %g ms" %
+            args.queue_ms if where == "net"
             else "127.0.0.1, no link limits", load_average()))
     log("#" + NET_ROW % NET_HEADER)
     start = time.time()
@@ -368,7 +369,8 @@ def section_cluster(args, where):
             cluster = bc.NetCluster(args.bin_dir, rate, 2, devices=devices,
                                     cluster_id="pipb",
                                     prefix="pipeline-netbench-",
-                                    worker_args=args.worker_args)
+                                    worker_args=args.worker_args,
+                                    queue_ms=args.queue_ms)
         else:
             cluster = bc.LocalCluster(args.meshctl, args.controller_bin,
                                       args.worker_bin, 2, devices=devices,
@@ -470,6 +472,15 @@ def parse_args(argv):
                    "measured compute falls behind the planner's rates")
     p.add_argument("--repeat", type=int, default=1,
                    help="net/local: runs per schedule; the median is shown")
+    p.add_argument("--queue-ms", type=float, default=5,
+                   help="net: each shaped link's queue, milliseconds of "
+                   "traffic (default 5). The two stages send both ways at "
+                   "once, and a receiver's ready notice waits behind the "
+                   "packets its own host has queued the other way: a "
+                   "datacenter NIC drains them in microseconds, the "
+                   "emulated cluster's default queue (50 ms, sized for the "
+                   "incast of many hosts; two hosts have none) in up to "
+                   "that long")
     p.add_argument("--verify", default="VERIFY_MODE_SAMPLE",
                    choices=["VERIFY_MODE_FULL", "VERIFY_MODE_SAMPLE",
                             "VERIFY_MODE_OFF"])
