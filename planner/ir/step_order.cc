@@ -18,7 +18,8 @@ absl::Status StepError(const v1::Step& step, absl::string_view what) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<int>> StepsInDependencyOrder(const v1::Plan& plan) {
+absl::StatusOr<std::vector<int>> StepsInDependencyOrder(
+    const v1::Plan& plan, const StepOrderOptions& options) {
   const int n = plan.steps_size();
   absl::flat_hash_map<int, int> position;
   for (int i = 0; i < n; ++i) {
@@ -32,6 +33,7 @@ absl::StatusOr<std::vector<int>> StepsInDependencyOrder(const v1::Plan& plan) {
     for (int dep : plan.steps(i).deps()) {
       const auto it = position.find(dep);
       if (it == position.end()) {
+        if (options.skip_unknown_deps) continue;
         return StepError(plan.steps(i),
                          absl::StrCat("depends on unknown step ", dep));
       }

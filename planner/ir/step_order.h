@@ -10,7 +10,8 @@
 // comes back unchanged.
 // Errors: INVALID_ARGUMENT for a step id used twice ("plan step 3 (OP_...):
 // id used by an earlier step"), a dependency on an unknown id ("plan step
-// 3 (OP_...): depends on unknown step 9"), or a cycle, naming the first step
+// 3 (OP_...): depends on unknown step 9"; unless
+// StepOrderOptions::skip_unknown_deps), or a cycle, naming the first step
 // that can never start ("plan step 3 (OP_...): deps form a cycle (the step
 // can never start)").
 // Thread safety: a pure function.
@@ -24,7 +25,15 @@
 
 namespace meshcast {
 
-absl::StatusOr<std::vector<int>> StepsInDependencyOrder(const v1::Plan& plan);
+struct StepOrderOptions {
+  // Leave out deps on ids no step of the plan has, instead of refusing
+  // them: a worker's projection of a plan keeps its deps on the steps that
+  // other workers run.
+  bool skip_unknown_deps = false;
+};
+
+absl::StatusOr<std::vector<int>> StepsInDependencyOrder(
+    const v1::Plan& plan, const StepOrderOptions& options = {});
 
 }  // namespace meshcast
 

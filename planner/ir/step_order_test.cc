@@ -47,5 +47,20 @@ TEST(StepOrderTest, CyclesUnknownDepsAndReusedIdsAreNamed) {
       HasSubstr("id used by an earlier step"));
 }
 
+TEST(StepOrderTest, AProjectionSkipsDepsOnOtherWorkersSteps) {
+  // Step 8 runs elsewhere: 4's dep on it orders nothing here, 6 still
+  // waits for 4, and a cycle is still one.
+  const StepOrderOptions projection{.skip_unknown_deps = true};
+  absl::StatusOr<std::vector<int>> order =
+      StepsInDependencyOrder(Steps({{6, {4}}, {4, {8}}}), projection);
+  ASSERT_TRUE(order.ok()) << order.status();
+  EXPECT_THAT(*order, ElementsAre(1, 0));
+  EXPECT_THAT(
+      StepsInDependencyOrder(Steps({{1, {2, 8}}, {2, {1}}}), projection)
+          .status()
+          .message(),
+      HasSubstr("deps form a cycle"));
+}
+
 }  // namespace
 }  // namespace meshcast

@@ -6,13 +6,13 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
-#include <queue>
 #include <thread>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "planner/ir/step_order.h"
 #include "proto/dtype_convert.h"
 #include "util/parallel_for.h"
 #include "util/status_macros.h"
@@ -276,39 +276,11 @@ absl::Status Reference::Build(const v1::Plan& plan) {
     return absl::OkStatus();
   };
 
-  // Dependency order of the value-defining steps: Kahn's algorithm, ties
-  // by plan position; deps on steps outside the plan (or on moves) only
-  // order what they can.
-  const int count = plan.steps_size();
-  absl::flat_hash_map<int, int> position;
-  for (int i = 0; i < count; ++i) position[plan.steps(i).id()] = i;
-  std::vector<std::vector<int>> users(count);
-  std::vector<int> pending(count, 0);
-  for (int i = 0; i < count; ++i) {
-    for (int dep : plan.steps(i).deps()) {
-      auto it = position.find(dep);
-      if (it == position.end()) continue;
-      users[it->second].push_back(i);
-      ++pending[i];
-    }
-  }
-  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
-  for (int i = 0; i < count; ++i) {
-    if (pending[i] == 0) ready.push(i);
-  }
-  std::vector<int> order;
-  while (!ready.empty()) {
-    const int i = ready.top();
-    ready.pop();
-    order.push_back(i);
-    for (int u : users[i]) {
-      if (--pending[u] == 0) ready.push(u);
-    }
-  }
-  if (static_cast<int>(order.size()) != count) {
-    return absl::InvalidArgumentError(
-        "plan.steps: the deps form a cycle; the steps have no order");
-  }
+  // Dependency order of the value-defining steps (ties by plan position);
+  // deps on steps outside the plan (or on moves) only order what they can.
+  ASSIGN_OR_RETURN(
+      const std::vector<int> order,
+      StepsInDependencyOrder(plan, StepOrderOptions{.skip_unknown_deps = true}));
 
   for (int i : order) {
     const v1::Step& s = plan.steps(i);
