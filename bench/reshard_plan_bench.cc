@@ -235,9 +235,9 @@ absl::Status RunBroadcasts(int max_hosts) {
   double worst = 0;
   std::string worst_row;
   int within = 0, rows = 0;
-  for (const Model& model : {Model{"4 GPUs + 10 Gbps per host", 4, 10, 1200},
-                             Model{"8 GPUs + 100 Gbps per host", 8, 100,
-                                   2400}}) {
+  for (const Model& model :
+       {Model{"4 GPUs + 10 Gbps per host", 4, 10, 1200},
+        Model{"8 GPUs + 100 Gbps per host", 8, 100, 2400}}) {
     TextTable table({"tensor", "hosts", "lower bound", "meshcast", "x bound",
                      "transfers", "ring", "x bound", "ring/meshcast"},
                     {TextTable::kRight});
@@ -268,8 +268,8 @@ absl::Status RunBroadcasts(int max_hosts) {
         if (ratio <= 1.02) ++within;
         if (ratio > worst) {
           worst = ratio;
-          worst_row = absl::StrCat(mib, " MiB to ", hosts, " hosts, ",
-                                   model.name);
+          worst_row =
+              absl::StrCat(mib, " MiB to ", hosts, " hosts, ", model.name);
         }
       }
     }

@@ -1,9 +1,9 @@
 #include "cli/plan_command.h"
 
 #include <algorithm>
-#include <functional>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -27,8 +27,8 @@
 #include "cli/command_errors.h"
 #include "cli/controller_client.h"
 #include "cli/flags.h"
-#include "cli/job_file.h"
 #include "cli/job_commands.h"
+#include "cli/job_file.h"
 #include "cli/job_format.h"
 #include "cli/output_format.h"
 #include "cli/reshard_input.h"
@@ -604,10 +604,11 @@ std::string RenderJson(const PlanInputs& inputs, const StrategyComparison& cmp,
                        int chosen, size_t unit_tasks, bool verified) {
   std::string text;
   WriteJson(inputs, cmp, chosen, unit_tasks, verified,
-            [&](absl::string_view piece) { text.append(piece.data(), piece.size()); });
+            [&](absl::string_view piece) {
+              text.append(piece.data(), piece.size());
+            });
   return text;
 }
-
 
 std::string RenderTable(const PlanInputs& inputs, const StrategyComparison& cmp,
                         int chosen, size_t unit_tasks, bool verified) {

@@ -272,10 +272,10 @@ TEST(PlanCommandTest, LargeJsonPlansStreamTheSameBytes) {
   // 128x8 -> 128x8 transpose: 16384 transfers, past the streaming
   // threshold.
   const std::vector<std::string> args = {
-      "--cluster",  "256x8",     "--shape",    "8192x8192", "--dtype",
-      "bfloat16",   "--src-mesh", "128x8@0",   "--src-spec", "S0,S1",
-      "--dst-mesh", "128x8@128", "--dst-spec", "S1,S0",     "--strategy",
-      "meshcast",   "--output",  "json"};
+      "--cluster",  "256x8",      "--shape",    "8192x8192",  "--dtype",
+      "bfloat16",   "--src-mesh", "128x8@0",    "--src-spec", "S0,S1",
+      "--dst-mesh", "128x8@128",  "--dst-spec", "S1,S0",      "--strategy",
+      "meshcast",   "--output",   "json"};
   std::string streamed;
   int pieces = 0;
   CommandContext streaming = ContextWithEnv({});

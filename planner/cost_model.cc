@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
-#include <limits>
 #include <queue>
 #include <utility>
 #include <vector>
@@ -550,9 +549,9 @@ double SetEgressBound(const std::vector<UnitTask>& tasks, int num_units,
         continue;
       }
       for (int i : group_tasks[h]) {
-        const int64_t stamp = int64_t{i} + 1 +
-                              static_cast<int64_t>(g) *
-                                  static_cast<int64_t>(tasks.size());
+        const int64_t stamp =
+            int64_t{i} + 1 +
+            static_cast<int64_t>(g) * static_cast<int64_t>(tasks.size());
         int outside = 0;
         for (int device : tasks[i].receivers) {
           const int unit = unit_of(device);
@@ -646,11 +645,10 @@ double LowerBoundSeconds(const std::vector<UnitTask>& tasks,
     nic_bound = std::max(nic_bound, bytes / topology.inter_host_bandwidth);
   }
   nic_bound = std::max(
-      nic_bound, SetEgressBound(
-                     tasks, num_hosts,
-                     [&](int device) { return topology.HostOf(device); },
-                     topology.inter_host_bandwidth,
-                     topology.inter_host_latency));
+      nic_bound,
+      SetEgressBound(
+          tasks, num_hosts, [&](int device) { return topology.HostOf(device); },
+          topology.inter_host_bandwidth, topology.inter_host_latency));
   if (!must_move) return std::max(device_bound, nic_bound);
   // No flow moves a byte before its transfer's setup has elapsed, so all the
   // work above happens after it; and the transfer that carries the last byte

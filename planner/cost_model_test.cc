@@ -592,10 +592,10 @@ TEST(LowerBoundTest, SlicesForManyHostsPayASecondHopOrOneCopyEach) {
   for (int host = 1; host <= 4; ++host) direct.Add(0, {host}, tiny);
   EXPECT_NEAR(MustSimulate(direct.plan(), topology).seconds, bound, 1e-12);
   // One slice with a single outside host lifts the term for its set.
-  EXPECT_NEAR(LowerBoundSeconds({Task({0}, {1, 2, 3, 4}, large),
-                                 Task({0}, {1}, large)},
-                                topology),
-              2 * large / 1e9 + hop, 1e-12);
+  EXPECT_NEAR(
+      LowerBoundSeconds({Task({0}, {1, 2, 3, 4}, large), Task({0}, {1}, large)},
+                        topology),
+      2 * large / 1e9 + hop, 1e-12);
   // A chain meets neither: it pays a latency per hop.
   PlanMaker chain;
   chain.Add(0, {1, 2, 3, 4}, large);
@@ -658,8 +658,7 @@ class RandomCase {
   // task at most once.
   // Bytes per task: 1 to 200 MB, or with `tiny` 1 to 20,000 bytes, where
   // latencies and direct copies decide.
-  std::vector<UnitTask> NextTasks(const Topology& topology,
-                                  bool tiny = false) {
+  std::vector<UnitTask> NextTasks(const Topology& topology, bool tiny = false) {
     const int n = topology.num_devices();
     std::vector<UnitTask> tasks;
     const int count = Uniform(1, 6);
@@ -673,9 +672,9 @@ class RandomCase {
       std::vector<int> to(ids.begin() + senders,
                           ids.begin() + senders + receivers);
       std::sort(from.begin(), from.end());
-      tasks.push_back(Task(from, to,
-                           tiny ? Uniform(1, 20'000)
-                                : int64_t{1'000'000} * Uniform(1, 200)));
+      tasks.push_back(Task(
+          from, to,
+          tiny ? Uniform(1, 20'000) : int64_t{1'000'000} * Uniform(1, 200)));
     }
     return tasks;
   }
@@ -726,8 +725,8 @@ class RandomCase {
           // Scatter a piece to each receiver, which sends it to the others.
           const int64_t pieces = static_cast<int64_t>(chain.size());
           for (int64_t j = 0; j < pieces; ++j) {
-            const int64_t bytes = task.bytes * (j + 1) / pieces -
-                                  task.bytes * j / pieces;
+            const int64_t bytes =
+                task.bytes * (j + 1) / pieces - task.bytes * j / pieces;
             if (bytes == 0) continue;
             const int scatter =
                 add(sender(), {chain[j]}, bytes, random_deps(transfers));

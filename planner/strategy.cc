@@ -847,9 +847,9 @@ SplitShape ChooseSplit(double bytes, const RemoteReceivers& remote,
       per_round > 0 ? std::sqrt(forward_share * bytes /
                                 (topology.inter_host_bandwidth * per_round))
                     : static_cast<double>(max_rounds);
-  shape.rounds = std::clamp<size_t>(
-      static_cast<size_t>(std::llround(std::min(best, 1e6))), 1,
-      std::min(max_rounds, kMaxSplitRounds));
+  shape.rounds =
+      std::clamp<size_t>(static_cast<size_t>(std::llround(std::min(best, 1e6))),
+                         1, std::min(max_rounds, kMaxSplitRounds));
   return shape;
 }
 
@@ -874,8 +874,8 @@ double ChainSeconds(double bytes, const RemoteReceivers& remote,
 double SplitSeconds(double bytes, const RemoteReceivers& remote,
                     const SplitShape& shape, const Topology& topology) {
   const double rounds = static_cast<double>(shape.rounds);
-  const double forward_share = static_cast<double>(remote.hosts - 1) /
-                               static_cast<double>(shape.pieces);
+  const double forward_share =
+      static_cast<double>(remote.hosts - 1) / static_cast<double>(shape.pieces);
   const double seconds = bytes / topology.inter_host_bandwidth;
   const double piece = bytes / (rounds * static_cast<double>(shape.pieces));
   return (rounds + 1) * SplitRoundSeconds(remote, topology) +
@@ -1039,45 +1039,44 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
   // on to its host's other receivers and to every other remote host's.
   std::vector<int> scatter_chain;
   std::vector<int> last_scatter;
-  const auto split_broadcast = [&](int tensor, const Box& part, int sender,
-                                   absl::Span<const int> local,
-                                   absl::Span<const int> remote,
-                                   const SplitShape& shape) {
-    last_scatter.assign(shape.pieces, -1);
-    for (const Box& block :
-         SplitBox(part, std::vector<double>(shape.rounds, 1.0))) {
-      const std::vector<Box> pieces =
-          SplitBox(block, std::vector<double>(shape.pieces, 1.0));
-      for (size_t j = 0; j < pieces.size(); ++j) {
-        const int64_t piece_bytes = builder.BytesOf(tensor, pieces[j]);
-        if (piece_bytes == 0) continue;
-        const double amount = static_cast<double>(piece_bytes);
-        std::vector<int>& holders = receivers_on[remote[j]];
-        by_port_load(holders);
-        const int forwarder = holders.front();
-        scatter_chain.assign(local.begin(), local.end());
-        scatter_chain.push_back(forwarder);
-        std::vector<int> after;
-        if (last_scatter[j] >= 0) after.push_back(last_scatter[j]);
-        const int scatter = builder.Add(tensor, pieces[j], sender,
-                                        scatter_chain, std::move(after));
-        last_scatter[j] = scatter;
-        const auto send_on = [&](absl::Span<const int> to) {
-          builder.Add(tensor, pieces[j], forwarder, to, {scatter});
-          loads.AddLocal(forwarder, amount);
-          charge_forwards(to, amount);
-        };
-        if (holders.size() > 1) {
-          send_on(absl::MakeConstSpan(holders).subspan(1));
+  const auto split_broadcast =
+      [&](int tensor, const Box& part, int sender, absl::Span<const int> local,
+          absl::Span<const int> remote, const SplitShape& shape) {
+        last_scatter.assign(shape.pieces, -1);
+        for (const Box& block :
+             SplitBox(part, std::vector<double>(shape.rounds, 1.0))) {
+          const std::vector<Box> pieces =
+              SplitBox(block, std::vector<double>(shape.pieces, 1.0));
+          for (size_t j = 0; j < pieces.size(); ++j) {
+            const int64_t piece_bytes = builder.BytesOf(tensor, pieces[j]);
+            if (piece_bytes == 0) continue;
+            const double amount = static_cast<double>(piece_bytes);
+            std::vector<int>& holders = receivers_on[remote[j]];
+            by_port_load(holders);
+            const int forwarder = holders.front();
+            scatter_chain.assign(local.begin(), local.end());
+            scatter_chain.push_back(forwarder);
+            std::vector<int> after;
+            if (last_scatter[j] >= 0) after.push_back(last_scatter[j]);
+            const int scatter = builder.Add(tensor, pieces[j], sender,
+                                            scatter_chain, std::move(after));
+            last_scatter[j] = scatter;
+            const auto send_on = [&](absl::Span<const int> to) {
+              builder.Add(tensor, pieces[j], forwarder, to, {scatter});
+              loads.AddLocal(forwarder, amount);
+              charge_forwards(to, amount);
+            };
+            if (holders.size() > 1) {
+              send_on(absl::MakeConstSpan(holders).subspan(1));
+            }
+            for (size_t k = 0; k < remote.size(); ++k) {
+              if (k != j) send_on(receivers_on[remote[k]]);
+            }
+            loads.AddRelay(remote[j],
+                           amount * static_cast<double>(remote.size() - 1));
+          }
         }
-        for (size_t k = 0; k < remote.size(); ++k) {
-          if (k != j) send_on(receivers_on[remote[k]]);
-        }
-        loads.AddRelay(remote[j],
-                       amount * static_cast<double>(remote.size() - 1));
-      }
-    }
-  };
+      };
 
   // 3. Emit chains. Relays and remote forwards add to the loads as they are
   // placed (local chains were charged above).
@@ -1136,8 +1135,8 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
           receivers.widest =
               std::max(receivers.widest, receivers_on[host].size());
         }
-        if (allow_split && SplitPays(static_cast<double>(bytes), receivers,
-                                     level, topology)) {
+        if (allow_split &&
+            SplitPays(static_cast<double>(bytes), receivers, level, topology)) {
           split_broadcast(
               task.tensor, parts[p], sender, chain, remote,
               ChooseSplit(static_cast<double>(bytes), receivers, topology));
@@ -1181,7 +1180,8 @@ absl::StatusOr<ReshardPlan> PlanMeshcastChecked(
   if (splits == 0) return split;
   ReshardPlan chains = PlanMeshcast(problems, tasks, topology,
                                     /*allow_split=*/false, nullptr);
-  ASSIGN_OR_RETURN(const SimulationResult split_time, Simulate(split, topology));
+  ASSIGN_OR_RETURN(const SimulationResult split_time,
+                   Simulate(split, topology));
   ASSIGN_OR_RETURN(const SimulationResult chain_time,
                    Simulate(chains, topology));
   return split_time.seconds < chain_time.seconds ? std::move(split)

@@ -217,8 +217,7 @@ std::vector<PublicCase> PublicCases(const Topology& topology, int gpus) {
   // (cost_model.h).
   for (PublicCase& c : cases) {
     auto hosts = HostsPerSliceByCase().find(c.name);
-    const double k =
-        hosts == HostsPerSliceByCase().end() ? 1 : hosts->second;
+    const double k = hosts == HostsPerSliceByCase().end() ? 1 : hosts->second;
     c.lower_bound += (2 - 1 / k) * topology.inter_host_latency;
   }
   return cases;
@@ -472,9 +471,8 @@ TEST(MeshcastSplitTest, SplitsLongChainsOfSmallSlices) {
   // 8 hops' time; split, each host gets a piece and sends it on, in rounds
   // so that the forwards of one overlap the scatter of the next.
   const LongBroadcast c = OneToHosts(8, int64_t{1} << 20);
-  const StrategyComparison comparison =
-      MustCompare({c.problem}, c.topology,
-                  CompareOptions{.only = Strategy::kMeshcast});
+  const StrategyComparison comparison = MustCompare(
+      {c.problem}, c.topology, CompareOptions{.only = Strategy::kMeshcast});
   const StrategyEvaluation& row = comparison.rows[0];
   const ReshardPlan& plan = row.plan;
   ASSERT_TRUE(VerifyPlan(plan, c.topology).ok())
@@ -522,8 +520,7 @@ TEST(MeshcastSplitTest, SplitsLongChainsOfSmallSlices) {
     whole.dst_devices.push_back(device);
   }
   chain.transfers = {whole};
-  EXPECT_LT(row.predicted_seconds,
-            Simulate(chain, c.topology)->seconds / 6);
+  EXPECT_LT(row.predicted_seconds, Simulate(chain, c.topology)->seconds / 6);
 }
 
 TEST(MeshcastSplitTest, KeepsOneChainWherePipeliningHidesTheHops) {

@@ -476,8 +476,7 @@ bool GlooCommunicator::aborted() const {
   return state_->aborted;
 }
 
-int GlooCommunicator::LinkOf(int connections, uint64_t tag, int from,
-                              int to) {
+int GlooCommunicator::LinkOf(int connections, uint64_t tag, int from, int to) {
   if (connections < 2) return 0;
   const uint64_t per_direction = static_cast<uint64_t>(connections / 2);
   return static_cast<int>(2 * (tag % per_direction)) + (from < to ? 0 : 1);

@@ -55,11 +55,10 @@ TEST(StepOrderTest, AProjectionSkipsDepsOnOtherWorkersSteps) {
       StepsInDependencyOrder(Steps({{6, {4}}, {4, {8}}}), projection);
   ASSERT_TRUE(order.ok()) << order.status();
   EXPECT_THAT(*order, ElementsAre(1, 0));
-  EXPECT_THAT(
-      StepsInDependencyOrder(Steps({{1, {2, 8}}, {2, {1}}}), projection)
-          .status()
-          .message(),
-      HasSubstr("deps form a cycle"));
+  EXPECT_THAT(StepsInDependencyOrder(Steps({{1, {2, 8}}, {2, {1}}}), projection)
+                  .status()
+                  .message(),
+              HasSubstr("deps form a cycle"));
 }
 
 }  // namespace

@@ -278,9 +278,9 @@ absl::Status Reference::Build(const v1::Plan& plan) {
 
   // Dependency order of the value-defining steps (ties by plan position);
   // deps on steps outside the plan (or on moves) only order what they can.
-  ASSIGN_OR_RETURN(
-      const std::vector<int> order,
-      StepsInDependencyOrder(plan, StepOrderOptions{.skip_unknown_deps = true}));
+  ASSIGN_OR_RETURN(const std::vector<int> order,
+                   StepsInDependencyOrder(
+                       plan, StepOrderOptions{.skip_unknown_deps = true}));
 
   for (int i : order) {
     const v1::Step& s = plan.steps(i);
