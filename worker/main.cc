@@ -43,15 +43,16 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
-#include "util/flags_usage.h"
 #include "security/parse_error_interceptor.h"
 #include "security/tls_credentials.h"
+#include "util/flags_usage.h"
+#include "util/log.h"
 #include "util/metrics_http_server.h"
 #include "util/web_config.h"
 #include "worker/controller_kv_store.h"
 #include "worker/device_spec.h"
 #include "worker/host_memory.h"
-#include "util/log.h"
+#include "worker/kernels/blas_arch.h"
 #include "worker/progress_pusher.h"
 #include "worker/rate_probe.h"
 #include "worker/worker_agent.h"
@@ -422,6 +423,11 @@ int Main(int argc, char** argv) {
   }
   agent_options.heartbeat_interval =
       absl::Seconds(absl::GetFlag(FLAGS_heartbeat_seconds));
+  if (devices->kind == "cpu") {
+    // Before any GEMM: which BLIS kernels the CPU devices compute with.
+    const BlasArchChoice& blas = EnsureBlasArch();
+    LogInfo("BLAS: BLIS ", blas.arch, " kernels (", blas.reason, ")");
+  }
   if (absl::GetFlag(FLAGS_probe_rates) && devices->kind == "cpu") {
     // Before registering, so that no job shares the cores with the probe.
     absl::StatusOr<ProbedRates> rates = ProbeCpuRates(devices->count, {});

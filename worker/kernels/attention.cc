@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "util/status_macros.h"
+#include "worker/kernels/blas_arch.h"
 #include "worker/kernels/element.h"
 #include "worker/kernels/element_core.h"
 
@@ -724,6 +725,7 @@ absl::Status RunAttentionBlock(const v1::AttentionBlockAttrs& attrs,
                                absl::Span<const uint8_t> v,
                                absl::Span<const uint8_t> state_in,
                                absl::Span<uint8_t> state_out) {
+  EnsureBlasArch();
   RETURN_IF_ERROR(CheckFloatSpans("attention_block", dtype,
                                   {{"Q", q.size()},
                                    {"K", k.size()},
@@ -822,6 +824,7 @@ absl::Status RunAttentionBackward(const v1::AttentionBackwardAttrs& attrs,
                                   absl::Span<const uint8_t> o,
                                   absl::Span<const uint8_t> state,
                                   absl::Span<uint8_t> out) {
+  EnsureBlasArch();
   RETURN_IF_ERROR(CheckFloatSpans("attention_backward", dtype,
                                   {{"Q", q.size()},
                                    {"K", k.size()},

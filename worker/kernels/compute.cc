@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "util/status_macros.h"
+#include "worker/kernels/blas_arch.h"
 #include "worker/kernels/element.h"
 #include "worker/kernels/element_core.h"
 
@@ -466,6 +467,7 @@ absl::Status RunGemm(const v1::GemmAttrs& g, DType dtype,
   RETURN_IF_ERROR(
       CheckOperand(g, dtype, "C", "m x n", c.size(), g.m() * g.n()));
   if (g.m() == 0 || g.n() == 0) return absl::OkStatus();
+  EnsureBlasArch();
   const int m = static_cast<int>(g.m());
   const int n = static_cast<int>(g.n());
   const int k = static_cast<int>(g.k());

@@ -17,6 +17,7 @@
 #include "util/parallel_for.h"
 #include "util/status_macros.h"
 #include "worker/kernels/attention.h"
+#include "worker/kernels/blas_arch.h"
 #include "worker/kernels/box_index.h"
 #include "worker/kernels/compute.h"
 #include "worker/kernels/element.h"
@@ -1431,6 +1432,7 @@ Expected Reference::EvalGemm(const StepInfo& step, int64_t i,
     GemmCache& mutable_cache = *step.cache;
     std::call_once(mutable_cache.output_once, [&] {
       if (m * n > kMaterializeLimit) return;
+      EnsureBlasArch();
       // The whole output at once, with the BLAS (float64 GEMMs of the
       // values and of the scales), in blocks of rows on a few threads: a
       // chain of GEMMs (a pipeline step's) is materialized one GEMM after
