@@ -222,79 +222,155 @@ T RoundToDType(DType dtype, T x) {
 inline float AccumulatorExp(float x) { return FastExpImpl(x); }
 inline double AccumulatorExp(double x) { return std::exp(x); }
 
-// x[i] = exp(x[i] - shift) for i < n, four at a time: FastExpImpl's
-// arithmetic on GCC vector types, whose compares give lane masks, so the
-// clamps and the zero below the range need no branch (the compiler does
-// not vectorize the scalar form's selects on its own).
-void ExpShifted(float* x, int64_t n, float shift) {
+// The float row loops of the kernels, written once over kLanes-wide GCC
+// vector types (whose compares give lane masks, so the clamps and the zero
+// below exp's range need no branch; the compiler does not vectorize the
+// scalar form's selects on its own) and compiled for three widths: SSE (4
+// lanes, every x86-64), AVX2 (8) and AVX-512 (16), picked once by what the
+// CPU has. The exponentials of a score tile cost more than its two GEMMs
+// at 4 lanes. Sums run lane-wise, then over the lanes, then the tail: the
+// order differs by width, within the tolerance the reference allows a row
+// sum.
+template <int kLanes>
+struct LaneTypes;  // GCC takes vector_size only from a constant, not a
+                   // template argument: one specialization per width.
+template <>
+struct LaneTypes<4> {
   using V = float __attribute__((vector_size(16)));
   using VI = int32_t __attribute__((vector_size(16)));
-  const V lo = V{} + -87.3365f, hi = V{} + 88.7228f;
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    V v;
-    std::memcpy(&v, x + i, sizeof(v));
-    v -= shift;
-    const VI under = v < lo;
-    V c = v < lo ? lo : v;
-    c = c > hi ? hi : c;
-    const V n_ = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    const V r = (c - n_ * 0.693359375f) - n_ * -2.12194440e-4f;
-    V p = V{} + 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    const VI bits = (__builtin_convertvector(n_, VI) + 127) << 23;
-    // GCC's vector casts between types of one size reinterpret the bits.
-    const V out = (V)((VI)(p * (V)bits) & ~under);
-    std::memcpy(x + i, &out, sizeof(out));
+};
+template <>
+struct LaneTypes<8> {
+  using V = float __attribute__((vector_size(32)));
+  using VI = int32_t __attribute__((vector_size(32)));
+};
+template <>
+struct LaneTypes<16> {
+  using V = float __attribute__((vector_size(64)));
+  using VI = int32_t __attribute__((vector_size(64)));
+};
+
+template <int kLanes>
+struct FloatLanes {
+  using V = typename LaneTypes<kLanes>::V;
+  using VI = typename LaneTypes<kLanes>::VI;
+
+  // x[i] = exp(x[i] - shift) (FastExpImpl's arithmetic); returns their sum
+  // when kSum.
+  template <bool kSum>
+  [[gnu::always_inline]] static inline float ExpShifted(float* x, int64_t n,
+                                                        float shift) {
+    const V lo = V{} + -87.3365f, hi = V{} + 88.7228f;
+    V sum = V{};
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      V v;
+      std::memcpy(&v, x + i, sizeof(v));
+      v -= shift;
+      const VI under = v < lo;
+      V c = v < lo ? lo : v;
+      c = c > hi ? hi : c;
+      const V n_ = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+      const V r = (c - n_ * 0.693359375f) - n_ * -2.12194440e-4f;
+      V p = V{} + 1.9875691500e-4f;
+      p = p * r + 1.3981999507e-3f;
+      p = p * r + 8.3334519073e-3f;
+      p = p * r + 4.1665795894e-2f;
+      p = p * r + 1.6666665459e-1f;
+      p = p * r + 5.0000001201e-1f;
+      p = p * r * r + r + 1.0f;
+      const VI bits = (__builtin_convertvector(n_, VI) + 127) << 23;
+      // GCC's vector casts between types of one size reinterpret the bits.
+      const V out = (V)((VI)(p * (V)bits) & ~under);
+      std::memcpy(x + i, &out, sizeof(out));
+      if constexpr (kSum) sum += out;
+    }
+    float total = 0;
+    if constexpr (kSum) {
+      for (int l = 0; l < kLanes; ++l) total += sum[l];
+    }
+    for (; i < n; ++i) {
+      x[i] = FastExpImpl(x[i] - shift);
+      if constexpr (kSum) total += x[i];
+    }
+    return total;
   }
-  for (; i < n; ++i) x[i] = FastExpImpl(x[i] - shift);
+
+  [[gnu::always_inline]] static inline float Max(const float* x, int64_t n) {
+    V best = V{} - std::numeric_limits<float>::infinity();
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      V v;
+      std::memcpy(&v, x + i, sizeof(v));
+      best = v > best ? v : best;
+    }
+    float out = best[0];
+    for (int l = 1; l < kLanes; ++l) out = std::max(out, best[l]);
+    for (; i < n; ++i) out = std::max(out, x[i]);
+    return out;
+  }
+};
+
+// The row loops at one width, as plain functions to take the address of.
+struct RowLoops {
+  float (*exp_shifted_sum)(float* x, int64_t n, float shift);
+  float (*exp_shifted)(float* x, int64_t n, float shift);
+  float (*max)(const float* x, int64_t n);
+};
+
+#define MESHCAST_ROW_LOOPS(name, lanes, target)                 \
+  target float name##ExpSum(float* x, int64_t n, float shift) { \
+    return FloatLanes<lanes>::ExpShifted<true>(x, n, shift);    \
+  }                                                             \
+  target float name##Exp(float* x, int64_t n, float shift) {    \
+    return FloatLanes<lanes>::ExpShifted<false>(x, n, shift);   \
+  }                                                             \
+  target float name##Max(const float* x, int64_t n) {           \
+    return FloatLanes<lanes>::Max(x, n);                        \
+  }
+MESHCAST_ROW_LOOPS(Sse, 4, )
+#if defined(__x86_64__)
+MESHCAST_ROW_LOOPS(Avx2, 8, [[gnu::target("avx2,fma")]])
+MESHCAST_ROW_LOOPS(Avx512, 16, [[gnu::target("avx512f")]])
+#endif
+#undef MESHCAST_ROW_LOOPS
+
+const RowLoops& Loops() {
+  static const RowLoops loops = [] {
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) {
+      return RowLoops{Avx512ExpSum, Avx512Exp, Avx512Max};
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+      return RowLoops{Avx2ExpSum, Avx2Exp, Avx2Max};
+    }
+#endif
+    return RowLoops{SseExpSum, SseExp, SseMax};
+  }();
+  return loops;
+}
+
+// x[i] = exp(x[i] - shift) for i < n; ExpShiftedSum also returns their sum.
+void ExpShifted(float* x, int64_t n, float shift) {
+  Loops().exp_shifted(x, n, shift);
 }
 void ExpShifted(double* x, int64_t n, double shift) {
   for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i] - shift);
 }
-
-// The largest and the sum of x[0, n), four lanes at a time for float (the
-// sum's order is the lanes', then the tail's; any order is within the
-// tolerance the reference allows a row sum).
-float RowMax(const float* x, int64_t n) {
-  using V = float __attribute__((vector_size(16)));
-  V best = V{} - std::numeric_limits<float>::infinity();
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    V v;
-    std::memcpy(&v, x + i, sizeof(v));
-    best = v > best ? v : best;
-  }
-  float out = std::max(std::max(best[0], best[1]), std::max(best[2], best[3]));
-  for (; i < n; ++i) out = std::max(out, x[i]);
-  return out;
+float ExpShiftedSum(float* x, int64_t n, float shift) {
+  return Loops().exp_shifted_sum(x, n, shift);
 }
+double ExpShiftedSum(double* x, int64_t n, double shift) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i] = std::exp(x[i] - shift);
+  return sum;
+}
+
+// The largest of x[0, n).
+float RowMax(const float* x, int64_t n) { return Loops().max(x, n); }
 double RowMax(const double* x, int64_t n) {
   double out = -std::numeric_limits<double>::infinity();
   for (int64_t i = 0; i < n; ++i) out = std::max(out, x[i]);
-  return out;
-}
-float RowSum(const float* x, int64_t n) {
-  using V = float __attribute__((vector_size(16)));
-  V sum = V{};
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    V v;
-    std::memcpy(&v, x + i, sizeof(v));
-    sum += v;
-  }
-  float out = (sum[0] + sum[1]) + (sum[2] + sum[3]);
-  for (; i < n; ++i) out += x[i];
-  return out;
-}
-double RowSum(const double* x, int64_t n) {
-  double out = 0;
-  for (int64_t i = 0; i < n; ++i) out += x[i];
   return out;
 }
 
@@ -424,8 +500,7 @@ void AttentionBlockInto(const v1::AttentionBlockAttrs& a, DType dtype,
               const T f =
                   m_old == neg_inf ? T(0) : AccumulatorExp(m_old - m_new);
               // The exponentials (masked: exp(-inf) = 0), then their sum.
-              ExpShifted(srow, cols, m_new);
-              lt[r] = lt[r] * f + RowSum(srow, cols);
+              lt[r] = lt[r] * f + ExpShiftedSum(srow, cols, m_new);
               if (f != T(1)) {
                 T* orow = ot.data() + r * d;
                 for (int64_t x = 0; x < d; ++x) orow[x] *= f;

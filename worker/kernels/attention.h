@@ -89,8 +89,12 @@
 namespace meshcast::worker {
 
 // Query rows per tile and key rows per chunk of the host kernel (the GPU's
-// chunk is the same 256 keys).
-inline constexpr int64_t kAttentionQueryTile = 64;
+// chunk is the same 256 keys). 128 query rows: each chunk's K and V are
+// packed for the GEMMs once per tile, and 128 rows x 256 keys of scores
+// (128 KiB) still sit in a core's L2; on one Zen 5 core 64 rows took 15%
+// longer (bench/attention/attention_kernel_bench). A row's result does not
+// depend on the tile it is in.
+inline constexpr int64_t kAttentionQueryTile = 128;
 inline constexpr int64_t kAttentionKeyChunk = 256;
 
 absl::Status RunAttentionBlock(const v1::AttentionBlockAttrs& attrs,
