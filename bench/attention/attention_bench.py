@@ -11,8 +11,13 @@ Sections:
          memory budget, ring against a tensor-parallel-only baseline (each
          device holding the whole sequence of heads / P heads).
   net    (the emulated multi-host cluster, root): every algorithm x layout
-         measured, verified, beside the ideal measured... predicted for the
-         same run, with causal balance (max / mean compute per rank).
+         measured, verified, beside two ideals: the compute-only ideal of
+         the same plan (FLOPs over the probed GEMM rate) and the one-device
+         ideal (the same attention run as a job on one device, no
+         communication, its time divided by the P devices: what the ring
+         would take if its kernel ran as fast as alone and nothing waited
+         for a transfer, the yardstick of ring-flash-attention's ~90%);
+         with causal balance (max / mean compute per rank).
   local  (a local cluster of 127.0.0.1 workers): the same, no link limits.
 
 Every section runs the forward pass and the forward and backward pass
@@ -36,9 +41,9 @@ import bench_common as bc  # noqa: E402
 from bench_common import fmt, fmt_s, geomean, log, write_spec  # noqa: E402
 
 ALGORITHMS = ["rsa", "ring", "ulysses"]
-ROW = "%-28s %-10s %-8s %11s %11s %7s %8s %10s %s"
+ROW = "%-28s %-10s %-8s %11s %11s %7s %11s %7s %8s %10s %s"
 HEADER = ("layer B,H,Hkv,S,D,causal", "layout", "algo", "seconds", "ideal",
-          "ideal/t", "balance", "mem/dev", "note")
+          "ideal/t", "1dev/P", "1dev/Pt", "balance", "mem/dev", "note")
 
 
 def spec(c, algorithm, verify="VERIFY_MODE_SAMPLE", dtype="DTYPE_FLOAT32"):
@@ -134,7 +139,7 @@ def plan_row(c, algorithm, doc):
     mem = memory_of(doc)
     log(" " + ROW % (label(c), c["layout"], algorithm, fmt_s(seconds),
                      fmt_s(ideal), fmt(ideal / seconds if seconds else None,
-                                       "%.2f"), "-",
+                                       "%.2f"), "-", "-", "-",
                      bc.fmt(mem / 2**20 if mem else None, "%.0f MiB"), ""))
     return dict(c, algorithm=algorithm, predicted=seconds, ideal=ideal,
                 memory=mem, where="plan")
@@ -142,6 +147,26 @@ def plan_row(c, algorithm, doc):
 
 def run_job(cluster, job, timeout):
     return bc.submit_wait(cluster, job, timeout)[0]
+
+
+def one_device_seconds(cluster, c, ranks, timeout, cache):
+    """The one-device ideal of case `c`: the same attention (every head,
+    the whole sequence) as a job on one device, where nothing is sent,
+    its total_seconds over `ranks`; None if that job fails. One job per
+    (pass, seq, causal): the layout does not matter on one device."""
+    key = (c["pass"], c["seq"], c["causal"])
+    if key not in cache:
+        job = run_job(cluster, spec(dict(c, mesh=(1, 1), layout="contiguous"),
+                                    "ring"), timeout)
+        res = job.get("result", {})
+        t = res.get("metrics", {}).get("total_seconds")
+        good = job.get("state") == "SUCCEEDED" and res.get(
+            "mismatches", 1) == 0
+        if not good:
+            log("# one-device job for %s: %s: %s" % (
+                label(c), job.get("state"), (job.get("message") or "")[:120]))
+        cache[key] = t / ranks if good and t else None
+    return cache[key]
 
 
 def section_cluster(args, where):
@@ -165,7 +190,7 @@ def section_cluster(args, where):
         cluster = bc.LocalCluster(args.meshctl, args.controller_bin,
                                   args.worker_bin, hosts, devices=devices,
                                   prefix="attention-bench-")
-    rows, ok = [], True
+    rows, ok, one_device = [], True, {}
     with cluster:
         cases = [(pass_, seq, causal, layout) for pass_ in args.passes
                  for seq in seqs
@@ -176,6 +201,8 @@ def section_cluster(args, where):
             c = dict(batch=1, heads=ranks, kv_heads=ranks, seq=seq,
                      dim=64, causal=causal, layout=layout,
                      mesh=(hosts, devices), **{"pass": pass_})
+            alone = one_device_seconds(cluster, c, ranks, args.job_timeout,
+                                       one_device)
             for algorithm in ALGORITHMS:
                 job = run_job(cluster, spec(c, algorithm), args.job_timeout)
                 res = job.get("result", {})
@@ -190,12 +217,15 @@ def section_cluster(args, where):
                 log(" " + ROW % (label(c), layout, algorithm, fmt_s(t),
                                  fmt_s(ideal),
                                  fmt(ideal / t if t and ideal else None,
+                                     "%.2f"), fmt_s(alone),
+                                 fmt(alone / t if t and alone else None,
                                      "%.2f"),
                                  fmt(m.get("causal_balance"), "%.2f"),
                                  fmt((m.get("memory_bytes_per_rank_max")
                                       or 0) / 2**20, "%.1f MiB"), note))
                 rows.append(dict(c, algorithm=algorithm, where=where,
-                                 seconds=t, ideal=ideal, ok=good,
+                                 seconds=t, ideal=ideal, alone=alone,
+                                 ok=good,
                                  balance=m.get("causal_balance"),
                                  predicted=m.get(
                                      "predicted_total_seconds")))
@@ -209,6 +239,11 @@ def summarize(where, rows, pass_):
     good = [r for r in rows if r["ok"] and r["seconds"]]
     ring = [r["ideal"] / r["seconds"] for r in good
             if r["algorithm"] == "ring" and r["ideal"]]
+    ring_alone = {lay: [r["alone"] / r["seconds"] for r in good
+                        if r["algorithm"] == "ring" and r.get("alone") and
+                        r["layout"] == lay and (r["causal"] or
+                                                lay == "contiguous")]
+                  for lay in ("contiguous", "zigzag")}
     pairs = {}
     for r in good:
         pairs.setdefault((r["seq"], r["causal"], r["layout"]), {})[
@@ -219,9 +254,13 @@ def summarize(where, rows, pass_):
                      r["layout"] == lay and r["algorithm"] == "ring" and
                      r["balance"]] for lay in ("contiguous", "zigzag")}
     log("# Summary (%s, %s): %d/%d jobs ok; ring at %s of the compute-only "
-        "ideal (geomean); rsa / ring %s (geomean; ring faster in %d/%d); "
+        "ideal (geomean), at %s of the one-device ideal with zigzag (causal) "
+        "and %s with contiguous (full and causal); "
+        "rsa / ring %s (geomean; ring faster in %d/%d); "
         "causal balance of ring: contiguous %s, zigzag %s (max / mean)" % (
             where, pass_, len(good), len(rows), fmt(geomean(ring), "%.2f"),
+            fmt(geomean(ring_alone["zigzag"]), "%.2f"),
+            fmt(geomean(ring_alone["contiguous"]), "%.2f"),
             fmt(geomean(rsa_over_ring), "%.2fx"),
             sum(x > 1 for x in rsa_over_ring), len(rsa_over_ring),
             fmt(geomean(balance["contiguous"]), "%.2f"),
