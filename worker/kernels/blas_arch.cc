@@ -14,8 +14,12 @@
 namespace meshcast::worker {
 namespace {
 
-// Leaf 7's and leaf 1's bits (Intel SDM vol. 2A, CPUID).
+// CPUID's leaf 1 and leaf 7 bits and XCR0's (Intel SDM vol. 2A, CPUID;
+// vol. 1, 13.3).
 constexpr unsigned kFmaBit = 1u << 12;       // leaf 1, ecx
+constexpr unsigned kOsxsaveBit = 1u << 27;   // leaf 1, ecx
+constexpr unsigned kXcr0Ymm = 0x6;           // XCR0: SSE and AVX state
+constexpr unsigned kXcr0Zmm = 0xe0;          // XCR0: opmask, ZMM0-15, 16-31
 constexpr unsigned kAvx2Bit = 1u << 5;       // leaf 7, ebx
 constexpr unsigned kAvx512fBit = 1u << 16;   // leaf 7, ebx
 constexpr unsigned kAvx512dqBit = 1u << 17;  // leaf 7, ebx
@@ -59,18 +63,27 @@ CpuFeatures ReadCpuFeatures() {
   const unsigned max_leaf = eax;
   // "AuthenticAMD": ebx, edx, ecx spell it.
   cpu.amd = ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163;
+  // Registers the OS saves on a context switch (XCR0): a CPU feature the
+  // OS has not enabled cannot be used.
+  bool os_ymm = false, os_zmm = false;
   if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0) {
     const int base = (eax >> 8) & 0xf;
     cpu.family = base == 0xf ? base + ((eax >> 20) & 0xff) : base;
-    cpu.fma = (ecx & kFmaBit) != 0;
+    if ((ecx & kOsxsaveBit) != 0) {
+      unsigned xcr0_lo = 0, xcr0_hi = 0;
+      __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+      os_ymm = (xcr0_lo & kXcr0Ymm) == kXcr0Ymm;
+      os_zmm = os_ymm && (xcr0_lo & kXcr0Zmm) == kXcr0Zmm;
+    }
+    cpu.fma = os_ymm && (ecx & kFmaBit) != 0;
   }
   if (max_leaf >= 7) {
     __cpuid_count(7, 0, eax, ebx, ecx, edx);
-    cpu.avx2 = (ebx & kAvx2Bit) != 0;
-    cpu.avx512f = (ebx & kAvx512fBit) != 0;
-    cpu.avx512dq = (ebx & kAvx512dqBit) != 0;
-    cpu.avx512bw = (ebx & kAvx512bwBit) != 0;
-    cpu.avx512vl = (ebx & kAvx512vlBit) != 0;
+    cpu.avx2 = os_ymm && (ebx & kAvx2Bit) != 0;
+    cpu.avx512f = os_zmm && (ebx & kAvx512fBit) != 0;
+    cpu.avx512dq = os_zmm && (ebx & kAvx512dqBit) != 0;
+    cpu.avx512bw = os_zmm && (ebx & kAvx512bwBit) != 0;
+    cpu.avx512vl = os_zmm && (ebx & kAvx512vlBit) != 0;
   }
 #endif
   return cpu;

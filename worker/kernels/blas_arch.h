@@ -33,7 +33,8 @@
 
 namespace meshcast::worker {
 
-// The CPU facts the choice depends on (x86 CPUID).
+// The CPU facts the choice depends on (x86 CPUID). A vector feature counts
+// only where the OS also saves its registers (XCR0).
 struct CpuFeatures {
   bool x86 = false;
   bool amd = false;
