@@ -89,6 +89,23 @@ absl::Status TileBuffer::PackSlice(const Box& slice, int64_t first,
   return absl::OkStatus();
 }
 
+std::optional<absl::Span<uint8_t>> TileBuffer::ContiguousBytes(
+    const Box& slice) {
+  if (!CheckRegionInBox(slice, box_, "slice").ok() || IsEmpty(slice)) {
+    return std::nullopt;
+  }
+  const int64_t elements = NumElements(slice);
+  int runs = 0;
+  int64_t offset = 0;
+  ForEachRun(slice, box_, slice, 0, elements,
+             [&](int64_t in_tile, int64_t, int64_t) {
+               if (runs++ == 0) offset = in_tile;
+             });
+  if (runs != 1) return std::nullopt;
+  return absl::MakeSpan(data_ + offset * element_size_,
+                        static_cast<size_t>(elements * element_size_));
+}
+
 absl::Status TileBuffer::UnpackSlice(const Box& slice, int64_t first,
                                      int64_t last,
                                      absl::Span<const uint8_t> in) {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -69,6 +70,13 @@ class TileBuffer {
   // `slice` from `in` into the tile.
   absl::Status UnpackSlice(const Box& slice, int64_t first, int64_t last,
                            absl::Span<const uint8_t> in);
+
+  // The bytes of `slice` inside this tile when its elements are one
+  // contiguous run of the tile, in the slice's row-major order (the whole
+  // tile, a slab of whole trailing rows, a run within one row): a view to
+  // compute on in place instead of packing a copy. nullopt when they are
+  // not, or when the slice is not inside the tile or is empty.
+  std::optional<absl::Span<uint8_t>> ContiguousBytes(const Box& slice);
 
   // Copies `region` from `source` (same dtype) into this tile; the region
   // must lie inside both tiles. `source` must not be this tile.

@@ -1,6 +1,7 @@
 #include "worker/tile_buffer.h"
 
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -98,6 +99,37 @@ TEST(TileBufferTest, RejectsSlicesOutsideTheTileAndWrongSizes) {
   ASSERT_TRUE(other.ok());
   EXPECT_FALSE(other->CopyRegionFrom(tile, {{0, 1}, {0, 5}}).ok());
   EXPECT_FALSE(tile.CopyRegionFrom(tile, {{0, 1}, {0, 5}}).ok());
+}
+
+TEST(TileBufferTest, ContiguousBytesViewsExactlyThePackedSlice) {
+  const TensorSpec spec{{8, 6, 4}, DType::kInt32};
+  const Box tile_box = {{2, 8}, {0, 6}, {0, 4}};
+  TileBuffer tile = PatternTile(spec, tile_box);
+  // One run: the whole tile, a slab of whole rows, part of one row, part
+  // of one plane's rows. Each view must hold what PackSlice packs.
+  for (const Box& slice : std::vector<Box>{tile_box,
+                                           {{3, 5}, {0, 6}, {0, 4}},
+                                           {{4, 5}, {2, 3}, {1, 3}},
+                                           {{4, 5}, {1, 4}, {0, 4}}}) {
+    std::optional<absl::Span<uint8_t>> view = tile.ContiguousBytes(slice);
+    ASSERT_TRUE(view.has_value()) << BoxToString(slice);
+    std::vector<uint8_t> packed(NumElements(slice) * 4);
+    ASSERT_TRUE(
+        tile.PackSlice(slice, 0, NumElements(slice), absl::MakeSpan(packed))
+            .ok());
+    EXPECT_EQ(std::vector<uint8_t>(view->begin(), view->end()), packed)
+        << BoxToString(slice);
+    EXPECT_GE(view->data(), tile.bytes().data());
+    EXPECT_LE(view->data() + view->size(),
+              tile.bytes().data() + tile.bytes().size());
+  }
+  // Not one run, outside the tile, or empty: no view.
+  for (const Box& slice : std::vector<Box>{{{3, 5}, {0, 6}, {0, 2}},
+                                           {{3, 5}, {1, 6}, {0, 4}},
+                                           {{0, 3}, {0, 6}, {0, 4}},
+                                           {{3, 3}, {0, 6}, {0, 4}}}) {
+    EXPECT_FALSE(tile.ContiguousBytes(slice).has_value()) << BoxToString(slice);
+  }
 }
 
 TEST(TileBufferTest, CopyRegionBetweenOverlappingTiles) {

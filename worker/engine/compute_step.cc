@@ -1,5 +1,6 @@
 #include "worker/engine/compute_step.h"
 
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -10,18 +11,34 @@
 namespace meshcast::worker {
 namespace {
 
-// A dense view of one operand: the tile's bytes when the operand is the
-// whole tile, else a packed copy.
+// A dense view of one operand: the tile's own bytes when the operand's
+// elements are one contiguous run of it (the whole tile, a slab of whole
+// rows: a micro-batch's rows, a chunk of a GEMM's output), else a packed
+// copy, unpacked into the tile after the step for an output.
 struct Dense {
   TileBuffer* tile = nullptr;
   Box box;
   std::vector<uint8_t> copy;
-  bool in_place = false;
+  absl::Span<uint8_t> view;  // the tile's bytes; empty: `copy` holds them
+  bool in_place() const { return view.data() != nullptr; }
 
   absl::Span<uint8_t> bytes() {
-    return in_place ? tile->bytes() : absl::MakeSpan(copy);
+    return in_place() ? view : absl::MakeSpan(copy);
+  }
+  // Switches to a packed copy (loaded from the tile when `load`).
+  absl::Status UseCopy(bool load) {
+    view = {};
+    const int64_t elements = NumElements(box);
+    copy.resize(elements * tile->element_size());
+    if (!load) return absl::OkStatus();
+    return tile->PackSlice(box, 0, elements, absl::MakeSpan(copy));
   }
 };
+
+bool Overlaps(absl::Span<const uint8_t> a, absl::Span<const uint8_t> b) {
+  return !a.empty() && !b.empty() && a.data() < b.data() + b.size() &&
+         b.data() < a.data() + a.size();
+}
 
 absl::StatusOr<Dense> DenseOf(const StepEnvironment& env,
                               const OperandDesc& operand,
@@ -40,14 +57,14 @@ absl::StatusOr<Dense> DenseOf(const StepEnvironment& env,
         DTypeName(dense.tile->dtype()), "; the output is ", DTypeName(dtype)));
   }
   dense.box = operand.box;
-  dense.in_place = operand.box == dense.tile->box();
-  if (!dense.in_place) {
-    const int64_t elements = NumElements(operand.box);
-    dense.copy.resize(elements * dense.tile->element_size());
-    if (load) {
-      RETURN_IF_ERROR(dense.tile->PackSlice(operand.box, 0, elements,
-                                            absl::MakeSpan(dense.copy)));
-    }
+  if (operand.box == dense.tile->box()) {
+    dense.view = dense.tile->bytes();
+  } else if (std::optional<absl::Span<uint8_t>> run =
+                 dense.tile->ContiguousBytes(operand.box)) {
+    dense.view = *run;
+  }
+  if (dense.view.data() == nullptr || dense.view.empty()) {
+    RETURN_IF_ERROR(dense.UseCopy(load));
   }
   return dense;
 }
@@ -76,6 +93,22 @@ absl::Status RunCompute(const StepDesc& step, const StepEnvironment& env) {
        step.compute.attention_backward().accumulate());
   ASSIGN_OR_RETURN(Dense out,
                    DenseOf(env, output, "outputs", 0, dtype, reads_output));
+  // An output viewed in its tile may overlap an input's view. The GEMM
+  // takes no overlap and an elementwise op only an exact alias (in place):
+  // those compute into a copy. The other kernels handle overlaps
+  // themselves (compute.h, attention.h).
+  if (out.in_place() &&
+      (step.compute.has_gemm() || step.compute.has_elementwise())) {
+    for (Dense& input : inputs) {
+      const bool exact = input.bytes().data() == out.bytes().data() &&
+                         input.bytes().size() == out.bytes().size();
+      if (Overlaps(input.bytes(), out.bytes()) &&
+          (step.compute.has_gemm() || !exact)) {
+        RETURN_IF_ERROR(out.UseCopy(reads_output));
+        break;
+      }
+    }
+  }
   if (step.compute.has_gemm()) {
     RETURN_IF_ERROR(RunGemm(step.compute.gemm(), dtype, inputs[0].bytes(),
                             inputs[1].bytes(), out.bytes()));
@@ -138,7 +171,7 @@ absl::Status RunCompute(const StepDesc& step, const StepEnvironment& env) {
     RETURN_IF_ERROR(
         RunElementwise(step.compute.elementwise(), dtype, spans, out.bytes()));
   }
-  if (!out.in_place) {
+  if (!out.in_place()) {
     RETURN_IF_ERROR(out_tile->UnpackSlice(output.box, 0,
                                           NumElements(output.box), out.copy));
   }

@@ -3,10 +3,14 @@
 // step's operands, on the step's device (worker/kernels/compute.h,
 // attention.h).
 //
-// Each operand is row-major over its own box (plan.proto). An operand that
-// is its whole tile is used in place; a slice of a tile is packed into a
-// contiguous copy first (and an output slice unpacked afterwards), so the
-// kernels always see dense operands.
+// Each operand is row-major over its own box (plan.proto). An operand whose
+// elements are one contiguous run of its tile (the whole tile, a slab of
+// whole rows: TileBuffer::ContiguousBytes) is used in place; any other
+// slice is packed into a contiguous copy first (and an output slice
+// unpacked afterwards), so the kernels always see dense operands. A GEMM's
+// output that overlaps an input, or an elementwise op's output that
+// overlaps an input other than exactly, is computed into a copy (the other
+// kernels take overlaps themselves).
 //
 // Errors: FAILED_PRECONDITION naming the operand when its buffer has no
 // tile here or the dtypes differ; the kernels' errors (sizes that do not

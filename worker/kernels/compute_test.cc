@@ -1,5 +1,6 @@
 #include "worker/kernels/compute.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/kernels/element.h"
+#include "worker/kernels/element_core.h"
 #include "worker/kernels/initializer.h"
 
 namespace meshcast::worker {
@@ -543,6 +545,41 @@ v1::ElementwiseAttrs Kind(v1::ElementwiseAttrs::Kind kind) {
 // RELU_GRAD in every float dtype: in0 where in1 > 0, +0 where in1 is
 // negative, +-0 or NaN, bit for bit (in0's NaN and -0 included); on random
 // values too.
+// The float32 loops of RELU and RELU_GRAD give element_core.h's bits (the
+// GPU's) for every value: signed zeros, NaNs, infinities, denormals.
+TEST(ComputeTest, Float32ReluLoopsGiveTheCoreBits) {
+  std::vector<uint32_t> bits = {0x00000000, 0x80000000, 0x7fc00000, 0xffc00000,
+                                0x7f800000, 0xff800000, 0x00000001, 0x80000001,
+                                0x3f800000, 0xbf800000};
+  uint32_t x = 12345;
+  for (int i = 0; i < 1000; ++i) bits.push_back(x = x * 1664525u + 1013904223u);
+  const size_t n = bits.size();
+  std::vector<uint8_t> a(n * 4), b(n * 4), out(n * 4);
+  std::memcpy(a.data(), bits.data(), n * 4);
+  std::reverse(bits.begin(), bits.end());
+  std::memcpy(b.data(), bits.data(), n * 4);
+  ASSERT_TRUE(RunElementwise(Kind(v1::ElementwiseAttrs::KIND_RELU),
+                             DType::kFloat32, {a}, absl::MakeSpan(out))
+                  .ok());
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t in = 0, got = 0;
+    std::memcpy(&in, a.data() + 4 * i, 4);
+    std::memcpy(&got, out.data() + 4 * i, 4);
+    ASSERT_EQ(got, ReluBits(PatternType::kFloat32, in)) << std::hex << in;
+  }
+  ASSERT_TRUE(RunElementwise(Kind(v1::ElementwiseAttrs::KIND_RELU_GRAD),
+                             DType::kFloat32, {a, b}, absl::MakeSpan(out))
+                  .ok());
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t g = 0, y = 0, got = 0;
+    std::memcpy(&g, a.data() + 4 * i, 4);
+    std::memcpy(&y, b.data() + 4 * i, 4);
+    std::memcpy(&got, out.data() + 4 * i, 4);
+    ASSERT_EQ(got, ReluGradBits(PatternType::kFloat32, g, y))
+        << std::hex << g << " " << y;
+  }
+}
+
 TEST(ComputeTest, ReluGradValues) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const std::vector<double> g = {1.5, -2.25, 3, -0.5, 7, 0.75, -0.0, nan, 4};
