@@ -54,17 +54,27 @@ def run():
 
         start = time.time()
         # Sizes up to 8 MiB: a fit needs times that grow with the size,
-        # well above this shared machine's noise.
-        result = cluster.ctl("calibrate", "--min-size", "64KiB",
-                             "--max-size", "8MiB", "--points", "3",
-                             "--repeat", "3", timeout=150)
-        lib.check(result.code == 0, "calibrate: %r" % (result,))
-        lib.check("SUCCEEDED" in result.out, "calibrate: %r" % (result.out,))
-        for op in OPS:
-            for links in ("intra_host", "inter_host"):
-                lib.check(any(op in line and links in line
-                              for line in result.out.splitlines()),
-                          "no row for %s %s in:\n%s" % (op, links, result.out))
+        # well above this shared machine's noise. A fit whose points are
+        # too noisy (beta <= 0) is left out by design; under a full test
+        # run's load that happened once in a while, so a second
+        # calibration may supply what the first left out.
+        for attempt in (1, 2):
+            result = cluster.ctl("calibrate", "--min-size", "64KiB",
+                                 "--max-size", "8MiB", "--points", "3",
+                                 "--repeat", "3", timeout=150)
+            lib.check(result.code == 0, "calibrate: %r" % (result,))
+            lib.check("SUCCEEDED" in result.out,
+                      "calibrate: %r" % (result.out,))
+            missing = [(op, links) for op in OPS
+                       for links in ("intra_host", "inter_host")
+                       if not any(op in line and links in line
+                                  for line in result.out.splitlines())]
+            if not missing:
+                break
+            lib.log("attempt %d left out %s (too noisy); calibrating again"
+                    % (attempt, missing))
+        lib.check(not missing, "no row for %s in:\n%s" % (missing,
+                                                           result.out))
         lib.log("calibrated in %.1f s:\n%s" % (time.time() - start,
                                                 result.out))
 
