@@ -8,8 +8,9 @@
 //  - a step's bytes differ from the plan's bytes for that step;
 //  - a step's seconds are negative, or imply a rate above
 //    `max_bytes_per_second` (the caller passes a multiple of the
-//    topology's fastest link; steps under kMinRateCheckBytes and compute
-//    steps are not rate-checked: their timings are noise or FLOP-bound);
+//    topology's fastest link; steps under kMinRateCheckBytes, compute
+//    steps and collectives over a group of one device are not
+//    rate-checked: their timings are noise, FLOP-bound or nothing);
 //  - with verify FULL, elements_verified differs from the elements of the
 //    ROLE_DESTINATION buffers on the worker's own devices (local_devices);
 //    with SAMPLE it exceeds them; with OFF it is not 0;

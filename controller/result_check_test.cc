@@ -125,6 +125,22 @@ TEST(ResultCheckTest, RefusesImpossibleRates) {
   EXPECT_TRUE(CheckWorkerResult(program, result, kOptions).ok());
 }
 
+TEST(ResultCheckTest, CollectivesOverOneDeviceTakeNoTime) {
+  v1::WorkerProgram program = Program();
+  // Step 9's group: device 2 alone (a one-rank all-gather in place).
+  v1::CommGroup* alone = program.mutable_plan()->add_groups();
+  alone->set_id(5);
+  alone->add_devices(2);
+  program.mutable_plan()->mutable_steps(1)->set_group(5);
+  v1::JobResult result = Honest(program);
+  result.mutable_steps(1)->set_seconds(7e-6);
+  EXPECT_TRUE(CheckWorkerResult(program, result, kOptions).ok());
+  // Over two devices the same report is impossible.
+  alone->add_devices(3);
+  EXPECT_THAT(CheckWorkerResult(program, result, kOptions).message(),
+              HasSubstr("step 9 moved 4194304 bytes"));
+}
+
 TEST(ResultCheckTest, RefusesVerificationCountsUnlikeItsTiles) {
   v1::WorkerProgram program = Program();
   v1::JobResult result = Honest(program);
