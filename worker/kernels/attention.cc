@@ -198,21 +198,33 @@ T RoundToDType(DType dtype, T x) {
 // score must; x above 88.3 gives +inf (the last 0.4 before float's own
 // overflow too: attention's arguments are at most about 0). Never given
 // NaN here.
-[[gnu::always_inline]] inline float FastExpImpl(float x) {
+//
+// ExpOfClamped is that arithmetic on a float or on a GCC vector of floats
+// (whose arithmetic with a float applies it to every lane): for x already
+// clamped to the range, n (a whole number) and exp(x - n ln2). Operands by
+// reference: a vector passed by value would change the ABI under -Wpsabi's
+// eye, though the function is always inlined.
+template <typename V>
+[[gnu::always_inline]] inline void ExpOfClamped(const V& clamped, V* n,
+                                                V* exp_r) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
   constexpr float kRound = 12582912.0f;  // 1.5 x 2^23
-  const bool underflow = x < -87.3365f;
-  const float clamped = std::min(std::max(x, -87.3365f), 88.7228f);
-  const float n = (clamped * kLog2e + kRound) - kRound;
-  const float r = (clamped - n * kLn2Hi) - n * kLn2Lo;
-  float p = 1.9875691500e-4f;
+  *n = (clamped * kLog2e + kRound) - kRound;
+  const V r = (clamped - *n * kLn2Hi) - *n * kLn2Lo;
+  V p = V{} + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  *exp_r = p * r * r + r + 1.0f;
+}
+[[gnu::always_inline]] inline float FastExpImpl(float x) {
+  const bool underflow = x < -87.3365f;
+  const float clamped = std::min(std::max(x, -87.3365f), 88.7228f);
+  float n, p;
+  ExpOfClamped(clamped, &n, &p);
   const float scale =
       std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
   return underflow ? 0.0f : p * scale;
@@ -270,15 +282,8 @@ struct FloatLanes {
       const VI under = v < lo;
       V c = v < lo ? lo : v;
       c = c > hi ? hi : c;
-      const V n_ = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-      const V r = (c - n_ * 0.693359375f) - n_ * -2.12194440e-4f;
-      V p = V{} + 1.9875691500e-4f;
-      p = p * r + 1.3981999507e-3f;
-      p = p * r + 8.3334519073e-3f;
-      p = p * r + 4.1665795894e-2f;
-      p = p * r + 1.6666665459e-1f;
-      p = p * r + 5.0000001201e-1f;
-      p = p * r * r + r + 1.0f;
+      V n_, p;
+      ExpOfClamped(c, &n_, &p);
       const VI bits = (__builtin_convertvector(n_, VI) + 127) << 23;
       // GCC's vector casts between types of one size reinterpret the bits.
       const V out = (V)((VI)(p * (V)bits) & ~under);
