@@ -35,11 +35,6 @@ struct Dense {
   }
 };
 
-bool Overlaps(absl::Span<const uint8_t> a, absl::Span<const uint8_t> b) {
-  return !a.empty() && !b.empty() && a.data() < b.data() + b.size() &&
-         b.data() < a.data() + a.size();
-}
-
 absl::StatusOr<Dense> DenseOf(const StepEnvironment& env,
                               const OperandDesc& operand,
                               absl::string_view what, int index, DType dtype,
@@ -57,13 +52,10 @@ absl::StatusOr<Dense> DenseOf(const StepEnvironment& env,
         DTypeName(dense.tile->dtype()), "; the output is ", DTypeName(dtype)));
   }
   dense.box = operand.box;
-  if (operand.box == dense.tile->box()) {
-    dense.view = dense.tile->bytes();
-  } else if (std::optional<absl::Span<uint8_t>> run =
-                 dense.tile->ContiguousBytes(operand.box)) {
-    dense.view = *run;
-  }
-  if (dense.view.data() == nullptr || dense.view.empty()) {
+  if (std::optional<absl::Span<uint8_t>> run =
+          dense.tile->ContiguousBytes(operand.box)) {
+    dense.view = *run;  // the whole tile included
+  } else {
     RETURN_IF_ERROR(dense.UseCopy(load));
   }
   return dense;

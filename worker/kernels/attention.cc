@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "util/status_macros.h"
 #include "worker/kernels/blas_arch.h"
+#include "worker/kernels/compute.h"
 #include "worker/kernels/element.h"
 #include "worker/kernels/element_core.h"
 
@@ -80,13 +81,6 @@ absl::Status CheckFloatSpans(const char* op, DType dtype,
     }
   }
   return absl::OkStatus();
-}
-
-bool Overlaps(absl::Span<const uint8_t> a, absl::Span<const uint8_t> b) {
-  if (a.empty() || b.empty()) return false;
-  const auto a0 = reinterpret_cast<uintptr_t>(a.data());
-  const auto b0 = reinterpret_cast<uintptr_t>(b.data());
-  return a0 < b0 + b.size() && b0 < a0 + a.size();
 }
 
 // Runs `run(to)` with `to` = out's bytes, or, when `out` overlaps one of

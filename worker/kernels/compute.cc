@@ -262,14 +262,14 @@ void ZipFloatBits(DType dtype, const uint8_t* in0, const uint8_t* in1,
   }
 }
 
+}  // namespace
+
 bool Overlaps(absl::Span<const uint8_t> a, absl::Span<const uint8_t> b) {
   if (a.empty() || b.empty()) return false;
   const auto a0 = reinterpret_cast<uintptr_t>(a.data());
   const auto b0 = reinterpret_cast<uintptr_t>(b.data());
   return a0 < b0 + b.size() && b0 < a0 + a.size();
 }
-
-}  // namespace
 
 const char* ElementwiseName(v1::ElementwiseAttrs::Kind kind) {
   switch (kind) {

@@ -86,6 +86,10 @@
 
 namespace meshcast::worker {
 
+// Whether two byte ranges share a byte (empty ranges share none): the
+// kernels' test for operands that overlap, and the compute step's.
+bool Overlaps(absl::Span<const uint8_t> a, absl::Span<const uint8_t> b);
+
 absl::Status RunGemm(const v1::GemmAttrs& attrs, DType dtype,
                      absl::Span<const uint8_t> a, absl::Span<const uint8_t> b,
                      absl::Span<uint8_t> c);
