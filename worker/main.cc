@@ -180,6 +180,10 @@ int Fail(const std::string& message) {
 }
 
 int Main(int argc, char** argv) {
+  // BLIS's kernels are requested through the environment (setenv), which
+  // is safe only while this process has no other thread: before any
+  // server or client starts.
+  EnsureBlasArch();
   meshcast::InstallMeshcastFlagsUsage();  // --help lists our flags
   absl::SetProgramUsageMessage(
       "meshcast-worker --controller HOST:PORT [--listen HOST:PORT] "
@@ -424,7 +428,8 @@ int Main(int argc, char** argv) {
   agent_options.heartbeat_interval =
       absl::Seconds(absl::GetFlag(FLAGS_heartbeat_seconds));
   if (devices->kind == "cpu") {
-    // Before any GEMM: which BLIS kernels the CPU devices compute with.
+    // Chosen at the top of Main; logged here, with the worker's other
+    // start-up lines.
     const BlasArchChoice& blas = EnsureBlasArch();
     LogInfo("BLAS: BLIS ", blas.arch, " kernels (", blas.reason, ")");
   }

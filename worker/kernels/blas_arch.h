@@ -66,7 +66,9 @@ struct BlasArchChoice {
 
 // Requests ChooseBlasArch's kernels (unless BLIS_ARCH_TYPE is set), then
 // initializes BLIS and reports what it runs. Call before any BLAS call;
-// later calls return the first result.
+// later calls return the first result. The first call may setenv: a
+// program with threads calls it before starting them (the worker does at
+// the top of main); the kernels' own calls then find it done.
 const BlasArchChoice& EnsureBlasArch();
 
 }  // namespace meshcast::worker
