@@ -569,6 +569,9 @@ OrderedJson PlanTransfersToJson(const v1::Plan& plan) {
     }
     int src_device = -1;
     std::vector<int> dst_devices;
+    // A relay tree's parents as `meshctl plan` prints them: the chain
+    // position (0 = src) that forwards to each dst device.
+    std::vector<int> parents;
     for (const v1::CommGroup& group : plan.groups()) {
       if (group.id() != step.group()) continue;
       for (int i = 0; i < group.devices_size(); ++i) {
@@ -576,15 +579,18 @@ OrderedJson PlanTransfersToJson(const v1::Plan& plan) {
           src_device = group.devices(i);
         } else {
           dst_devices.push_back(group.devices(i));
+          if (i < group.parents_size()) parents.push_back(group.parents(i));
         }
       }
     }
-    transfers.push_back(OrderedJson{{"slice", std::move(slice)},
-                                    {"src_device", src_device},
-                                    {"dst_devices", dst_devices},
-                                    {"bytes", step.bytes()},
-                                    {"stage", step.stage()},
-                                    {"deps", step.deps()}});
+    OrderedJson transfer{{"slice", std::move(slice)},
+                         {"src_device", src_device},
+                         {"dst_devices", dst_devices}};
+    if (!parents.empty()) transfer["parents"] = parents;
+    transfer["bytes"] = step.bytes();
+    transfer["stage"] = step.stage();
+    transfer["deps"] = step.deps();
+    transfers.push_back(std::move(transfer));
   }
   return transfers;
 }

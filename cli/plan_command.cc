@@ -104,7 +104,8 @@ constexpr char kDescription[] =
     "         src_mesh, dst_mesh, src_spec, dst_spec, strategies (the\n"
     "         comparison) and transfers: {slice: [[begin, end], ...] per\n"
     "         tensor dimension, src_device, dst_devices (relay chain order),\n"
-    "         bytes, stage, deps}.\n"
+    "         parents (relay trees only: the chain position, 0 = src_device,\n"
+    "         that forwards to each dst device), bytes, stage, deps}.\n"
     "\n"
     "Give each mesh as --src-mesh, or as --src-devices with --src-shape (the\n"
     "same for --dst-*).\n"
@@ -517,6 +518,10 @@ void WriteTransfersJson(const ReshardPlan& plan, const TextSink& sink) {
     absl::StrAppend(&out, "],\"src_device\":", transfer.src_device,
                     ",\"dst_devices\":");
     AppendIntList(out, transfer.dst_devices);
+    if (!transfer.parents.empty()) {
+      out += ",\"parents\":";
+      AppendIntList(out, transfer.parents);
+    }
     absl::StrAppend(&out, ",\"bytes\":", transfer.bytes,
                     ",\"stage\":", transfer.stage, ",\"deps\":");
     AppendIntList(out, transfer.deps);

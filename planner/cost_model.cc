@@ -65,6 +65,10 @@ absl::Status CheckPlan(const ReshardPlan& plan, const Topology& topology) {
       }
       seen_in[device] = static_cast<int>(t);
     }
+    if (absl::Status parents = CheckParents(transfer); !parents.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("transfer ", t, ": ", parents.message()));
+    }
     for (int dep : transfer.deps) {
       if (dep < 0 || dep >= static_cast<int>(t)) {
         return absl::InvalidArgumentError(
@@ -241,21 +245,81 @@ HopLink AppendHop(const Topology& topology, const NetworkResources& resources,
   return link;
 }
 
-double AppendRelayChain(const Topology& topology,
-                        const NetworkResources& resources, int src,
-                        absl::Span<const int> dsts, int64_t bytes,
-                        std::vector<int>& uses) {
-  double tail = 0;
+double RelayTail::FillAt(double rate) const {
+  if (fill_bytes <= 0) return 0;
+  return rate > 0 ? std::max(fill_floor, fill_bytes / rate) : fill_floor;
+}
+
+namespace {
+
+// Adds hop `from` -> `to` to `tail` (the tail up to `from`) for a relay of
+// `chunk`-byte chunks. `first`: `from` is the sender; `crossed`: the path
+// to `from` crossed hosts. A hop waits for one chunk to reach `from`
+// before it can forward it (the pipeline fill): inside a host, or where
+// `from` got it by a copy inside the sender's host, the time of a copy; on
+// a hop between hosts after the path crossed hosts, the chunk's time at the
+// rate the flow ends with (the NIC share that brought it).
+RelayTail ExtendTail(const Topology& topology, RelayTail tail, int from, int to,
+                     const HopLink& link, double chunk, bool first,
+                     bool crossed) {
+  tail.fixed += link.latency;
+  if (first) return tail;
+  if (topology.SameHost(from, to)) {
+    tail.fixed += chunk / link.bandwidth;
+  } else if (crossed) {
+    tail.fill_bytes += chunk;
+    tail.fill_floor += chunk / link.bandwidth;
+  } else {
+    tail.fixed += chunk / topology.intra_host_bandwidth;
+  }
+  return tail;
+}
+
+}  // namespace
+
+RelayTail AppendRelayTree(const Topology& topology,
+                          const NetworkResources& resources, int src,
+                          absl::Span<const int> dsts,
+                          absl::Span<const int> parents, int64_t bytes,
+                          std::vector<int>& uses) {
+  if (parents.empty()) {
+    return AppendRelayChain(topology, resources, src, dsts, bytes, uses);
+  }
+  const double chunk =
+      std::min(static_cast<double>(bytes), topology.pipeline_chunk_bytes);
+  // tails[p]: the tail up to position p; crossed[p]: its path crossed
+  // hosts.
+  std::vector<RelayTail> tails(dsts.size() + 1);
+  std::vector<bool> crossed(dsts.size() + 1, false);
+  RelayTail tail;
+  for (size_t k = 0; k < dsts.size(); ++k) {
+    const int parent = parents[k];
+    const int from = parent == 0 ? src : dsts[parent - 1];
+    const HopLink link = AppendHop(topology, resources, from, dsts[k], uses);
+    tails[k + 1] = ExtendTail(topology, tails[parent], from, dsts[k], link,
+                              chunk, parent == 0, crossed[parent]);
+    crossed[k + 1] = crossed[parent] || !topology.SameHost(from, dsts[k]);
+    tail.fixed = std::max(tail.fixed, tails[k + 1].fixed);
+    tail.fill_bytes = std::max(tail.fill_bytes, tails[k + 1].fill_bytes);
+    tail.fill_floor = std::max(tail.fill_floor, tails[k + 1].fill_floor);
+  }
+  return tail;
+}
+
+RelayTail AppendRelayChain(const Topology& topology,
+                           const NetworkResources& resources, int src,
+                           absl::Span<const int> dsts, int64_t bytes,
+                           std::vector<int>& uses) {
+  RelayTail tail;
   const double chunk =
       std::min(static_cast<double>(bytes), topology.pipeline_chunk_bytes);
   int from = src;
+  bool crossed = false;
   for (size_t hop = 0; hop < dsts.size(); ++hop) {
     const int to = dsts[hop];
     const HopLink link = AppendHop(topology, resources, from, to, uses);
-    tail += link.latency;
-    // Every hop after the first waits for one chunk to arrive before it can
-    // forward it: the pipeline fill of a relay chain.
-    if (hop > 0) tail += chunk / link.bandwidth;
+    tail = ExtendTail(topology, tail, from, to, link, chunk, hop == 0, crossed);
+    crossed = crossed || !topology.SameHost(from, to);
     from = to;
   }
   return tail;
@@ -344,8 +408,13 @@ absl::StatusOr<FlowSchedule> RunFlows(const FlowProblem& problem) {
   std::priority_queue<Timed, std::vector<Timed>, std::greater<>> setups;
   double now = 0;
   int finished = 0;
-  const auto data_done = [&](int t, double time) {
-    const double finish = time + problem.tail_[t];
+  // `rate`: of the task's last flow when it ended (0: none).
+  const auto data_done = [&](int t, double time, double rate) {
+    const double finish = time +
+                          (static_cast<size_t>(t) < problem.relay_fill_.size()
+                               ? problem.relay_fill_[t].FillAt(rate)
+                               : 0.0) +
+                          problem.tail_[t];
     if (dependents_begin[t] == dependents_begin[t + 1]) {
       result.finish[t] = finish;
       result.seconds = std::max(result.seconds, finish);
@@ -361,7 +430,7 @@ absl::StatusOr<FlowSchedule> RunFlows(const FlowProblem& problem) {
     const int first = task_flow_begin[t];
     const int last = task_flow_begin[t + 1];
     if (first == last) {
-      data_done(t, time);
+      data_done(t, time, 0);
       return;
     }
     for (int f = first; f < last; ++f) {
@@ -426,7 +495,7 @@ absl::StatusOr<FlowSchedule> RunFlows(const FlowProblem& problem) {
         remaining[f] = 0;
         const int t = problem.task_of_flow_[f];
         data_end[t] = std::max(data_end[t], std::min(done, horizon));
-        if (--outstanding[t] == 0) data_done(t, data_end[t]);
+        if (--outstanding[t] == 0) data_done(t, data_end[t], rate[f]);
         active[i] = active.back();
         active.pop_back();
         active_changed = true;
@@ -471,9 +540,9 @@ absl::StatusOr<SimulationResult> Simulate(const ReshardPlan& plan,
   for (const Transfer& transfer : plan.transfers) {
     problem.AddTask(topology.transfer_setup_seconds, transfer.deps);
     uses.clear();
-    const double tail =
-        AppendRelayChain(topology, resources, transfer.src_device,
-                         transfer.dst_devices, transfer.bytes, uses);
+    const RelayTail tail = AppendRelayTree(
+        topology, resources, transfer.src_device, transfer.dst_devices,
+        transfer.parents, transfer.bytes, uses);
     // A transfer of 0 bytes has no flow: it pays its setup and tail only.
     if (transfer.bytes > 0) {
       problem.AddFlow(static_cast<double>(transfer.bytes), uses);

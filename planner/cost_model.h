@@ -18,13 +18,18 @@
 // Concurrent flows share each resource max-min fairly (progressive filling);
 // rates are recomputed whenever a flow starts or ends.
 //
+// A relay tree (Transfer::parents) is one flow too: it uses every edge's
+// resources as a hop of a chain would, so a position that forwards to c
+// children loads its egress c times.
+//
 // Time of one transfer: it starts when every transfer in its deps has
 // finished (transfer_start); its flow begins transfer_setup_seconds later
 // (the fixed start-up cost, during which it holds no bandwidth); the flow
 // holds bandwidth until its last byte is sent (bytes / rate); the transfer
 // finishes a tail later: per hop, the hop's latency, plus for every hop after
 // the first one pipeline chunk (min(pipeline_chunk_bytes, bytes)) at the
-// hop's link bandwidth (pipeline fill). So an uncontended transfer takes
+// hop's link bandwidth (pipeline fill); a tree's tail is its deepest
+// path's. So an uncontended transfer takes
 // setup + bytes / min(rates of its resources) + tail, zero-byte ones setup +
 // tail, and a chain of k dependent transfers pays the setup k times.
 //
@@ -152,13 +157,45 @@ struct HopLink {
 HopLink AppendHop(const Topology& topology, const NetworkResources& resources,
                   int from, int to, std::vector<int>& uses);
 
+// What a relay adds after its flow's last byte has left the sender: each
+// hop's latency, plus for every hop after the first the pipeline fill, one
+// chunk (min(pipeline_chunk_bytes, bytes)) that the hop's sender waits for
+// before it forwards. A hop inside a host waits for it at the hop's
+// bandwidth (a worker hands a chunk to its own devices as a copy), and so
+// does a hop between hosts whose sender got the chunk by a copy inside the
+// sending host (at the intra-host bandwidth); a hop between hosts after
+// the path has crossed hosts waits for it at the rate the flow ended with,
+// at most the hop's bandwidth: a relay that shares its NIC with other flows
+// receives the last chunk at its share.
+struct RelayTail {
+  double fixed = 0;       // latencies, and the fill of hops inside hosts (s)
+  double fill_bytes = 0;  // chunks the hops between hosts wait for
+  double fill_floor = 0;  // those chunks at the hops' bandwidths (s)
+
+  // The fill of a flow that ends at `rate` bytes/s, and its whole tail.
+  double FillAt(double rate) const;
+  double SecondsAt(double rate) const { return fixed + FillAt(rate); }
+  // The tail of an uncontended flow (at every hop's full bandwidth).
+  double Uncontended() const { return fixed + fill_floor; }
+};
+
 // Appends the uses of a relay chain src -> dsts[0] -> dsts[1] ... and returns
-// its tail: each hop's latency, plus for every hop after the first one
-// pipeline chunk (min(pipeline_chunk_bytes, bytes)) at the hop's bandwidth.
-double AppendRelayChain(const Topology& topology,
-                        const NetworkResources& resources, int src,
-                        absl::Span<const int> dsts, int64_t bytes,
-                        std::vector<int>& uses);
+// its tail (above).
+RelayTail AppendRelayChain(const Topology& topology,
+                           const NetworkResources& resources, int src,
+                           absl::Span<const int> dsts, int64_t bytes,
+                           std::vector<int>& uses);
+
+// The same for a relay tree (Transfer::parents: parents[k] is the chain
+// position, 0 = src and j = dsts[j - 1], that forwards to dsts[k]; empty: a
+// chain). Every edge is a hop (a position with c children uses its egress c
+// times); the tail covers every path: each of its parts is the largest
+// over the paths from the sender.
+RelayTail AppendRelayTree(const Topology& topology,
+                          const NetworkResources& resources, int src,
+                          absl::Span<const int> dsts,
+                          absl::Span<const int> parents, int64_t bytes,
+                          std::vector<int>& uses);
 
 // The simulated times of a FlowProblem's tasks.
 struct FlowSchedule {
@@ -177,7 +214,8 @@ struct FlowSchedule {
 //
 // A task starts when all its deps have finished (at 0 without deps), holds
 // nothing for setup_seconds, then moves all its flows at once; it finishes
-// tail_seconds after the last unit of its last flow (at start + setup + tail
+// tail_seconds after the last unit of its last flow (a relay's tail: its
+// fill at the rate that flow ended with; at start + setup + tail
 // without flows).
 class FlowProblem {
  public:
@@ -198,6 +236,13 @@ class FlowProblem {
   void AddFlow(double amount, std::vector<int>& uses);
   // Sets the tail of the last task added.
   void SetTail(double tail_seconds) { tail_.back() = tail_seconds; }
+  // Sets the tail of the last task added to a relay's: its fixed part, and
+  // its fill at the rate of the task's last flow when that flow ends.
+  void SetTail(const RelayTail& tail) {
+    tail_.back() = tail.fixed;
+    relay_fill_.resize(tail_.size());
+    relay_fill_.back() = tail;
+  }
 
   int num_tasks() const { return static_cast<int>(setup_.size()); }
   int num_flows() const { return static_cast<int>(amount_.size()); }
@@ -210,6 +255,8 @@ class FlowProblem {
   // Per task (compressed rows for flows and deps).
   std::vector<double> setup_;
   std::vector<double> tail_;
+  // Per task (may be shorter: none); fixed is unused here.
+  std::vector<RelayTail> relay_fill_;
   std::vector<int> task_flow_begin_;
   std::vector<int> task_dep_begin_;
   std::vector<int> deps_;

@@ -55,6 +55,10 @@ class PlanMaker {
     plan_.transfers.push_back(std::move(transfer));
     return static_cast<int>(plan_.transfers.size()) - 1;
   }
+  // Makes transfer t a relay tree (Transfer::parents).
+  void SetParents(int t, std::vector<int> parents) {
+    plan_.transfers[t].parents = std::move(parents);
+  }
   const ReshardPlan& plan() const { return plan_; }
 
  private:
@@ -133,6 +137,50 @@ TEST(SimulateTest, ChainAcrossThreeHostsCostsOneNicTime) {
   // the second hop.
   EXPECT_NEAR(MustSimulate(maker.plan(), topology).seconds,
               1.0 + 2 * 10e-6 + 1e-3, 1e-9);
+}
+
+TEST(SimulateTest, ConcurrentRelaysWaitForEachChunkAtTheirShare) {
+  // Two chains 0 -> 1 -> 2 share every NIC: 0.5 GB/s each, so host 1
+  // waits 2 ms (not 1 ms) for the last chunk of each before forwarding it.
+  Topology topology = PlainTopology(3, 1);
+  topology.pipeline_chunk_bytes = 1'000'000;
+  PlanMaker maker;
+  maker.Add(0, {1, 2}, 1'000'000'000);
+  maker.Add(0, {1, 2}, 1'000'000'000);
+  EXPECT_NEAR(MustSimulate(maker.plan(), topology).seconds, 2.0 + 2e-3, 1e-9);
+}
+
+TEST(SimulateTest, RelayTreeLoadsAParentOncePerChildAndPaysItsDepth) {
+  // 0 (host 0) -> 1 (host 1) -> {2 (host 2), 3 (host 3)}: host 1's NIC
+  // sends every byte twice (0.5 GB/s), and the tail is two hops deep: two
+  // latencies and one chunk at the flow's 0.5 GB/s.
+  Topology topology = PlainTopology(4, 1);
+  topology.inter_host_latency = 10e-6;
+  topology.pipeline_chunk_bytes = 1'000'000;
+  PlanMaker maker;
+  const int tree = maker.Add(0, {1, 2, 3}, 1'000'000'000);
+  maker.SetParents(tree, {0, 1, 1});
+  const SimulationResult result = MustSimulate(maker.plan(), topology);
+  EXPECT_NEAR(result.seconds, 2.0 + 2 * 10e-6 + 2e-3, 1e-9);
+  // As a chain 0 -> 1 -> 2 -> 3 it runs at the NIC rate, three hops deep.
+  PlanMaker chain;
+  chain.Add(0, {1, 2, 3}, 1'000'000'000);
+  EXPECT_NEAR(MustSimulate(chain.plan(), topology).seconds,
+              1.0 + 3 * 10e-6 + 2 * 1e-3, 1e-9);
+}
+
+TEST(SimulateTest, RejectsBadRelayParents) {
+  PlanMaker maker;
+  const int tree = maker.Add(0, {1, 2}, 1000);
+  maker.SetParents(tree, {0, 2});
+  const absl::StatusOr<SimulationResult> result =
+      Simulate(maker.plan(), PlainTopology(3, 1));
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.status().message().find(
+                "transfer 0: parents[1] is 2; must be a chain position in "
+                "[0, 1]"),
+            std::string::npos)
+      << result.status();
 }
 
 TEST(SimulateTest, ChainLeavingAHostTwiceUsesItsNicTwice) {
@@ -290,7 +338,9 @@ TEST(HostCopyTest, RelayThroughAHostUnpacksAndPacksThere) {
   topology.inter_host_bandwidth = 10e9;
   PlanMaker maker;
   maker.Add(0, {1, 2}, 1'000'000'000);
-  EXPECT_NEAR(MustSimulate(maker.plan(), topology).seconds, 2.0, 1e-9);
+  // Plus host 1's fill: one chunk at the flow's 0.5 GB/s.
+  EXPECT_NEAR(MustSimulate(maker.plan(), topology).seconds,
+              2.0 + topology.pipeline_chunk_bytes / 0.5e9, 1e-12);
 }
 
 TEST(HostCopyTest, PackingAndLocalCopiesShareMaxMinFairly) {
@@ -498,7 +548,8 @@ TEST(LowerBoundTest, HostCopyCountsPackingOfSlicesOnlyTheHostHolds) {
   PlanMaker maker;
   maker.Add(0, {1, 2, 3}, 1'000'000'000);
   maker.Add(0, {1}, 500'000'000);
-  EXPECT_NEAR(MustSimulate(maker.plan(), topology).seconds, 2.5, 1e-9);
+  // Plus the relays' fill of one chunk each (nanoseconds here).
+  EXPECT_NEAR(MustSimulate(maker.plan(), topology).seconds, 2.5, 1e-8);
 }
 
 TEST(LowerBoundTest, TransferSetupAddsWhenBytesMustMove) {

@@ -102,6 +102,9 @@ absl::Status CheckTransferShape(const ReshardPlan& plan,
           absl::StrCat("device ", device, " appears twice in the relay chain"));
     }
   }
+  if (absl::Status parents = CheckParents(transfer); !parents.ok()) {
+    return fail(parents.message());
+  }
   int expected_stage = 0;
   for (int dep : transfer.deps) {
     if (dep < 0 || dep >= i) {
@@ -119,6 +122,23 @@ absl::Status CheckTransferShape(const ReshardPlan& plan,
 }
 
 }  // namespace
+
+absl::Status CheckParents(const Transfer& transfer) {
+  if (transfer.parents.empty()) return absl::OkStatus();
+  if (transfer.parents.size() != transfer.dst_devices.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "has ", transfer.parents.size(), " parents for ",
+        transfer.dst_devices.size(), " dst devices; need one each (or none)"));
+  }
+  for (size_t k = 0; k < transfer.parents.size(); ++k) {
+    if (transfer.parents[k] < 0 || transfer.parents[k] > static_cast<int>(k)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parents[", k, "] is ", transfer.parents[k],
+          "; must be a chain position in [0, ", k, "] (0 = the src)"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 int64_t ReshardPlan::total_bytes() const {
   int64_t total = 0;

@@ -135,6 +135,14 @@ class PlanBuilder {
     return static_cast<int>(plan_.transfers.size()) - 1;
   }
 
+  // A relay tree without deps (Transfer::parents).
+  int AddTree(int tensor, Box slice, int src, absl::Span<const int> dsts,
+              absl::Span<const int> parents) {
+    const int t = Add(tensor, std::move(slice), src, dsts);
+    plan_.transfers[t].parents.assign(parents.begin(), parents.end());
+    return t;
+  }
+
   int64_t BytesOf(int tensor, const Box& slice) const {
     return NumElements(slice) * element_bytes_[tensor];
   }
@@ -787,6 +795,12 @@ std::vector<HolderAmounts> AssignEgress(const std::vector<NetworkTask>& tasks,
 // once, the forwards would wait for the whole scatter (twice the bytes'
 // time); so the part goes in rounds: round r's scatter starts when round
 // r - 1's has finished, while the hosts send round r - 1's pieces on.
+// Or as relay trees, one per piece (Transfer::parents): the forwarder
+// passes each chunk on as soon as it has it, so no rounds, no budget of
+// transfers, and one transfer per remote host; but the pieces share the
+// sender's NIC, so each forwarder waits for a chunk at 1 / H of its rate,
+// which rounds avoid for pieces no bigger than a chunk. The plan is made
+// both ways, and the simulator picks (PlanMeshcastChecked).
 
 // Transfers one split part may take; past it, pieces are fewer than hosts
 // (and the hosts holding one send it more often), then rounds fewer.
@@ -884,6 +898,24 @@ double SplitSeconds(double bytes, const RemoteReceivers& remote,
          InHostHopsSeconds(piece, remote.widest - 1, topology);
 }
 
+// The same as relay trees (one per piece, no rounds): the sender's NIC and
+// every host's ingress carry the part once, the forwarders' egress
+// (H - 1) / H of it; every byte crosses two hops between hosts, and the
+// second starts a chunk after the first (pipeline fill), not after the
+// whole piece. The H trees share the sender's NIC, so a forwarder gets
+// that chunk at 1 / H of the NIC rate.
+double TreeSeconds(double bytes, const RemoteReceivers& remote,
+                   const Topology& topology) {
+  const double hosts = static_cast<double>(remote.hosts);
+  const double piece = bytes / hosts;
+  return topology.transfer_setup_seconds +
+         bytes / topology.inter_host_bandwidth +
+         2 * topology.inter_host_latency +
+         hosts * std::min(piece, topology.pipeline_chunk_bytes) /
+             topology.inter_host_bandwidth +
+         InHostHopsSeconds(piece, remote.widest - 1, topology);
+}
+
 // Whether a part of `bytes` goes split: when that is faster uncontended
 // and the chain would end late enough to matter (past
 // kSplitWhenChainEndsPast of the plan's busiest resource, `level`), since
@@ -891,12 +923,14 @@ double SplitSeconds(double bytes, const RemoteReceivers& remote,
 constexpr double kSplitWhenChainEndsPast = 0.5;
 
 bool SplitPays(double bytes, const RemoteReceivers& remote, double level,
-               const Topology& topology) {
+               bool as_trees, const Topology& topology) {
   if (remote.hosts < 2) return false;
   const double chain = ChainSeconds(bytes, remote, topology);
-  return SplitSeconds(bytes, remote, ChooseSplit(bytes, remote, topology),
-                      topology) < chain &&
-         chain > kSplitWhenChainEndsPast * level;
+  const double split =
+      as_trees ? TreeSeconds(bytes, remote, topology)
+               : SplitSeconds(bytes, remote,
+                              ChooseSplit(bytes, remote, topology), topology);
+  return split < chain && chain > kSplitWhenChainEndsPast * level;
 }
 
 // Expected bytes each of `receivers` chain members forwards of `bytes`.
@@ -905,12 +939,19 @@ double ForwardShare(double bytes, size_t receivers) {
          static_cast<double>(receivers);
 }
 
-// With `allow_split` false every part travels one chain; `splits` (when
-// not null) receives the number of parts that went split.
+// How the meshcast plan may split a broadcast whose chain would be long.
+enum class SplitMode {
+  kNone,    // every part travels one chain
+  kRounds,  // scatter and forwards as separate transfers, in rounds
+  kTrees,   // one relay tree per piece, rounds where a tree cannot hold it
+};
+
+// `splits` (when not null) receives the number of parts that went split.
 ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
                          const std::vector<UnitTask>& tasks,
-                         const Topology& topology, bool allow_split,
+                         const Topology& topology, SplitMode mode,
                          int* splits) {
+  const bool allow_split = mode != SplitMode::kNone;
   if (splits != nullptr) *splits = 0;
   const int num_hosts = topology.num_hosts;
   PlanBuilder builder(problems, StrategyName(Strategy::kMeshcast));
@@ -1078,6 +1119,55 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
         }
       };
 
+  // The same as relay trees, one per remote host and no rounds: piece j
+  // crosses through the sending host's own receivers to the forwarder of
+  // remote[j], which passes each chunk on at once along its host and to
+  // one receiver of every other remote host, who passes it along its own.
+  std::vector<int> tree_devices;
+  std::vector<int> tree_parents;
+  const auto tree_broadcast = [&](int tensor, const Box& part, int sender,
+                                  absl::Span<const int> local,
+                                  absl::Span<const int> remote) {
+    // Appends `devices` as a chain hanging from chain position `parent`.
+    const auto hang = [&](absl::Span<const int> devices, int parent) {
+      for (int device : devices) {
+        tree_devices.push_back(device);
+        tree_parents.push_back(parent);
+        parent = static_cast<int>(tree_devices.size());
+      }
+    };
+    const std::vector<Box> pieces =
+        SplitBox(part, std::vector<double>(remote.size(), 1.0));
+    for (size_t j = 0; j < pieces.size(); ++j) {
+      const int64_t piece_bytes = builder.BytesOf(tensor, pieces[j]);
+      if (piece_bytes == 0) continue;
+      const double amount = static_cast<double>(piece_bytes);
+      std::vector<int>& holders = receivers_on[remote[j]];
+      by_port_load(holders);
+      tree_devices.clear();
+      tree_parents.clear();
+      hang(local, 0);
+      hang(absl::MakeConstSpan(holders).subspan(0, 1), local.size());
+      const int forwarder = static_cast<int>(tree_devices.size());
+      if (holders.size() > 1) {
+        hang(absl::MakeConstSpan(holders).subspan(1), forwarder);
+        loads.AddLocal(holders.front(), amount);
+        charge_forwards(absl::MakeConstSpan(holders).subspan(1), amount);
+      }
+      for (size_t k = 0; k < remote.size(); ++k) {
+        if (k == j) continue;
+        std::vector<int>& on_host = receivers_on[remote[k]];
+        by_port_load(on_host);
+        hang(on_host, forwarder);
+        loads.AddLocal(holders.front(), amount);
+        charge_forwards(on_host, amount);
+      }
+      loads.AddRelay(remote[j],
+                     amount * static_cast<double>(remote.size() - 1));
+      builder.AddTree(tensor, pieces[j], sender, tree_devices, tree_parents);
+    }
+  };
+
   // 3. Emit chains. Relays and remote forwards add to the loads as they are
   // placed (local chains were charged above).
   std::vector<int> chain;
@@ -1135,11 +1225,19 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
           receivers.widest =
               std::max(receivers.widest, receivers_on[host].size());
         }
-        if (allow_split &&
-            SplitPays(static_cast<double>(bytes), receivers, level, topology)) {
-          split_broadcast(
-              task.tensor, parts[p], sender, chain, remote,
-              ChooseSplit(static_cast<double>(bytes), receivers, topology));
+        // Trees where one relay group holds them all, rounds otherwise.
+        const bool as_trees = mode == SplitMode::kTrees &&
+                              1 + local_count + remote_receivers <=
+                                  static_cast<size_t>(kMaxRelayGroupDevices);
+        if (allow_split && SplitPays(static_cast<double>(bytes), receivers,
+                                     level, as_trees, topology)) {
+          if (as_trees) {
+            tree_broadcast(task.tensor, parts[p], sender, chain, remote);
+          } else {
+            split_broadcast(
+                task.tensor, parts[p], sender, chain, remote,
+                ChooseSplit(static_cast<double>(bytes), receivers, topology));
+          }
           if (splits != nullptr) ++*splits;
         } else {
           for (size_t r = 0; r < remote.size(); ++r) {
@@ -1169,23 +1267,32 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
 
 // The meshcast plan with split broadcasts where the estimate says they pay;
 // since that estimate ignores contention, a plan that split anything is
-// simulated against the all-chains plan, and the faster one kept (ties go
-// to the chains, which have fewer transfers).
+// simulated, as rounds and as relay trees, against the all-chains plan, and
+// the fastest kept (ties go to the chains, which have the fewest
+// transfers, then to the trees).
 absl::StatusOr<ReshardPlan> PlanMeshcastChecked(
     const std::vector<ReshardProblem>& problems,
     const std::vector<UnitTask>& tasks, const Topology& topology) {
-  int splits = 0;
-  ReshardPlan split = PlanMeshcast(problems, tasks, topology,
-                                   /*allow_split=*/true, &splits);
-  if (splits == 0) return split;
-  ReshardPlan chains = PlanMeshcast(problems, tasks, topology,
-                                    /*allow_split=*/false, nullptr);
-  ASSIGN_OR_RETURN(const SimulationResult split_time,
-                   Simulate(split, topology));
-  ASSIGN_OR_RETURN(const SimulationResult chain_time,
-                   Simulate(chains, topology));
-  return split_time.seconds < chain_time.seconds ? std::move(split)
-                                                 : std::move(chains);
+  int tree_splits = 0;
+  int round_splits = 0;
+  ReshardPlan trees =
+      PlanMeshcast(problems, tasks, topology, SplitMode::kTrees, &tree_splits);
+  ReshardPlan rounds = PlanMeshcast(problems, tasks, topology,
+                                    SplitMode::kRounds, &round_splits);
+  if (tree_splits == 0 && round_splits == 0) return trees;  // all chains
+  ReshardPlan best =
+      PlanMeshcast(problems, tasks, topology, SplitMode::kNone, nullptr);
+  ASSIGN_OR_RETURN(SimulationResult best_time, Simulate(best, topology));
+  for (auto [plan, splits] :
+       {std::pair{&trees, tree_splits}, std::pair{&rounds, round_splits}}) {
+    if (splits == 0) continue;
+    ASSIGN_OR_RETURN(const SimulationResult time, Simulate(*plan, topology));
+    if (time.seconds < best_time.seconds) {
+      best = std::move(*plan);
+      best_time = time;
+    }
+  }
+  return best;
 }
 
 absl::StatusOr<std::vector<UnitTask>> CollectTasks(

@@ -72,6 +72,46 @@ absl::Status CheckAcyclic(const std::vector<StepDesc>& steps) {
 }
 
 // Operand and attribute counts by op (plan.proto).
+// Fills desc.parents of a relay step from its group (a chain when the group
+// has none) and checks the tree; other ops' groups must have none.
+absl::Status ParseRelayParents(const v1::CommGroup& group, bool relay,
+                               const std::string& what, StepDesc& desc) {
+  const int n = static_cast<int>(desc.chain.size());
+  if (!relay) {
+    if (group.parents_size() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": group ", group.id(),
+          " has parents, which only relay steps (OP_BROADCAST) use"));
+    }
+    return absl::OkStatus();
+  }
+  if (group.parents_size() == 0) {
+    desc.parents.resize(n);
+    for (int p = 0; p < n; ++p) desc.parents[p] = p - 1;
+    return absl::OkStatus();
+  }
+  if (group.parents_size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": group ", group.id(), " has ", n, " devices but ",
+                     group.parents_size(),
+                     " parents; need one per device (or none: a chain)"));
+  }
+  desc.parents.assign(group.parents().begin(), group.parents().end());
+  if (desc.parents[0] != -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": group ", group.id(), " parents[0] is ",
+                     desc.parents[0], "; rank 0 is the sender, so -1"));
+  }
+  for (int p = 1; p < n; ++p) {
+    if (desc.parents[p] < 0 || desc.parents[p] >= p) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": group ", group.id(), " parents[", p, "] is ",
+          desc.parents[p], "; must be a rank in [0, ", p - 1, "]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckOperandCounts(const v1::Step& step, const StepDesc& desc,
                                 const std::string& what) {
   const int n = static_cast<int>(desc.chain.size());
@@ -339,6 +379,29 @@ bool DefinesValues(const v1::Step& step) {
   return DefinesValues(step.op()) || IsOperandCopy(step);
 }
 
+namespace {
+
+// "chain 1->3->6", or for a tree its hops in position order:
+// "tree 1->3,1->6,3->7". Parents left empty (a StepDesc built by hand)
+// are a chain.
+std::string DescribeShape(const StepDesc& step) {
+  bool tree = false;
+  if (step.parents.size() == step.chain.size()) {
+    for (size_t p = 0; p < step.parents.size(); ++p) {
+      tree |= step.parents[p] != static_cast<int>(p) - 1;
+    }
+  }
+  if (!tree) return absl::StrCat("chain ", absl::StrJoin(step.chain, "->"));
+  std::vector<std::string> hops;
+  for (size_t p = 1; p < step.chain.size(); ++p) {
+    hops.push_back(
+        absl::StrCat(step.chain[step.parents[p]], "->", step.chain[p]));
+  }
+  return absl::StrCat("tree ", absl::StrJoin(hops, ","));
+}
+
+}  // namespace
+
 std::string DescribeRelayStep(const StepDesc& step,
                               absl::string_view backend) {
   const std::string what =
@@ -349,8 +412,7 @@ std::string DescribeRelayStep(const StepDesc& step,
                          BoxToString(step.outputs[0].box))
           : absl::StrCat("tensor ", step.tensor, " slice ",
                          BoxToString(step.slice));
-  return absl::StrCat("step ", step.id, " (", what, " chain ",
-                      absl::StrJoin(step.chain, "->"),
+  return absl::StrCat("step ", step.id, " (", what, " ", DescribeShape(step),
                       backend.empty() ? "" : ", ", backend, ")");
 }
 
@@ -644,6 +706,7 @@ absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& proto) {
         }
         touches_this_worker |= program.IsLocal(device);
       }
+      RETURN_IF_ERROR(ParseRelayParents(*group->second, relay, what, desc));
     } else {
       if (step.op() == v1::Step::OP_LOCAL_COPY) {
         // The device is the output's; `device` may be left unset.

@@ -94,6 +94,10 @@ struct StepDesc {
   int tensor = 0;
   Box slice;
   std::vector<int> chain;  // global device ids, rank order of the group
+  // Relay steps: parents[p] is the chain position that forwards to position
+  // p (parents[0] = -1, parents[p] < p); a chain has parents[p] = p - 1.
+  // Always filled for OP_BROADCAST and OP_SEND_RECV; empty for other ops.
+  std::vector<int> parents;
   int stage = 0;
   v1::Step::Op op = v1::Step::OP_BROADCAST;
   bool operand_form = false;  // OP_SEND_RECV between two operands
@@ -109,6 +113,12 @@ struct StepDesc {
   v1::ComputeAttrs compute;     // OP_COMPUTE
   int device = -1;              // OP_COMPUTE, OP_LOCAL_COPY
 };
+
+// The chain position that forwards to `position` (>= 1) of a relay step:
+// parents[position], or position - 1 when parents is empty (a chain).
+inline int RelayParentOf(const StepDesc& step, int position) {
+  return step.parents.empty() ? position - 1 : step.parents[position];
+}
 
 // True for the ops that define their outputs' values (the tensors that
 // verification checks against a computed reference, not the initializer).

@@ -44,6 +44,73 @@ TEST(ParseProgramTest, ConvertsTheProgramOfAWorker) {
   EXPECT_EQ(program->steps[1].deps, (std::vector<int>{0}));
 }
 
+TEST(ParseProgramTest, FillsTheParentsOfRelayChainsAndTrees) {
+  TestJob job(2, 2);
+  const int t = job.AddTensor({{8, 4}, DType::kFloat32});
+  job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
+  for (int d : {1, 2, 3}) {
+    job.AddBuffer(d, t, job.FullBox(t), BufferRole::kDestination);
+  }
+  job.AddTransfer(t, job.FullBox(t), {0, 2, 3});
+  job.AddRelayTree(t, job.FullBox(t), {0, 2, 1, 3}, {-1, 0, 0, 1});
+  auto program = ParseProgram(job.ProgramFor(1));
+  ASSERT_TRUE(program.ok()) << program.status();
+  ASSERT_EQ(program->steps.size(), 2u);
+  EXPECT_EQ(program->steps[0].parents, (std::vector<int>{-1, 0, 1}));
+  EXPECT_EQ(program->steps[1].parents, (std::vector<int>{-1, 0, 0, 1}));
+}
+
+TEST(ParseProgramTest, RejectsBadRelayTreesNamingTheRank) {
+  const auto parse_with = [](std::vector<int> parents) {
+    TestJob job(2, 2);
+    const int t = job.AddTensor({{8, 4}, DType::kFloat32});
+    job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
+    for (int d : {1, 2, 3}) {
+      job.AddBuffer(d, t, job.FullBox(t), BufferRole::kDestination);
+    }
+    job.AddRelayTree(t, job.FullBox(t), {0, 2, 1, 3}, std::move(parents));
+    return ParseProgram(job.ProgramFor(0)).status();
+  };
+  EXPECT_TRUE(parse_with({-1, 0, 0, 2}).ok());
+  const absl::Status count = parse_with({-1, 0, 0});
+  EXPECT_EQ(count.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(count.message().find("4 devices but 3 parents"), std::string::npos)
+      << count;
+  const absl::Status root = parse_with({0, 0, 0, 1});
+  EXPECT_NE(root.message().find("parents[0] is 0"), std::string::npos) << root;
+  const absl::Status later = parse_with({-1, 0, 3, 1});
+  EXPECT_NE(later.message().find("parents[2] is 3; must be a rank in [0, 1]"),
+            std::string::npos)
+      << later;
+  const absl::Status negative = parse_with({-1, 0, -1, 1});
+  EXPECT_NE(negative.message().find("parents[2] is -1"), std::string::npos)
+      << negative;
+
+  TestJob job(1, 2);
+  const int in = job.AddTensor({{2, 4}, DType::kFloat32});
+  const int out = job.AddTensor({{4}, DType::kFloat32});
+  v1::Step step;
+  step.set_op(v1::Step::OP_ALL_REDUCE);
+  for (int d : {0, 1}) {
+    *step.add_inputs() = TestJob::Operand(
+        job.AddBuffer(d, in, {{d, d + 1}, {0, 4}}, BufferRole::kSource));
+    *step.add_outputs() = TestJob::Operand(
+        job.AddBuffer(d, out, job.FullBox(out), BufferRole::kDestination));
+  }
+  step.set_bytes(16);
+  const int id = job.AddStep(step, {0, 1});
+  v1::WorkerProgram proto = job.ProgramFor(0);
+  v1::Plan& plan = *proto.mutable_plan();
+  for (v1::CommGroup& group : *plan.mutable_groups()) {
+    if (group.id() != job.plan().steps(id).group()) continue;
+    group.add_parents(-1);
+    group.add_parents(0);
+  }
+  const absl::Status collective = ParseProgram(proto).status();
+  EXPECT_NE(collective.message().find("only relay steps"), std::string::npos)
+      << collective;
+}
+
 TEST(ParseProgramTest, DropsDepsOnStepsOutsideTheProgram) {
   TestJob job = ThreeStepJob();
   v1::WorkerProgram proto = job.ProgramFor(1);

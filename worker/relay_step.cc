@@ -82,23 +82,32 @@ absl::StatusOr<TileBuffer*> OperandTile(const BufferSet& buffers,
   return tile;
 }
 
-// A run of consecutive chain positions on this worker, with its staging
-// slots (one chunk each) and the transfers in flight on them.
+// A position of another worker whose parent is in a segment.
+struct RemoteChild {
+  int position = 0;
+  int rank = 0;  // its worker
+};
+
+// A connected part of the relay tree on this worker (every position's
+// parent is in it but the root's), with its staging slots (one chunk each)
+// and the transfers in flight on them.
 struct Segment {
-  int first = 0;  // chain positions [first, last]
-  int last = 0;
-  int source_rank = -1;  // worker that feeds position `first`; -1: none
-  int next_rank = -1;    // worker of position last + 1; -1: none
+  int root = 0;                       // where chunks arrive (or are packed: 0)
+  std::vector<int> positions;         // ascending, the root first
+  int source_rank = -1;               // worker of the root's parent; -1: none
+  std::vector<RemoteChild> children;  // ascending positions
   // Direct (zero-copy) segments: chunks arrive in, or leave from, `tile`
   // at element `offset` (the slice is contiguous there), so no staging and
   // no slot limits how far ahead receives are posted. Otherwise chunks go
   // through `slots`.
   TileBuffer* tile = nullptr;
   int64_t offset = 0;
-  int window = 1;  // transfers in flight each way
+  int window = 1;  // chunks in flight each way
   std::vector<std::vector<uint8_t>> slots;
   std::vector<std::unique_ptr<CommRequest>> receives;  // by chunk % window
-  std::vector<std::unique_ptr<CommRequest>> sends;     // by chunk % window
+  // By chunk % window, one per remote child: an entry (and its slot) is
+  // free again once all of them are done.
+  std::vector<std::vector<std::unique_ptr<CommRequest>>> sends;
 };
 
 class RelayRun {
@@ -143,7 +152,7 @@ class RelayRun {
       }
     }
     if (all_local) {
-      return step_.operand_form ? CopyBetweenRegions() : CopyAlongChain();
+      return step_.operand_form ? CopyBetweenRegions() : CopyAlongTree();
     }
     if (env_.comm == nullptr) {
       return absl::FailedPreconditionError(
@@ -153,19 +162,20 @@ class RelayRun {
   }
 
  private:
-  // Every hop is a copy from the previous device's tile, slice by slice so
-  // that a cancellation stops a gigabyte copy within one slice.
-  absl::Status CopyAlongChain() {
+  // Every hop is a copy from the parent's tile, in position order (parents
+  // first), slice by slice so that a cancellation stops a gigabyte copy
+  // within one slice.
+  absl::Status CopyAlongTree() {
     const std::vector<BoxPiece> pieces =
         SplitBox(step_.slice, env_.slicing.elements(element_size_));
-    const TileBuffer* previous = sender_;
-    for (size_t p = 1; p < step_.chain.size(); ++p) {
+    for (int p = 1; p < static_cast<int>(step_.chain.size()); ++p) {
+      const int parent = RelayParentOf(step_, p);
+      const TileBuffer* from = parent == 0 ? sender_ : destinations_[parent];
       for (const BoxPiece& piece : pieces) {
         RETURN_IF_ERROR(env_.slicing.Next(*env_.cancellation));
-        RETURN_IF_ERROR(destinations_[p]->CopyRegionFrom(*previous, piece.box));
+        RETURN_IF_ERROR(destinations_[p]->CopyRegionFrom(*from, piece.box));
       }
       HopDone(p);
-      previous = destinations_[p];
     }
     return absl::OkStatus();
   }
@@ -206,8 +216,6 @@ class RelayRun {
   }
 
   absl::Status Pipeline() {
-    const ParsedProgram& program = *env_.program;
-    const int length = static_cast<int>(step_.chain.size());
     const ChunkLayout layout = LayoutOf(elements_, element_size_, env_.options);
     chunk_elements_ = layout.chunk_elements;
     chunks_ = layout.chunks;
@@ -219,25 +227,12 @@ class RelayRun {
     depth_ = layout.depth;
     const int64_t slot_bytes = layout.slot_bytes;
 
-    for (int p = 0; p < length; ++p) {
-      if (!program.IsLocal(step_.chain[p])) continue;
-      if (p > 0 && program.IsLocal(step_.chain[p - 1])) {
-        segments_.back().last = p;
-        continue;
-      }
-      Segment segment;
-      segment.first = segment.last = p;
-      if (p > 0) segment.source_rank = program.RankOf(step_.chain[p - 1]);
-      segments_.push_back(std::move(segment));
-    }
+    BuildSegments();
     for (Segment& segment : segments_) {
-      if (segment.last + 1 < length) {
-        segment.next_rank = program.RankOf(step_.chain[segment.last + 1]);
-      }
-      // The tile chunks land in (the first receiver) or leave from (the
+      // The tile chunks land in (the root receiver) or leave from (the
       // sender); the sender's tile is only read.
       TileBuffer* tile = segment.source_rank >= 0
-                             ? destinations_[segment.first]
+                             ? destinations_[segment.root]
                              : const_cast<TileBuffer*>(sender_);
       const int64_t offset =
           tile == nullptr ? -1
@@ -255,6 +250,7 @@ class RelayRun {
       }
       segment.receives.resize(segment.window);
       segment.sends.resize(segment.window);
+      for (auto& sends : segment.sends) sends.resize(segment.children.size());
       if (segment.source_rank >= 0) {
         for (int64_t c = 0; c < segment.window; ++c) {
           RETURN_IF_ERROR(PostReceive(segment, c));
@@ -270,10 +266,43 @@ class RelayRun {
     }
     for (Segment& segment : segments_) {
       for (int slot = 0; slot < segment.window; ++slot) {
-        RETURN_IF_ERROR(WaitSend(segment, slot));
+        RETURN_IF_ERROR(WaitSends(segment, slot));
       }
     }
     return absl::OkStatus();
+  }
+
+  // One pass in position order (parents come first): a local position joins
+  // its parent's segment, or roots a new one fed by its parent's worker; a
+  // remote position whose parent is local is a child of that segment.
+  void BuildSegments() {
+    const ParsedProgram& program = *env_.program;
+    const int length = static_cast<int>(step_.chain.size());
+    std::vector<int> segment_of(length, -1);  // -1: another worker's
+    for (int p = 0; p < length; ++p) {
+      const int parent = RelayParentOf(step_, p);
+      const int joined = parent >= 0 ? segment_of[parent] : -1;
+      if (!program.IsLocal(step_.chain[p])) {
+        if (joined >= 0) {
+          segments_[joined].children.push_back(
+              {p, program.RankOf(step_.chain[p])});
+        }
+        continue;
+      }
+      if (joined >= 0) {
+        segments_[joined].positions.push_back(p);
+        segment_of[p] = joined;
+        continue;
+      }
+      Segment segment;
+      segment.root = p;
+      segment.positions = {p};
+      if (parent >= 0) {
+        segment.source_rank = program.RankOf(step_.chain[parent]);
+      }
+      segment_of[p] = static_cast<int>(segments_.size());
+      segments_.push_back(std::move(segment));
+    }
   }
 
   // ProcessChunk for a direct segment: the chunk is in the tile already
@@ -290,23 +319,19 @@ class RelayRun {
         RETURN_IF_ERROR(PostReceive(segment, c + segment.window));
       }
     }
-    if (segment.next_rank >= 0) {
-      RETURN_IF_ERROR(WaitSend(segment, index));
-      ASSIGN_OR_RETURN(
-          segment.sends[index],
-          env_.comm->StartSend(data, segment.next_rank,
-                               MessageTag(step_.id, segment.last + 1, c)));
+    if (!segment.children.empty()) {
+      RETURN_IF_ERROR(WaitSends(segment, index));
+      RETURN_IF_ERROR(StartSends(segment, index, data, c));
     }
-    // Local receivers after the one the chunk landed in.
-    const int first_copy =
-        segment.source_rank >= 0 ? segment.first + 1 : std::max(1, segment.first);
-    for (int p = first_copy; p <= segment.last; ++p) {
-      RETURN_IF_ERROR(destinations_[p]->UnpackSlice(
+    // Every local receiver but the root: the chunk is in the root's tile
+    // (the sender's, or the receiver's it landed in).
+    for (size_t i = 1; i < segment.positions.size(); ++i) {
+      RETURN_IF_ERROR(destinations_[segment.positions[i]]->UnpackSlice(
           ReceiveRegion(step_), ChunkBegin(c), ChunkEnd(c), data));
     }
     if (c == chunks_ - 1) {
-      for (int p = std::max(1, segment.first); p <= segment.last; ++p) {
-        HopDone(p);
+      for (int p : segment.positions) {
+        if (p > 0) HopDone(p);
       }
     }
     return absl::OkStatus();
@@ -338,51 +363,65 @@ class RelayRun {
     ASSIGN_OR_RETURN(
         segment.receives[c % segment.window],
         env_.comm->StartRecv(SlotSpan(segment, c), segment.source_rank,
-                             MessageTag(step_.id, segment.first, c)));
+                             MessageTag(step_.id, segment.root, c)));
     return absl::OkStatus();
   }
 
-  absl::Status WaitSend(Segment& segment, int slot) {
-    std::unique_ptr<CommRequest> send = std::move(segment.sends[slot]);
-    return send ? send->Wait() : absl::OkStatus();
+  // Sends chunk c (`data`) to every remote child of the segment from
+  // window entry `index`, whose previous sends are done.
+  absl::Status StartSends(Segment& segment, int index,
+                          absl::Span<const uint8_t> data, int64_t c) {
+    std::vector<std::unique_ptr<CommRequest>>& sends = segment.sends[index];
+    for (size_t k = 0; k < segment.children.size(); ++k) {
+      const RemoteChild& child = segment.children[k];
+      ASSIGN_OR_RETURN(sends[k], env_.comm->StartSend(
+                                     data, child.rank,
+                                     MessageTag(step_.id, child.position, c)));
+    }
+    return absl::OkStatus();
+  }
+
+  // Waits for every send of window entry `index`, which frees its slot.
+  absl::Status WaitSends(Segment& segment, int index) {
+    for (std::unique_ptr<CommRequest>& entry : segment.sends[index]) {
+      std::unique_ptr<CommRequest> send = std::move(entry);
+      if (send) RETURN_IF_ERROR(send->Wait());
+    }
+    return absl::OkStatus();
   }
 
   absl::Status ProcessChunk(Segment& segment, int64_t c) {
     if (segment.tile != nullptr) return ProcessDirectChunk(segment, c);
     const int slot = static_cast<int>(c % depth_);
     const absl::Span<uint8_t> data = SlotSpan(segment, c);
-    // 1. Get chunk c into its slot; the slot's previous send must be done.
+    // 1. Get chunk c into its slot; the slot's previous sends must be done.
     if (segment.source_rank >= 0) {
       if (!segment.receives[slot]) {
-        RETURN_IF_ERROR(WaitSend(segment, slot));
+        RETURN_IF_ERROR(WaitSends(segment, slot));
         RETURN_IF_ERROR(PostReceive(segment, c));
       }
       std::unique_ptr<CommRequest> receive = std::move(segment.receives[slot]);
       RETURN_IF_ERROR(receive->Wait());
     } else {
-      RETURN_IF_ERROR(WaitSend(segment, slot));
+      RETURN_IF_ERROR(WaitSends(segment, slot));
       RETURN_IF_ERROR(sender_->PackSlice(SendRegion(step_), ChunkBegin(c),
                                          ChunkEnd(c), data));
     }
-    // 2. Forward before the local copies, to keep the chain moving.
-    if (segment.next_rank >= 0) {
-      ASSIGN_OR_RETURN(
-          segment.sends[slot],
-          env_.comm->StartSend(data, segment.next_rank,
-                               MessageTag(step_.id, segment.last + 1, c)));
-    }
+    // 2. Forward before the local copies, to keep the relay moving.
+    RETURN_IF_ERROR(StartSends(segment, slot, data, c));
     // 3. Local receivers (position 0 is the sender, not a receiver).
-    for (int p = std::max(1, segment.first); p <= segment.last; ++p) {
+    for (int p : segment.positions) {
+      if (p == 0) continue;
       RETURN_IF_ERROR(destinations_[p]->UnpackSlice(
           ReceiveRegion(step_), ChunkBegin(c), ChunkEnd(c), data));
       if (c == chunks_ - 1) HopDone(p);
     }
     // 4. Keep `depth_` receives posted: re-post into the slot freed last
-    // (a forwarding segment frees a slot only when its send is done).
+    // (a forwarding segment frees a slot only when all its sends are done).
     if (segment.source_rank >= 0) {
-      const int64_t next = c + depth_ - (segment.next_rank >= 0 ? 1 : 0);
+      const int64_t next = c + depth_ - (segment.children.empty() ? 0 : 1);
       if (next > c && next < chunks_ && !segment.receives[next % depth_]) {
-        RETURN_IF_ERROR(WaitSend(segment, next % depth_));
+        RETURN_IF_ERROR(WaitSends(segment, next % depth_));
         RETURN_IF_ERROR(PostReceive(segment, next));
       }
     }
@@ -409,13 +448,15 @@ int64_t RelayStagingBytes(const StepDesc& step, const ParsedProgram& program,
                           const RelayOptions& options) {
   const int64_t elements = RelayElements(step);
   if (elements == 0) return 0;
-  // Segments: runs of consecutive local positions; none if all are local.
+  // Segments, as ExecuteRelayStep builds them: one per local position
+  // without a local parent; none if all positions are local.
   int segments = 0;
   bool all_local = true;
-  for (size_t p = 0; p < step.chain.size(); ++p) {
+  for (int p = 0; p < static_cast<int>(step.chain.size()); ++p) {
+    const int parent = RelayParentOf(step, p);
     if (!program.IsLocal(step.chain[p])) {
       all_local = false;
-    } else if (p == 0 || !program.IsLocal(step.chain[p - 1])) {
+    } else if (parent < 0 || !program.IsLocal(step.chain[parent])) {
       ++segments;
     }
   }

@@ -1,19 +1,27 @@
-// ExecuteRelayStep: this worker's part of one relay-chain step.
+// ExecuteRelayStep: this worker's part of one relay step.
 //
-// A step moves `slice` along chain[0] -> chain[1] -> ... (docs/dataplane.md).
-// This worker handles the positions of the chain whose devices it drives,
-// which form one or more runs of consecutive positions ("segments"). For
-// each segment, in chunk order: get chunk c (pack it from the sender's tile
-// at position 0, or receive it from the previous worker), start forwarding
-// it to the next worker at once, then unpack it into the destination tile
-// of every local receiver in the segment (the local hops are these copies).
-// Up to `pipeline_depth` chunks per segment are in flight, so a relay
-// receives chunk c+1 while it forwards chunk c. A chain entirely on this
-// worker is plain tile-to-tile copies, no chunking.
+// A step moves `slice` from chain position 0 (the sender) to every other
+// position along a tree: position p receives it from position parents[p]
+// (< p); a chain is the tree parents[p] = p - 1 (docs/dataplane.md). This
+// worker handles the positions whose devices it drives. They form one or
+// more "segments", connected parts of the tree: a local position joins its
+// parent's segment when the parent is local, else it roots a new one, fed
+// by the parent's worker (position 0 roots one fed by nobody). The
+// segment's remote children are the other workers' positions whose parent
+// is in it. For each segment, in chunk order: get chunk c (pack it from the
+// sender's tile at position 0, or receive it from the worker of the root's
+// parent), start sending it to every remote child at once, then unpack it
+// into the destination tile of every local receiver in the segment (the
+// local hops are these copies). Up to `pipeline_depth` chunks per segment
+// are in flight, so a relay receives chunk c+1 while it forwards chunk c; a
+// staging slot is reused once all its sends are done. A chain cuts into
+// runs of consecutive positions, each with at most one remote child. A
+// tree entirely on this worker is plain tile-to-tile copies, each receiver
+// from its parent's tile in position order, no chunking.
 // Direct segments: where the slice is one contiguous range of the segment's
-// tile (the sender's at position 0, else the first local receiver's), chunks
-// are sent from and received into that tile, no staging; such a segment
-// keeps up to 16 receives posted, the next as soon as a chunk is in.
+// tile (the sender's at position 0, else the root receiver's), chunks are
+// sent from and received into that tile, no staging; such a segment keeps
+// up to 16 receives posted, the next as soon as a chunk is in.
 //
 // OP_SEND_RECV in the operand form (program.h) is the same two-position
 // chain, packing chunks from the input's region on the sender and
@@ -22,7 +30,8 @@
 // two regions.
 //
 // Messages carry MessageTag(step, hop, chunk), hop p being the link into
-// chain position p, so concurrent steps and chunks never mix.
+// chain position p, so concurrent steps, chunks and the children of one
+// segment on one worker never mix.
 //
 // Cancellation is checked before every chunk and every slice of a local
 // copy (RelayEnvironment::slicing); a wait on a peer returns as soon as the
@@ -70,15 +79,15 @@ struct RelayEnvironment {
   // Slices of local copies; its hook also runs before each chunk.
   WorkSlicing slicing;
   // Optional (metrics): called on the step's thread once the hop into chain
-  // position `position`, a device of this worker, has landed its last byte,
-  // `seconds` after the step started here.
+  // position `position` (from parents[position]), a device of this worker,
+  // has landed its last byte, `seconds` after the step started here.
   std::function<void(const StepDesc& step, int position, double seconds)>
       on_hop_done;
 };
 
-// Bytes of staging slots ExecuteRelayStep allocates for `step` on this
-// worker: pipeline_depth chunks per segment of the chain (0 for a chain
-// that stays on this worker).
+// Bytes of staging slots ExecuteRelayStep may allocate for `step` on this
+// worker: pipeline_depth chunks per segment (0 for a relay that stays on
+// this worker).
 int64_t RelayStagingBytes(const StepDesc& step, const ParsedProgram& program,
                           const RelayOptions& options);
 

@@ -5,12 +5,17 @@
 #include "worker/relay_step.h"
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "worker/buffer_set.h"
+#include "worker/cancellation.h"
 #include "worker/executor.h"
 #include "worker/gloo_communicator.h"
 #include "worker/in_memory_kv_store.h"
@@ -373,6 +378,336 @@ TEST(RelayStepTest, GemmThenOperandSendThenAddIsVerifiedAcrossWorkers) {
 
 TEST(RelayStepTest, GemmThenOperandSendThenAddIsVerifiedOnOneWorker) {
   GemmSendAdd(1, 2, "gemm-send-add-1x2");
+}
+
+// Relay trees ------------------------------------------------------------
+
+// Tile layouts for the tree tests, each through every path of
+// relay_step.cc, of a [40, 17] int32 tensor whose sender holds all of it.
+// SmallChunks cuts the slices into 29, 15, 14, 14 and 1 chunks: more than
+// the direct window (16) or the staging depth (2), and a single one.
+struct TreeLayout {
+  const char* name;
+  Box destination_box;  // every receiver's tile
+  Box slice;
+};
+
+std::vector<TreeLayout> TreeLayouts() {
+  const Box all = {{0, 40}, {0, 17}};
+  const Box columns = {{0, 40}, {3, 11}};
+  return {
+      {"direct", all, all},
+      {"direct-offset", {{5, 35}, {0, 17}}, {{10, 30}, {0, 17}}},
+      {"staged", all, columns},
+      {"staged-sender", columns, columns},
+      {"one-chunk", all, {{6, 8}, {2, 7}}},
+  };
+}
+
+// Runs the relay tree (devices in rank order, parents) on `workers` x
+// `devices_per_worker` devices for every layout. Every destination element
+// is verified: those of the slice against the pattern; the others keep
+// their poison, so they count as mismatches (a receiver the tree missed
+// would add its whole slice).
+void RunTree(int workers, int devices_per_worker,
+             const std::vector<int>& devices, const std::vector<int>& parents) {
+  for (const TreeLayout& layout : TreeLayouts()) {
+    SCOPED_TRACE(layout.name);
+    TestJob job(workers, devices_per_worker,
+                absl::StrCat("tree-", layout.name));
+    const int t = job.AddTensor({{40, 17}, DType::kInt32});
+    job.AddBuffer(devices[0], t, job.FullBox(t), BufferRole::kSource);
+    for (size_t p = 1; p < devices.size(); ++p) {
+      job.AddBuffer(devices[p], t, layout.destination_box,
+                    BufferRole::kDestination);
+    }
+    job.AddRelayTree(t, layout.slice, devices, parents);
+    TestJobOutcome outcome = RunTestJob(job, SmallChunks());
+    for (size_t w = 0; w < outcome.results.size(); ++w) {
+      ASSERT_TRUE(outcome.results[w].ok())
+          << "worker " << w << ": " << outcome.results[w].status();
+    }
+    const int64_t receivers = static_cast<int64_t>(devices.size()) - 1;
+    const int64_t tile = NumElements(layout.destination_box);
+    const int64_t landed =
+        NumElements(Intersect(layout.slice, layout.destination_box));
+    EXPECT_EQ(outcome.elements_verified, receivers * tile);
+    EXPECT_EQ(outcome.mismatches, receivers * (tile - landed));
+  }
+}
+
+TEST(RelayTreeTest, SenderFansOutToThreeWorkers) {
+  RunTree(4, 1, {0, 1, 2, 3}, {-1, 0, 0, 0});
+}
+
+TEST(RelayTreeTest, FansOutAndRelaysOverThreeWorkers) {
+  // Position 1 (worker 1) feeds position 3 on worker 0 and position 4 on
+  // its own worker; position 2 (worker 2) feeds position 5 beside it.
+  RunTree(3, 2, {0, 2, 4, 1, 3, 5}, {-1, 0, 0, 1, 1, 2});
+}
+
+TEST(RelayTreeTest, PositionsOfAWorkerNeedNotBeConsecutive) {
+  // Worker 0 holds positions 0 and 2, worker 1 positions 1 and 3: one
+  // segment each, a single message stream from worker 0 to worker 1.
+  RunTree(2, 2, {0, 2, 1, 3}, {-1, 0, 0, 1});
+}
+
+TEST(RelayTreeTest, SenderWithTwoChildrenOnOneWorker) {
+  // Positions 1 and 2 (both on worker 1) receive from the sender, each in
+  // its own segment; position 2 forwards back to worker 0, which then has
+  // two segments.
+  RunTree(2, 2, {0, 2, 3, 1}, {-1, 0, 0, 2});
+}
+
+TEST(RelayTreeTest, RelayWithTwoChildrenOnAnotherWorker) {
+  // Position 1 (worker 1) forwards to positions 2 and 3 (both on worker
+  // 2); the sender also feeds position 4, worker 1's second segment.
+  RunTree(3, 2, {0, 2, 4, 5, 3}, {-1, 0, 1, 1, 0});
+}
+
+TEST(RelayTreeTest, ChainWrittenAsParents) {
+  RunTree(2, 2, {0, 2, 3, 1}, {-1, 0, 1, 2});
+}
+
+TEST(RelayTreeTest, AllOnOneWorkerCopiesFromTheParents) {
+  RunTree(1, 4, {0, 1, 2, 3}, {-1, 0, 0, 2});
+  RunTree(1, 4, {2, 0, 3, 1}, {-1, 0, 1, 0});
+}
+
+using Messages = std::map<std::pair<int, int>, int>;  // (peer, hop) -> count
+
+// Records the messages a relay starts.
+class RecordingCommunicator : public Communicator {
+ public:
+  explicit RecordingCommunicator(Communicator* inner) : inner_(inner) {}
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  absl::StatusOr<std::unique_ptr<CommRequest>> StartSend(
+      absl::Span<const uint8_t> data, int peer, uint64_t tag) override {
+    ++sends[{peer, HopOf(tag)}];
+    return inner_->StartSend(data, peer, tag);
+  }
+  absl::StatusOr<std::unique_ptr<CommRequest>> StartRecv(
+      absl::Span<uint8_t> data, int peer, uint64_t tag) override {
+    ++receives[{peer, HopOf(tag)}];
+    return inner_->StartRecv(data, peer, tag);
+  }
+  void Abort(absl::string_view reason) override { inner_->Abort(reason); }
+
+  Messages sends;
+  Messages receives;
+
+ private:
+  static int HopOf(uint64_t tag) { return static_cast<int>(tag >> 28) & 0xfff; }
+
+  Communicator* const inner_;
+};
+
+// One worker's run of ExecuteRelayStep outside the executor.
+struct RecordedRelay {
+  absl::Status status = absl::UnknownError("not run");
+  Messages sends;
+  Messages receives;
+  std::vector<int> hops_done;  // positions, in the order reported
+  VerificationSummary verification;
+};
+
+// Runs the one relay step of `job` with ExecuteRelayStep on one thread per
+// worker (Gloo over 127.0.0.1), recording its messages and hops, then
+// verifies every destination.
+std::vector<RecordedRelay> RunRecorded(const TestJob& job) {
+  const int n = job.workers();
+  InMemoryKvStore kv;
+  std::vector<RecordedRelay> runs(n);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < n; ++w) {
+    threads.emplace_back([&, w] {
+      RecordedRelay& run = runs[w];
+      absl::StatusOr<ParsedProgram> program = ParseProgram(job.ProgramFor(w));
+      if (!program.ok()) {
+        run.status = program.status();
+        return;
+      }
+      Cancellation cancellation;
+      absl::StatusOr<BufferSet> buffers =
+          BufferSet::Create(*program, cancellation);
+      if (!buffers.ok()) {
+        run.status = buffers.status();
+        return;
+      }
+      GlooOptions gloo;
+      gloo.rendezvous_timeout = absl::Seconds(20);
+      gloo.op_timeout = absl::Seconds(20);
+      auto comm =
+          GlooCommunicator::Create(kv, "job/recorded/gloo/", w, n, gloo);
+      if (!comm.ok()) {
+        run.status = comm.status();
+        return;
+      }
+      RecordingCommunicator recording(comm->get());
+      RelayEnvironment env;
+      env.program = &*program;
+      env.buffers = &*buffers;
+      env.comm = &recording;
+      env.cancellation = &cancellation;
+      env.options = SmallChunks().relay;
+      env.on_hop_done = [&run](const StepDesc&, int position, double) {
+        run.hops_done.push_back(position);
+      };
+      if (program->steps.size() != 1) {
+        run.status = absl::InternalError("expected one step");
+        return;
+      }
+      run.status = ExecuteRelayStep(program->steps[0], env);
+      run.sends = recording.sends;
+      run.receives = recording.receives;
+      if (!run.status.ok()) return;
+      absl::StatusOr<VerificationSummary> verification =
+          buffers->VerifyDestinations();
+      if (!verification.ok()) {
+        run.status = verification.status();
+        return;
+      }
+      run.verification = *verification;
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return runs;
+}
+
+// Whole [40, 17] int32 tiles: 29 chunks of 96 bytes, sent straight from
+// the sender's tile and received straight into the roots'.
+TestJob WholeTileRelay(int workers, int devices_per_worker,
+                       const std::vector<int>& devices,
+                       const std::vector<int>& parents) {
+  TestJob job(workers, devices_per_worker, "recorded");
+  const int t = job.AddTensor({{40, 17}, DType::kInt32});
+  job.AddBuffer(devices[0], t, job.FullBox(t), BufferRole::kSource);
+  for (size_t p = 1; p < devices.size(); ++p) {
+    job.AddBuffer(devices[p], t, job.FullBox(t), BufferRole::kDestination);
+  }
+  job.AddRelayTree(t, job.FullBox(t), devices, parents);
+  return job;
+}
+
+constexpr int kWholeTileChunks = 29;
+
+void ExpectVerified(const std::vector<RecordedRelay>& runs,
+                    const std::vector<int64_t>& receivers_by_worker) {
+  for (size_t w = 0; w < runs.size(); ++w) {
+    SCOPED_TRACE(absl::StrCat("worker ", w));
+    ASSERT_TRUE(runs[w].status.ok()) << runs[w].status;
+    EXPECT_EQ(runs[w].verification.elements, receivers_by_worker[w] * 40 * 17);
+    EXPECT_EQ(runs[w].verification.mismatches, 0)
+        << runs[w].verification.first_mismatch;
+  }
+}
+
+TEST(RelayTreeTest, SendsEachChunkOncePerRemoteChild) {
+  // Worker 0 holds positions 0 and 2, worker 1 positions 1 and 3: the only
+  // link between the workers is hop 1; positions 2 and 3 are local copies.
+  const std::vector<RecordedRelay> runs =
+      RunRecorded(WholeTileRelay(2, 2, {0, 2, 1, 3}, {-1, 0, 0, 1}));
+  ExpectVerified(runs, {1, 2});
+  EXPECT_EQ(runs[0].sends, (Messages{{{1, 1}, kWholeTileChunks}}));
+  EXPECT_TRUE(runs[0].receives.empty());
+  EXPECT_TRUE(runs[1].sends.empty());
+  EXPECT_EQ(runs[1].receives, (Messages{{{0, 1}, kWholeTileChunks}}));
+  EXPECT_EQ(runs[0].hops_done, (std::vector<int>{2}));
+  EXPECT_EQ(runs[1].hops_done, (std::vector<int>{1, 3}));
+}
+
+TEST(RelayTreeTest, TheSameDevicesAsAChainCrossWorkersAtEveryHop) {
+  // The chain over the same devices: hops 1 and 3 leave worker 0, hop 2
+  // worker 1, as before trees.
+  const std::vector<RecordedRelay> runs =
+      RunRecorded(WholeTileRelay(2, 2, {0, 2, 1, 3}, {-1, 0, 1, 2}));
+  ExpectVerified(runs, {1, 2});
+  EXPECT_EQ(runs[0].sends,
+            (Messages{{{1, 1}, kWholeTileChunks}, {{1, 3}, kWholeTileChunks}}));
+  EXPECT_EQ(runs[0].receives, (Messages{{{1, 2}, kWholeTileChunks}}));
+  EXPECT_EQ(runs[1].sends, (Messages{{{0, 2}, kWholeTileChunks}}));
+  EXPECT_EQ(runs[1].receives,
+            (Messages{{{0, 1}, kWholeTileChunks}, {{0, 3}, kWholeTileChunks}}));
+  EXPECT_EQ(runs[0].hops_done, (std::vector<int>{2}));
+  EXPECT_EQ(runs[1].hops_done, (std::vector<int>{1, 3}));
+}
+
+TEST(RelayTreeTest, FanOutSendsToEveryChildAndTwoChildrenShareAWorker) {
+  // The sender (worker 0) feeds positions 1 (worker 1), 2 and 3 (both on
+  // worker 2, a segment each); position 2 feeds position 4 on worker 1.
+  const std::vector<RecordedRelay> runs =
+      RunRecorded(WholeTileRelay(3, 2, {0, 2, 4, 5, 3}, {-1, 0, 0, 0, 2}));
+  ExpectVerified(runs, {0, 2, 2});
+  EXPECT_EQ(runs[0].sends, (Messages{{{1, 1}, kWholeTileChunks},
+                                     {{2, 2}, kWholeTileChunks},
+                                     {{2, 3}, kWholeTileChunks}}));
+  EXPECT_TRUE(runs[0].receives.empty());
+  EXPECT_TRUE(runs[1].sends.empty());
+  EXPECT_EQ(runs[1].receives,
+            (Messages{{{0, 1}, kWholeTileChunks}, {{2, 4}, kWholeTileChunks}}));
+  EXPECT_EQ(runs[2].sends, (Messages{{{1, 4}, kWholeTileChunks}}));
+  EXPECT_EQ(runs[2].receives,
+            (Messages{{{0, 2}, kWholeTileChunks}, {{0, 3}, kWholeTileChunks}}));
+  EXPECT_TRUE(runs[0].hops_done.empty());
+  EXPECT_EQ(runs[1].hops_done, (std::vector<int>{1, 4}));
+  EXPECT_EQ(runs[2].hops_done, (std::vector<int>{2, 3}));
+}
+
+TEST(RelayTreeTest, StagingCountsTreeSegments) {
+  RelayOptions options;
+  options.chunk_bytes = 96;  // 24 int32: 29 chunks of the [40, 17] slice
+  options.pipeline_depth = 2;
+  const int64_t segment = 2 * 96;  // depth slots of one chunk
+  const auto staging = [&](int workers, int devices_per_worker,
+                           const std::vector<int>& devices,
+                           const std::vector<int>& parents) {
+    const TestJob job =
+        WholeTileRelay(workers, devices_per_worker, devices, parents);
+    std::vector<int64_t> bytes;
+    for (int w = 0; w < workers; ++w) {
+      const absl::StatusOr<ParsedProgram> program =
+          ParseProgram(job.ProgramFor(w));
+      EXPECT_TRUE(program.ok()) << program.status();
+      if (!program.ok() || program->steps.size() != 1) return bytes;
+      bytes.push_back(RelayStagingBytes(program->steps[0], *program, options));
+    }
+    return bytes;
+  };
+  // The tree: one segment per worker; the chain over the same devices: two.
+  EXPECT_EQ(staging(2, 2, {0, 2, 1, 3}, {-1, 0, 0, 1}),
+            (std::vector<int64_t>{segment, segment}));
+  EXPECT_EQ(staging(2, 2, {0, 2, 1, 3}, {-1, 0, 1, 2}),
+            (std::vector<int64_t>{2 * segment, 2 * segment}));
+  // Position 2 on worker 0 hangs off position 1 (worker 1): its own
+  // segment beside the sender's.
+  EXPECT_EQ(staging(2, 2, {0, 2, 1}, {-1, 0, 1}),
+            (std::vector<int64_t>{2 * segment, segment}));
+  // Two children of the sender on worker 1: a segment each.
+  EXPECT_EQ(staging(2, 2, {0, 2, 3}, {-1, 0, 0}),
+            (std::vector<int64_t>{segment, 2 * segment}));
+  // All on one worker: plain copies, no staging.
+  EXPECT_EQ(staging(1, 4, {0, 1, 2, 3}, {-1, 0, 0, 2}),
+            (std::vector<int64_t>{0}));
+}
+
+TEST(RelayTreeTest, ErrorsDescribeTheTree) {
+  const TestJob job = WholeTileRelay(2, 2, {0, 2, 1, 3}, {-1, 0, 0, 1});
+  absl::StatusOr<ParsedProgram> program = ParseProgram(job.ProgramFor(0));
+  ASSERT_TRUE(program.ok()) << program.status();
+  Cancellation cancellation;
+  absl::StatusOr<BufferSet> buffers = BufferSet::Create(*program, cancellation);
+  ASSERT_TRUE(buffers.ok()) << buffers.status();
+  RelayEnvironment env;
+  env.program = &*program;
+  env.buffers = &*buffers;
+  env.cancellation = &cancellation;  // and no communicator
+  const absl::Status status = ExecuteRelayStep(program->steps[0], env);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(status.message(),
+            "step 0 (tensor 0 slice [0:40,0:17] tree 0->2,0->1,2->3): the "
+            "chain crosses workers but this job has no communicator");
 }
 
 }  // namespace

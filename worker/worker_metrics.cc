@@ -99,12 +99,14 @@ void WorkerMetrics::StepFinished(const ParsedProgram& program,
     bandwidth_.Add({{"op", op}}).Set(step.bytes / seconds);
   }
   const double bytes = static_cast<double>(step.bytes);
-  // Per-link bytes are known for relay chains only; collectives and
+  // Per-link bytes are known for relays only (a hop per position, from its
+  // parent); collectives and
   // compute report their step figures above.
   const bool relay =
       step.op == v1::Step::OP_BROADCAST || step.op == v1::Step::OP_SEND_RECV;
   for (size_t p = 1; relay && p < step.chain.size(); ++p) {
-    const bool from_here = program.IsLocal(step.chain[p - 1]);
+    const bool from_here =
+        program.IsLocal(step.chain[RelayParentOf(step, static_cast<int>(p))]);
     const bool to_here = program.IsLocal(step.chain[p]);
     if (from_here && to_here) {
       bytes_sent_.Add(LinkLabels(kIntra, kLocalBackend)).Increment(bytes);
@@ -122,7 +124,7 @@ void WorkerMetrics::HopFinished(const ParsedProgram& program,
                                 const StepDesc& step, int position,
                                 double seconds) {
   if (position < 1 || position >= static_cast<int>(step.chain.size())) return;
-  const bool intra = program.IsLocal(step.chain[position - 1]);
+  const bool intra = program.IsLocal(step.chain[RelayParentOf(step, position)]);
   transfer_seconds_
       .Add({{"op", OpLabel(step.op)}, {"link", intra ? kIntra : kInter}},
            DurationBuckets())

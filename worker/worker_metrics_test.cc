@@ -157,6 +157,14 @@ TEST(WorkerMetricsTest, HopsAreIntraOrInterByTheirSender) {
   EXPECT_THAT(FindSample(text, R"(meshcast_worker_transfer_duration_seconds_count{)"
                            R"(op="broadcast",link="intra"})"),
               Optional(1.0));
+  // A tree's hop comes from the position's parent: 4 -> {0, 1}.
+  StepDesc tree = step;
+  tree.parents = {-1, 0, 0};
+  metrics.HopFinished(program, tree, 2, 2.0);  // 4 -> 1: from away
+  EXPECT_THAT(FindSample(RenderMetrics(*metrics.collectable()),
+                         R"(meshcast_worker_transfer_duration_seconds_sum{)"
+                         R"(op="broadcast",link="inter"})"),
+              Optional(2.25));
   // The remote backend names the inter-worker bytes.
   metrics.StepFinished(program, step, 1);
   EXPECT_THAT(

@@ -299,7 +299,7 @@ absl::StatusOr<double> RingBroadcastSeconds(int64_t model_bytes,
     if (buckets > 0) deps.push_back(buckets - 1);
     problem.AddTask(topology.transfer_setup_seconds, deps);
     uses.clear();
-    const double tail =
+    const RelayTail tail =
         AppendRelayChain(topology, resources, src, ring, bytes, uses);
     problem.AddFlow(static_cast<double>(bytes), uses);
     problem.SetTail(tail);

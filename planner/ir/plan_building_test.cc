@@ -24,6 +24,29 @@ TEST(PlanBuildingTest, TensorsAndInitializersStayParallel) {
   EXPECT_EQ(plan.tensor_inits(1).kind(), v1::Initializer::KIND_PATTERN);
 }
 
+TEST(PlanBuildingTest, StepsOverTheSameDevicesAndTreeShareAGroup) {
+  v1::Plan plan;
+  plan.add_groups()->set_id(0);  // a group the table did not append
+  PlanGroups groups;
+  const int chain = groups.Find(plan, {0, 4, 5});
+  EXPECT_EQ(chain, 1);
+  EXPECT_EQ(groups.Find(plan, {0, 4, 5}), chain);
+  const int tree = groups.Find(plan, {0, 4, 5}, {-1, 0, 0});
+  EXPECT_EQ(tree, 2);
+  EXPECT_EQ(groups.Find(plan, {0, 4, 5}, {-1, 0, 0}), tree);
+  EXPECT_EQ(groups.Find(plan, {0, 4, 5}, {-1, 0, 1}), 3);
+  EXPECT_EQ(groups.Find(plan, {0, 5, 4}), 4);
+  ASSERT_EQ(plan.groups_size(), 5);
+  EXPECT_EQ(plan.groups(2).id(), 2);
+  EXPECT_EQ(std::vector<int>(plan.groups(2).devices().begin(),
+                             plan.groups(2).devices().end()),
+            (std::vector<int>{0, 4, 5}));
+  EXPECT_EQ(std::vector<int>(plan.groups(2).parents().begin(),
+                             plan.groups(2).parents().end()),
+            (std::vector<int>{-1, 0, 0}));
+  EXPECT_EQ(plan.groups(1).parents_size(), 0);
+}
+
 TEST(PlanBuildingTest, BufferIdsArePositions) {
   v1::Plan plan;
   const int t = AddPlanTensor(plan, {4, 8}, DType::kFloat32,

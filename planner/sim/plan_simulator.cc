@@ -167,6 +167,30 @@ class PlanModeler {
     return &group;
   }
 
+  // A relay group's parents in AppendRelayTree's form (ranks 1..n-1; empty
+  // for a chain), checked as the worker checks them.
+  absl::StatusOr<absl::Span<const int>> RelayParents(
+      const v1::Step& step, const v1::CommGroup& group) const {
+    const int n = group.devices_size();
+    if (group.parents_size() == 0) return absl::Span<const int>();
+    if (group.parents_size() != n || group.parents(0) != -1) {
+      return StepError(
+          step,
+          absl::StrCat("group ", group.id(), " has ", group.parents_size(),
+                       " parents; a relay tree of ", n, " devices needs ", n,
+                       ", the first -1 (or none: a chain)"));
+    }
+    for (int r = 1; r < n; ++r) {
+      if (group.parents(r) < 0 || group.parents(r) >= r) {
+        return StepError(
+            step, absl::StrCat("group ", group.id(), " parents[", r, "] is ",
+                               group.parents(r), "; must be a rank in [0, ",
+                               r - 1, "]"));
+      }
+    }
+    return absl::Span<const int>(group.parents().data() + 1, n - 1);
+  }
+
   absl::StatusOr<const v1::Buffer*> BufferOf(const v1::Step& step,
                                              const v1::Operand& operand,
                                              absl::string_view field) const {
@@ -412,9 +436,11 @@ class PlanModeler {
         uses_.clear();
         const absl::Span<const int> devices(group->devices().data(),
                                             group->devices_size());
-        const double tail =
-            AppendRelayChain(topology_, resources_, devices[0],
-                             devices.subspan(1), step.bytes(), uses_);
+        ASSIGN_OR_RETURN(const absl::Span<const int> parents,
+                         RelayParents(step, *group));
+        const RelayTail tail =
+            AppendRelayTree(topology_, resources_, devices[0],
+                            devices.subspan(1), parents, step.bytes(), uses_);
         if (step.bytes() > 0) problem_.AddFlow(bytes, uses_);
         problem_.SetTail(tail);
         return absl::OkStatus();

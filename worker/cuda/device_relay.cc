@@ -1,6 +1,7 @@
 #include "worker/cuda/device_relay.h"
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -16,7 +17,8 @@
 namespace meshcast::worker::cuda {
 namespace {
 
-// A run of the chain (RelayRun) with what this worker needs to drive it.
+// A run of the relay tree (RelayRun) with what this worker needs to drive
+// it.
 struct Run {
   RelayRun plan;
   int gpu = -1;  // local runs: CUDA ordinal
@@ -26,7 +28,7 @@ struct Run {
   // is what makes two staging slots enough without any event.
   cudaStream_t stream = nullptr;
   // Staging chunks (stream-ordered allocations), used when a chunk is not
-  // one contiguous segment of the run's first tile; slot i holds the chunks
+  // one contiguous segment of the run's root tile; slot i holds the chunks
   // g with g % kRelaySlots == i.
   void* slots[kRelaySlots] = {};
 };
@@ -79,7 +81,7 @@ class StepEnqueuer {
       RETURN_IF_ERROR(Begin({primary_gpu_}, waits, start));
       if (elements_ > 0) {
         RETURN_IF_ERROR(step_.operand_form ? CopyBetweenRegions()
-                                           : CopyAlongChain());
+                                           : CopyAlongTree());
       } else {
         for (int p = 1; p < length; ++p) {
           RETURN_IF_ERROR(RecordHop(p, primary_, primary_gpu_));
@@ -89,7 +91,7 @@ class StepEnqueuer {
     }
     if (env_.nccl == nullptr) {
       return absl::FailedPreconditionError(
-          "the chain crosses workers but this job has no NCCL communicator");
+          "the relay crosses workers but this job has no NCCL communicator");
     }
     RETURN_IF_ERROR(BuildRuns());
     std::vector<int> gpus;
@@ -105,8 +107,8 @@ class StepEnqueuer {
     } else {
       for (const Run& run : runs_) {
         if (!run.plan.local) continue;
-        for (int p = std::max(run.plan.first, 1); p <= run.plan.last; ++p) {
-          RETURN_IF_ERROR(RecordHop(p, run.stream, run.gpu));
+        for (int p : run.plan.positions) {
+          if (p > 0) RETURN_IF_ERROR(RecordHop(p, run.stream, run.gpu));
         }
       }
     }
@@ -210,19 +212,31 @@ class StepEnqueuer {
                       absl::StrCat("recording the hop into position ", p));
   }
 
-  // Every hop is a tile-to-tile copy from the previous position.
-  absl::Status CopyAlongChain() {
-    const DeviceTile* previous = tiles_[0];
+  // Every hop is a tile-to-tile copy from the position's parent, which the
+  // primary stream has already written (parents come first).
+  absl::Status CopyAlongTree() {
+    RETURN_IF_ERROR(CheckParents());
     for (size_t p = 1; p < step_.chain.size(); ++p) {
+      const DeviceTile* parent = tiles_[step_.parents[p]];
       DeviceTile* tile = tiles_[p];
-      ASSIGN_OR_RETURN(const RegionCopy copy,
-                       MakeTileCopy(step_.slice, tile->box(), previous->box(),
-                                    element_size_));
+      ASSIGN_OR_RETURN(
+          const RegionCopy copy,
+          MakeTileCopy(step_.slice, tile->box(), parent->box(), element_size_));
       RETURN_IF_ERROR(EnqueueRegionCopy({tile->data(), tile->gpu()},
-                                        {previous->data(), previous->gpu()},
-                                        copy, primary_, primary_gpu_));
+                                        {parent->data(), parent->gpu()}, copy,
+                                        primary_, primary_gpu_));
       RETURN_IF_ERROR(RecordHop(static_cast<int>(p), primary_, primary_gpu_));
-      previous = tile;
+    }
+    return absl::OkStatus();
+  }
+
+  // ParseProgram fills and checks StepDesc::parents; a step built another
+  // way without them must not index past them.
+  absl::Status CheckParents() const {
+    if (step_.parents.size() != step_.chain.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the relay has ", step_.chain.size(), " positions but ",
+                       step_.parents.size(), " parents"));
     }
     return absl::OkStatus();
   }
@@ -308,16 +322,16 @@ class StepEnqueuer {
       ASSIGN_OR_RETURN(ranks[p], env_.nccl->RankOfDevice(step_.chain[p]));
       local[p] = program.IsLocal(step_.chain[p]);
     }
-    ASSIGN_OR_RETURN(const std::vector<RelayRun> plans,
-                     CutIntoRuns(ranks, local));
-    for (const RelayRun& plan : plans) {
+    ASSIGN_OR_RETURN(std::vector<RelayRun> plans,
+                     CutIntoRuns(ranks, local, step_.parents));
+    for (RelayRun& plan : plans) {
       Run run;
-      run.plan = plan;
-      if (plan.local) {
-        run.gpu = env_.buffers->GpuOf(step_.chain[plan.first]);
+      run.plan = std::move(plan);
+      if (run.plan.local) {
+        run.gpu = env_.buffers->GpuOf(step_.chain[run.plan.root()]);
         ASSIGN_OR_RETURN(run.stream, StreamOf(run.gpu));
       }
-      runs_.push_back(run);
+      runs_.push_back(std::move(run));
     }
     return absl::OkStatus();
   }
@@ -330,12 +344,12 @@ class StepEnqueuer {
     return static_cast<size_t>(ChunkEnd(g) - ChunkBegin(g)) * element_size_;
   }
 
-  // Where chunk g of run j lies in the run's first tile when it is one
+  // Where chunk g of run j lies in the run's root tile when it is one
   // contiguous segment there (NCCL then reads or writes the tile itself),
   // else null: it needs a staging slot. Run 0 sends from its sender tile;
-  // the others receive into their first receiver tile.
+  // the others receive into their root's receiver tile.
   absl::StatusOr<uint8_t*> TileSegment(int j, int64_t g) const {
-    const DeviceTile* tile = tiles_[runs_[j].plan.first];
+    const DeviceTile* tile = tiles_[runs_[j].plan.root()];
     ASSIGN_OR_RETURN(
         const RegionCopy copy,
         j == 0 ? MakePackCopy(SendRegion(), tile->box(), ChunkBegin(g),
@@ -368,7 +382,7 @@ class StepEnqueuer {
   }
 
   // Allocates every staging slot the step will use, before its first NCCL
-  // group: a failed allocation then leaves no peer waiting on a chain this
+  // group: a failed allocation then leaves no peer waiting on a relay this
   // worker has half issued.
   absl::Status AllocateSlots(const RelaySchedule& schedule) {
     for (int j = 0; j < static_cast<int>(runs_.size()); ++j) {
@@ -417,11 +431,14 @@ class StepEnqueuer {
     return status;
   }
 
-  // Copies packed chunk g from `chunk` into the tiles of positions
-  // [from, run.last]; after the last chunk, records each one's hop event.
-  absl::Status UnpackInto(const Run& run, int from, int64_t g,
+  // Copies packed chunk g from `chunk` into the tiles of the run's
+  // positions, its root too unless `skip_root`; after the last chunk,
+  // records each one's hop event. All copy from the run's home: the run's
+  // shape inside the rank does not matter.
+  absl::Status UnpackInto(const Run& run, bool skip_root, int64_t g,
                           const uint8_t* chunk) {
-    for (int p = from; p <= run.plan.last; ++p) {
+    for (int p : run.plan.positions) {
+      if (skip_root && p == run.plan.root()) continue;
       DeviceTile* tile = tiles_[p];
       ASSIGN_OR_RETURN(const RegionCopy copy,
                        MakeUnpackCopy(ReceiveRegion(), tile->box(),
@@ -441,7 +458,7 @@ class StepEnqueuer {
     const Run& run = runs_[op.run];
     ASSIGN_OR_RETURN(const ChunkHome home, HomeOf(op));
     if (home.in_tile) return absl::OkStatus();
-    const DeviceTile* tile = tiles_[run.plan.first];
+    const DeviceTile* tile = tiles_[run.plan.root()];
     ASSIGN_OR_RETURN(
         const RegionCopy pack,
         MakePackCopy(SendRegion(), tile->box(), ChunkBegin(op.chunk),
@@ -468,19 +485,20 @@ class StepEnqueuer {
     const Run& run = runs_[op.run];
     ASSIGN_OR_RETURN(const ChunkHome home, HomeOf(op));
     if (op.run == 0) {
-      return UnpackInto(run, run.plan.first + 1, op.chunk, home.data);
+      // The root is the sender.
+      return UnpackInto(run, /*skip_root=*/true, op.chunk, home.data);
     }
     if (home.in_tile && op.chunk == chunks_ - 1) {
-      // NCCL wrote the last chunk into run.first's tile itself.
-      RETURN_IF_ERROR(RecordHop(run.plan.first, run.stream, run.gpu));
+      // NCCL wrote the last chunk into the root's tile itself.
+      RETURN_IF_ERROR(RecordHop(run.plan.root(), run.stream, run.gpu));
     }
-    return UnpackInto(run, home.in_tile ? run.plan.first + 1 : run.plan.first,
-                      op.chunk, home.data);
+    return UnpackInto(run, /*skip_root=*/home.in_tile, op.chunk, home.data);
   }
 
   // The wavefront of RelaySchedule, round by round: packs, then one NCCL
-  // group with every local run's receive and send of the round (in chain
-  // order, as on every rank), then the deliveries, all on the runs' streams.
+  // group with every local run's receive and sends (one per child run) of
+  // the round, in the schedule's link order as on every rank, then the
+  // deliveries, all on the runs' streams.
   absl::Status Pipeline() {
     chunk_elements_ = std::max<int64_t>(1, env_.chunk_bytes / element_size_);
     chunks_ = (elements_ + chunk_elements_ - 1) / chunk_elements_;
@@ -610,7 +628,7 @@ absl::StatusOr<std::vector<int>> HopEventGpus(
     if (p > 0) gpus[p] = it->second;
   }
   if (all_local) {
-    // CopyAlongChain issues every copy on the primary stream.
+    // CopyAlongTree issues every copy on the primary stream.
     for (int p = 1; p < length; ++p) gpus[p] = primary;
   }
   return gpus;

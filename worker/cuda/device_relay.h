@@ -1,27 +1,30 @@
-// EnqueueRelayStep: this worker's part of one relay-chain step on GPUs,
-// enqueued asynchronously on CUDA streams (the GPU counterpart of
-// worker/relay_step.h; docs/dataplane.md and docs/gpu.md).
+// EnqueueRelayStep: this worker's part of one relay step (a chain, or the
+// tree of StepDesc::parents) on GPUs, enqueued asynchronously on CUDA
+// streams (the GPU counterpart of worker/relay_step.h; docs/dataplane.md
+// and docs/gpu.md).
 //
-// A chain entirely on this worker is a sequence of tile-to-tile copies on
-// the step's primary stream (device-to-device copies between virtual
-// devices of one GPU, cudaMemcpyPeerAsync or a peer-reading kernel between
-// GPUs). A chain that crosses workers is cut into "runs": maximal stretches
-// of consecutive positions on one NCCL rank, i.e. one GPU of one worker
-// (virtual devices of a GPU share its rank). Chunk g of the slice moves
+// A relay entirely on this worker is a sequence of tile-to-tile copies, each
+// position from its parent, on the step's primary stream (device-to-device
+// copies between virtual devices of one GPU, cudaMemcpyPeerAsync or a
+// peer-reading kernel between GPUs). A relay that crosses workers is cut
+// into "runs": connected pieces of the tree on one NCCL rank, i.e. one GPU
+// of one worker (virtual devices of a GPU share its rank); in a chain,
+// maximal stretches of consecutive positions. Chunk g of the slice moves
 // through the runs as a wavefront of NCCL group calls: run 0 sends chunk g
-// in round g; run j >= 1 receives chunk g and forwards chunk g - 1 in
-// round g + j - 1, so a relay receives the next chunk while it forwards the
-// previous one and every link of the chain is busy at once. Every rank
-// therefore issues the operations of each link in the same order (step by
-// step in the executor's agreed order, round by round, run by run), which
-// NCCL's order-based matching needs. Chunks are packed on the GPU only when
-// the slice is not contiguous in the tile; otherwise NCCL reads and writes
-// the tiles directly. Local receivers of a run get each chunk by an
-// on-device copy right after it arrived. Which operation happens in which
-// round and staging slot is RelaySchedule's (relay_schedule.h, checked by a
-// host test); all operations of a run go on the lane's stream of its GPU,
-// in the schedule's order, which is all the ordering two staging slots per
-// run need. The slots are allocated before the first NCCL group and freed
+// to each of its child runs in round g; a run of depth d >= 1 receives
+// chunk g from its parent run and forwards chunk g - 1 to each of its child
+// runs in round g + d - 1, so a relay receives the next chunk while it
+// forwards the previous one and every link is busy at once. Every rank
+// issues the operations of each link in the same order (step by step in
+// the executor's agreed order, round by round, link by link), which NCCL's
+// order-based matching needs. Chunks are packed on the GPU only when the
+// slice is not contiguous in the tile; otherwise NCCL reads and writes the
+// tiles directly. Local receivers of a run get each chunk by an on-device
+// copy right after it arrived. Which operation happens in which round and
+// staging slot is RelaySchedule's (relay_schedule.h, checked by a host
+// test); all operations of a run go on the lane's stream of its GPU, in the
+// schedule's order, which is all the ordering two staging slots per run
+// need. The slots are allocated before the first NCCL group and freed
 // before `done`.
 //
 //   DeviceRelayEnvironment env{&program, &buffers, nccl, chunk_bytes};
@@ -96,7 +99,7 @@ absl::StatusOr<int> PrimaryGpu(const StepDesc& step,
 
 // Where the hop timing events of `step` live, by chain position: for each
 // position p >= 1 on this worker, the CUDA ordinal of the stream that
-// finishes writing it (the primary GPU for a chain entirely on this worker,
+// finishes writing it (the primary GPU for a relay entirely on this worker,
 // whose copies all run on the primary stream; else the GPU of p's device);
 // -1 for position 0 and for positions on other workers. `device_gpu` maps
 // this worker's devices to CUDA ordinals. Pure: no CUDA call.

@@ -106,6 +106,18 @@ int TestJob::AddTransfer(int tensor, const Box& slice, std::vector<int> chain,
   return step->id();
 }
 
+int TestJob::AddRelayTree(int tensor, const Box& slice,
+                          std::vector<int> devices, std::vector<int> parents,
+                          std::vector<int> deps, int stage) {
+  const int id =
+      AddTransfer(tensor, slice, std::move(devices), std::move(deps), stage);
+  v1::Step& step = *plan_.mutable_steps(id);
+  step.set_op(v1::Step::OP_BROADCAST);
+  v1::CommGroup& group = *plan_.mutable_groups(step.group());
+  for (int parent : parents) group.add_parents(parent);
+  return id;
+}
+
 void TestJob::AddSendRecvTransfers(int tensor) {
   const v1::Plan snapshot = plan_;
   for (const v1::Buffer& dst : snapshot.buffers()) {

@@ -38,6 +38,11 @@ class TestJob {
   // Returns the step id.
   int AddTransfer(int tensor, const Box& slice, std::vector<int> chain,
                   std::vector<int> deps = {}, int stage = 0);
+  // A relay tree (OP_BROADCAST): `devices` in rank order, parents[i] the
+  // rank that forwards to rank i (parents[0] = -1; CommGroup.parents).
+  int AddRelayTree(int tensor, const Box& slice, std::vector<int> devices,
+                   std::vector<int> parents, std::vector<int> deps = {},
+                   int stage = 0);
   // Any step (collective, local copy, compute): `step` with its op, operands
   // and attributes; its id and group are assigned here (a group of `group`
   // when non-empty). Returns the step id.

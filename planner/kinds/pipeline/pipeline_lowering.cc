@@ -213,13 +213,7 @@ class Lowering {
     return it->second;
   }
   int Group(const std::vector<int>& devices) {
-    auto [it, fresh] = groups_.try_emplace(devices, plan_.groups_size());
-    if (fresh) {
-      v1::CommGroup& group = *plan_.add_groups();
-      group.set_id(it->second);
-      for (int d : devices) group.add_devices(d);
-    }
-    return it->second;
+    return groups_.Find(plan_, devices);
   }
 
   v1::Step& AddStep(v1::Step::Op op, int s, std::vector<int> deps,
@@ -508,13 +502,11 @@ class Lowering {
       std::vector<int> deps = sending_[s];
       deps.push_back(after);
       for (int dep : t.deps) deps.push_back(ids[dep]);
-      std::vector<int> chain = {t.src_device};
-      chain.insert(chain.end(), t.dst_devices.begin(), t.dst_devices.end());
       v1::Step& step = AddStep(t.dst_devices.size() == 1
                                    ? v1::Step::OP_SEND_RECV
                                    : v1::Step::OP_BROADCAST,
                                s, deps, label);
-      step.set_group(Group(chain));
+      step.set_group(groups_.FindRelay(plan_, t));
       step.set_tensor(tensor);
       BoxToProto(t.slice, step.mutable_slice());
       step.set_bytes(t.bytes);
@@ -537,7 +529,7 @@ class Lowering {
   std::vector<std::vector<int>> sent_;   // per stage: its last block's sends
   std::map<int, std::vector<int>> sending_;  // per stage: its last hop
   std::map<int, int> stage_groups_;
-  std::map<std::vector<int>, int> groups_;
+  PlanGroups groups_;
   std::set<int> accumulated_;  // stages whose weight gradients have a value
 };
 

@@ -1,6 +1,5 @@
 #include "planner/kinds/reshard/reshard_lowering.h"
 
-#include <map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -36,8 +35,7 @@ absl::StatusOr<v1::Plan> LowerReshardPlan(const ReshardPlan& plan) {
     proto.add_tensor_inits()->set_kind(v1::Initializer::KIND_PATTERN);
     AddBuffers(plan.problems[t], static_cast<int>(t), &proto);
   }
-  // Ordered device list -> group id; std::map keeps vectors as keys simple.
-  std::map<std::vector<int>, int> group_ids;
+  PlanGroups groups;
   for (size_t s = 0; s < plan.transfers.size(); ++s) {
     const Transfer& transfer = plan.transfers[s];
     if (transfer.tensor < 0 ||
@@ -50,22 +48,11 @@ absl::StatusOr<v1::Plan> LowerReshardPlan(const ReshardPlan& plan) {
       return absl::InternalError(
           absl::StrCat("transfer ", s, " has no receiver"));
     }
-    std::vector<int> chain;
-    chain.push_back(transfer.src_device);
-    chain.insert(chain.end(), transfer.dst_devices.begin(),
-                 transfer.dst_devices.end());
-    auto [it, inserted] =
-        group_ids.emplace(chain, static_cast<int>(group_ids.size()));
-    if (inserted) {
-      v1::CommGroup* group = proto.add_groups();
-      group->set_id(it->second);
-      for (int d : chain) group->add_devices(d);
-    }
     v1::Step* step = proto.add_steps();
     step->set_id(static_cast<int>(s));
     step->set_op(transfer.dst_devices.size() == 1 ? v1::Step::OP_SEND_RECV
                                                   : v1::Step::OP_BROADCAST);
-    step->set_group(it->second);
+    step->set_group(groups.FindRelay(proto, transfer));
     step->set_tensor(transfer.tensor);
     BoxToProto(transfer.slice, step->mutable_slice());
     step->set_bytes(transfer.bytes);
