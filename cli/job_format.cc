@@ -587,6 +587,7 @@ OrderedJson PlanTransfersToJson(const v1::Plan& plan) {
                          {"src_device", src_device},
                          {"dst_devices", dst_devices}};
     if (!parents.empty()) transfer["parents"] = parents;
+    if (step.chunk_bytes() > 0) transfer["chunk_bytes"] = step.chunk_bytes();
     transfer["bytes"] = step.bytes();
     transfer["stage"] = step.stage();
     transfer["deps"] = step.deps();

@@ -58,7 +58,8 @@ constexpr char kCommand[] = "meshctl plan";
 constexpr char kDescription[] =
     "Plans moving one tensor from a source device mesh and sharding spec to a\n"
     "destination mesh and spec, offline (no cluster needed). With --strategy\n"
-    "auto every strategy that can win is planned and timed with the flow-level\n"
+    "auto every strategy that can win is planned and timed with the "
+    "flow-level\n"
     "cost model (one whose own lower bound is already slower than the best\n"
     "plan is listed as pruned); with a strategy named, only that one. The\n"
     "table compares them against the lower bound, and --output json prints\n"
@@ -105,7 +106,8 @@ constexpr char kDescription[] =
     "         comparison) and transfers: {slice: [[begin, end], ...] per\n"
     "         tensor dimension, src_device, dst_devices (relay chain order),\n"
     "         parents (relay trees only: the chain position, 0 = src_device,\n"
-    "         that forwards to each dst device), bytes, stage, deps}.\n"
+    "         that forwards to each dst device), chunk_bytes (only where the\n"
+    "         plan sets the relay's chunk size), bytes, stage, deps}.\n"
     "\n"
     "Give each mesh as --src-mesh, or as --src-devices with --src-shape (the\n"
     "same for --dst-*).\n"
@@ -521,6 +523,9 @@ void WriteTransfersJson(const ReshardPlan& plan, const TextSink& sink) {
     if (!transfer.parents.empty()) {
       out += ",\"parents\":";
       AppendIntList(out, transfer.parents);
+    }
+    if (transfer.chunk_bytes > 0) {
+      absl::StrAppend(&out, ",\"chunk_bytes\":", transfer.chunk_bytes);
     }
     absl::StrAppend(&out, ",\"bytes\":", transfer.bytes,
                     ",\"stage\":", transfer.stage, ",\"deps\":");

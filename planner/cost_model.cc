@@ -252,6 +252,15 @@ double RelayTail::FillAt(double rate) const {
 
 namespace {
 
+// The chunk a relay of `bytes` forwards: its own size, else the topology's;
+// never more than the bytes.
+double RelayChunk(const Topology& topology, int64_t bytes,
+                  int64_t chunk_bytes) {
+  return std::min(static_cast<double>(bytes),
+                  chunk_bytes > 0 ? static_cast<double>(chunk_bytes)
+                                  : topology.pipeline_chunk_bytes);
+}
+
 // Adds hop `from` -> `to` to `tail` (the tail up to `from`) for a relay of
 // `chunk`-byte chunks. `first`: `from` is the sender; `crossed`: the path
 // to `from` crossed hosts. A hop waits for one chunk to reach `from`
@@ -281,12 +290,12 @@ RelayTail AppendRelayTree(const Topology& topology,
                           const NetworkResources& resources, int src,
                           absl::Span<const int> dsts,
                           absl::Span<const int> parents, int64_t bytes,
-                          std::vector<int>& uses) {
+                          std::vector<int>& uses, int64_t chunk_bytes) {
   if (parents.empty()) {
-    return AppendRelayChain(topology, resources, src, dsts, bytes, uses);
+    return AppendRelayChain(topology, resources, src, dsts, bytes, uses,
+                            chunk_bytes);
   }
-  const double chunk =
-      std::min(static_cast<double>(bytes), topology.pipeline_chunk_bytes);
+  const double chunk = RelayChunk(topology, bytes, chunk_bytes);
   // tails[p]: the tail up to position p; crossed[p]: its path crossed
   // hosts.
   std::vector<RelayTail> tails(dsts.size() + 1);
@@ -309,10 +318,9 @@ RelayTail AppendRelayTree(const Topology& topology,
 RelayTail AppendRelayChain(const Topology& topology,
                            const NetworkResources& resources, int src,
                            absl::Span<const int> dsts, int64_t bytes,
-                           std::vector<int>& uses) {
+                           std::vector<int>& uses, int64_t chunk_bytes) {
   RelayTail tail;
-  const double chunk =
-      std::min(static_cast<double>(bytes), topology.pipeline_chunk_bytes);
+  const double chunk = RelayChunk(topology, bytes, chunk_bytes);
   int from = src;
   bool crossed = false;
   for (size_t hop = 0; hop < dsts.size(); ++hop) {
@@ -542,7 +550,7 @@ absl::StatusOr<SimulationResult> Simulate(const ReshardPlan& plan,
     uses.clear();
     const RelayTail tail = AppendRelayTree(
         topology, resources, transfer.src_device, transfer.dst_devices,
-        transfer.parents, transfer.bytes, uses);
+        transfer.parents, transfer.bytes, uses, transfer.chunk_bytes);
     // A transfer of 0 bytes has no flow: it pays its setup and tail only.
     if (transfer.bytes > 0) {
       problem.AddFlow(static_cast<double>(transfer.bytes), uses);

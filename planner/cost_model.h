@@ -180,11 +180,12 @@ struct RelayTail {
 };
 
 // Appends the uses of a relay chain src -> dsts[0] -> dsts[1] ... and returns
-// its tail (above).
+// its tail (above); its chunks are `chunk_bytes` (0: the topology's
+// pipeline_chunk_bytes).
 RelayTail AppendRelayChain(const Topology& topology,
                            const NetworkResources& resources, int src,
                            absl::Span<const int> dsts, int64_t bytes,
-                           std::vector<int>& uses);
+                           std::vector<int>& uses, int64_t chunk_bytes = 0);
 
 // The same for a relay tree (Transfer::parents: parents[k] is the chain
 // position, 0 = src and j = dsts[j - 1], that forwards to dsts[k]; empty: a
@@ -195,7 +196,7 @@ RelayTail AppendRelayTree(const Topology& topology,
                           const NetworkResources& resources, int src,
                           absl::Span<const int> dsts,
                           absl::Span<const int> parents, int64_t bytes,
-                          std::vector<int>& uses);
+                          std::vector<int>& uses, int64_t chunk_bytes = 0);
 
 // The simulated times of a FlowProblem's tasks.
 struct FlowSchedule {

@@ -42,6 +42,8 @@ struct Transfer {
   int stage = 0;
   std::vector<int> deps;  // indices of earlier transfers in the plan
   std::vector<int> parents;  // empty: a chain; else one per dst (above)
+  // The chunks the relay forwards; 0: Topology::pipeline_chunk_bytes.
+  int64_t chunk_bytes = 0;
 };
 
 // The chain position that forwards to dst_devices[k] (k for a chain).

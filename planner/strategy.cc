@@ -135,11 +135,13 @@ class PlanBuilder {
     return static_cast<int>(plan_.transfers.size()) - 1;
   }
 
-  // A relay tree without deps (Transfer::parents).
+  // A relay tree without deps (Transfer::parents) of `chunk_bytes` chunks
+  // (0: the topology's).
   int AddTree(int tensor, Box slice, int src, absl::Span<const int> dsts,
-              absl::Span<const int> parents) {
+              absl::Span<const int> parents, int64_t chunk_bytes) {
     const int t = Add(tensor, std::move(slice), src, dsts);
     plan_.transfers[t].parents.assign(parents.begin(), parents.end());
+    plan_.transfers[t].chunk_bytes = chunk_bytes;
     return t;
   }
 
@@ -898,6 +900,23 @@ double SplitSeconds(double bytes, const RemoteReceivers& remote,
          InHostHopsSeconds(piece, remote.widest - 1, topology);
 }
 
+// The chunks of relay trees. The H trees of a part share the sender's NIC,
+// so a forwarder gets each chunk at 1 / H of its rate and passes the last
+// one on H chunk-times after the sender finished: chunks of 1% of the
+// part / H keep that wait at 1% of the part's time. But no smaller than a
+// worker moves well: 64 KiB, and 20 us at the NIC rate (a GPU worker
+// issues one NCCL group per chunk and round).
+constexpr double kTreeFillShare = 0.01;
+constexpr double kMinTreeChunkBytes = 64 << 10;
+constexpr double kMinTreeChunkSeconds = 20e-6;
+
+double TreeChunkBytes(double bytes, size_t hosts, const Topology& topology) {
+  const double wanted = kTreeFillShare * bytes / static_cast<double>(hosts);
+  const double floor = std::max(
+      kMinTreeChunkBytes, kMinTreeChunkSeconds * topology.inter_host_bandwidth);
+  return std::min(topology.pipeline_chunk_bytes, std::max(wanted, floor));
+}
+
 // The same as relay trees (one per piece, no rounds): the sender's NIC and
 // every host's ingress carry the part once, the forwarders' egress
 // (H - 1) / H of it; every byte crosses two hops between hosts, and the
@@ -911,7 +930,8 @@ double TreeSeconds(double bytes, const RemoteReceivers& remote,
   return topology.transfer_setup_seconds +
          bytes / topology.inter_host_bandwidth +
          2 * topology.inter_host_latency +
-         hosts * std::min(piece, topology.pipeline_chunk_bytes) /
+         hosts *
+             std::min(piece, TreeChunkBytes(bytes, remote.hosts, topology)) /
              topology.inter_host_bandwidth +
          InHostHopsSeconds(piece, remote.widest - 1, topology);
 }
@@ -1138,6 +1158,11 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
     };
     const std::vector<Box> pieces =
         SplitBox(part, std::vector<double>(remote.size(), 1.0));
+    const double chunk =
+        TreeChunkBytes(static_cast<double>(builder.BytesOf(tensor, part)),
+                       remote.size(), topology);
+    const int64_t chunk_bytes =
+        chunk < topology.pipeline_chunk_bytes ? static_cast<int64_t>(chunk) : 0;
     for (size_t j = 0; j < pieces.size(); ++j) {
       const int64_t piece_bytes = builder.BytesOf(tensor, pieces[j]);
       if (piece_bytes == 0) continue;
@@ -1164,7 +1189,8 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
       }
       loads.AddRelay(remote[j],
                      amount * static_cast<double>(remote.size() - 1));
-      builder.AddTree(tensor, pieces[j], sender, tree_devices, tree_parents);
+      builder.AddTree(tensor, pieces[j], sender, tree_devices, tree_parents,
+                      chunk_bytes);
     }
   };
 

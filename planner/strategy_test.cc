@@ -542,11 +542,11 @@ size_t SplitRounds(const ReshardPlan& plan, size_t hosts) {
   return scatters / hosts;
 }
 
-TEST(MeshcastSplitTest, TransferSetUpsMakeRoundsFewer) {
+TEST(MeshcastSplitTest, TransferSetUpsFavourTreesOverRounds) {
   // 4 MiB to 4 hosts over 1 Gbit/s. Without set-ups a round costs a
-  // latency, and rounds stop at their cap; a 300 us set-up per transfer,
-  // one per remote host per round on the forwarding device, leaves
-  // sqrt(3/4 x 33.6 ms / 1.21 ms) = 5.
+  // latency, and the rounds stop at their cap of 16 (16 x 4 scatters).
+  // With a 300 us set-up per transfer, 4 relay trees (4 set-ups) beat
+  // rounds of 20 transfers each.
   LongBroadcast c = OneToHosts(4, int64_t{4} << 20);
   c.topology.inter_host_bandwidth = 125e6;
   absl::StatusOr<ReshardPlan> plan =
@@ -557,7 +557,10 @@ TEST(MeshcastSplitTest, TransferSetUpsMakeRoundsFewer) {
   plan = PlanReshard({c.problem}, c.topology, Strategy::kMeshcast);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(VerifyPlan(*plan, c.topology).ok());
-  EXPECT_EQ(SplitRounds(*plan, 4), 5u);
+  ASSERT_EQ(plan->transfers.size(), 4u);
+  for (const Transfer& transfer : plan->transfers) {
+    EXPECT_EQ(transfer.parents.size(), 16u);
+  }
 }
 
 TEST(MeshcastSplitTest, BroadcastsToManyHostsGoAsRelayTrees) {
@@ -595,10 +598,37 @@ TEST(MeshcastSplitTest, BroadcastsToManyHostsGoAsRelayTrees) {
     }
   }
   EXPECT_EQ(forwarder_hosts.size(), 200u);
+  // Chunks as small as a worker moves well (64 KiB): the trees share the
+  // sender's NIC, so a forwarder waits 200 chunk-times for each.
+  for (const Transfer& transfer : plan.transfers) {
+    EXPECT_EQ(transfer.chunk_bytes, 64 << 10);
+  }
   // All 200 trees share the sender's NIC, so each forwarder waits for the
   // piece at 1/200 of its rate: about twice the bound, against 200 hops
   // for one chain.
   EXPECT_LT(row.predicted_seconds, 2.1 * row.lower_bound_seconds);
+}
+
+TEST(MeshcastSplitTest, LargeBroadcastsToManyHostsStayNearTheBound) {
+  // 256 MiB to 16 and 64 hosts: one chain would pay 15 or 63 chunks of
+  // fill (1.06x, 1.26x the bound); one tree per host with chunks of 1% of
+  // the part / H waits for about 1% of the part's time.
+  for (int hosts : {16, 64}) {
+    SCOPED_TRACE(absl::StrCat(hosts, " hosts"));
+    const LongBroadcast c = OneToHosts(hosts, int64_t{256} << 20);
+    const StrategyComparison comparison = MustCompare(
+        {c.problem}, c.topology, CompareOptions{.only = Strategy::kMeshcast});
+    const StrategyEvaluation& row = comparison.rows[0];
+    ASSERT_TRUE(VerifyPlan(row.plan, c.topology).ok());
+    ASSERT_EQ(row.plan.transfers.size(), static_cast<size_t>(hosts));
+    for (const Transfer& transfer : row.plan.transfers) {
+      EXPECT_FALSE(transfer.parents.empty());
+      // 1% of the part / H, or the 64 KiB floor (64 hosts).
+      EXPECT_NEAR(transfer.chunk_bytes,
+                  std::max(0.01 * (256 << 20) / hosts, 65536.0), 1);
+    }
+    EXPECT_LE(row.predicted_seconds, 1.02 * row.lower_bound_seconds);
+  }
 }
 
 TEST_F(TestbedTest, MeshcastPlansAllTensorsTogether) {

@@ -676,6 +676,12 @@ absl::StatusOr<ParsedProgram> ParseProgram(const v1::WorkerProgram& proto) {
     desc.counts.assign(step.counts().begin(), step.counts().end());
     desc.compute = step.compute();
     desc.device = step.device();
+    if (step.chunk_bytes() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": chunk_bytes is ", step.chunk_bytes(),
+                       "; must be >= 0 (0: the worker's chunk size)"));
+    }
+    desc.chunk_bytes = step.chunk_bytes();
     bool touches_this_worker = false;
     if (grouped) {
       auto group = groups.find(step.group());

@@ -98,6 +98,8 @@ struct StepDesc {
   // p (parents[0] = -1, parents[p] < p); a chain has parents[p] = p - 1.
   // Always filled for OP_BROADCAST and OP_SEND_RECV; empty for other ops.
   std::vector<int> parents;
+  // Relay steps: Step.chunk_bytes (0: the worker's chunk size).
+  int64_t chunk_bytes = 0;
   int stage = 0;
   v1::Step::Op op = v1::Step::OP_BROADCAST;
   bool operand_form = false;  // OP_SEND_RECV between two operands
@@ -118,6 +120,11 @@ struct StepDesc {
 // parents[position], or position - 1 when parents is empty (a chain).
 inline int RelayParentOf(const StepDesc& step, int position) {
   return step.parents.empty() ? position - 1 : step.parents[position];
+}
+
+// The chunk size a relay step moves in: its own, else `worker_default`.
+inline int64_t RelayChunkBytes(const StepDesc& step, int64_t worker_default) {
+  return step.chunk_bytes > 0 ? step.chunk_bytes : worker_default;
 }
 
 // True for the ops that define their outputs' values (the tensors that

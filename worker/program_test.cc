@@ -82,6 +82,21 @@ TEST(ParseProgramTest, RejectsBadRelayTreesNamingTheRank) {
   EXPECT_NE(later.message().find("parents[2] is 3; must be a rank in [0, 1]"),
             std::string::npos)
       << later;
+  TestJob chunked(2, 2);
+  const int t = chunked.AddTensor({{8, 4}, DType::kFloat32});
+  chunked.AddBuffer(0, t, chunked.FullBox(t), BufferRole::kSource);
+  chunked.AddBuffer(2, t, chunked.FullBox(t), BufferRole::kDestination);
+  chunked.AddTransfer(t, chunked.FullBox(t), {0, 2});
+  chunked.plan().mutable_steps(0)->set_chunk_bytes(-4);
+  const absl::Status chunk = ParseProgram(chunked.ProgramFor(0)).status();
+  EXPECT_NE(chunk.message().find("chunk_bytes is -4; must be >= 0"),
+            std::string::npos)
+      << chunk;
+  chunked.plan().mutable_steps(0)->set_chunk_bytes(64);
+  absl::StatusOr<ParsedProgram> parsed = ParseProgram(chunked.ProgramFor(0));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->steps[0].chunk_bytes, 64);
+  EXPECT_EQ(RelayChunkBytes(parsed->steps[0], 1 << 20), 64);
   const absl::Status negative = parse_with({-1, 0, -1, 1});
   EXPECT_NE(negative.message().find("parents[2] is -1"), std::string::npos)
       << negative;

@@ -27,11 +27,11 @@ struct ChunkLayout {
   int64_t slot_bytes = 0;  // one staging slot
 };
 
-ChunkLayout LayoutOf(int64_t elements, int element_size,
+ChunkLayout LayoutOf(const StepDesc& step, int64_t elements, int element_size,
                      const RelayOptions& options) {
   ChunkLayout layout;
-  layout.chunk_elements =
-      std::max<int64_t>(1, options.chunk_bytes / element_size);
+  layout.chunk_elements = std::max<int64_t>(
+      1, RelayChunkBytes(step, options.chunk_bytes) / element_size);
   layout.chunks =
       (elements + layout.chunk_elements - 1) / layout.chunk_elements;
   layout.depth = static_cast<int>(std::clamp<int64_t>(
@@ -216,13 +216,15 @@ class RelayRun {
   }
 
   absl::Status Pipeline() {
-    const ChunkLayout layout = LayoutOf(elements_, element_size_, env_.options);
+    const ChunkLayout layout =
+        LayoutOf(step_, elements_, element_size_, env_.options);
     chunk_elements_ = layout.chunk_elements;
     chunks_ = layout.chunks;
     if (chunks_ > kMaxChunksPerStep) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "slice needs ", chunks_, " chunks of ", env_.options.chunk_bytes,
-          " bytes; at most ", kMaxChunksPerStep, " fit in a message tag"));
+          "slice needs ", chunks_, " chunks of ",
+          RelayChunkBytes(step_, env_.options.chunk_bytes), " bytes; at most ",
+          kMaxChunksPerStep, " fit in a message tag"));
     }
     depth_ = layout.depth;
     const int64_t slot_bytes = layout.slot_bytes;
@@ -462,7 +464,7 @@ int64_t RelayStagingBytes(const StepDesc& step, const ParsedProgram& program,
   }
   if (all_local) return 0;
   const ChunkLayout layout =
-      LayoutOf(elements, RelayElementSize(step, program), options);
+      LayoutOf(step, elements, RelayElementSize(step, program), options);
   return segments * layout.depth * layout.slot_bytes;
 }
 

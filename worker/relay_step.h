@@ -65,6 +65,7 @@ constexpr uint64_t MessageTag(int step_id, int hop, int64_t chunk) {
 inline constexpr uint64_t kBarrierTag = MessageTag(kMaxStepId + 1, 0, 0);
 
 struct RelayOptions {
+  // A step's own Step.chunk_bytes, when set, wins (RelayChunkBytes).
   int64_t chunk_bytes = int64_t{1} << 20;
   int pipeline_depth = 4;
 };

@@ -655,6 +655,16 @@ TEST(RelayTreeTest, FanOutSendsToEveryChildAndTwoChildrenShareAWorker) {
   EXPECT_EQ(runs[2].hops_done, (std::vector<int>{2, 3}));
 }
 
+TEST(RelayTreeTest, AStepsOwnChunkSizeOverridesTheWorkers) {
+  // 2720 bytes in chunks of 340 (the step's) instead of 96 (the worker's).
+  TestJob job = WholeTileRelay(2, 2, {0, 2, 1, 3}, {-1, 0, 0, 1});
+  job.plan().mutable_steps(0)->set_chunk_bytes(340);
+  const std::vector<RecordedRelay> runs = RunRecorded(job);
+  ExpectVerified(runs, {1, 2});
+  EXPECT_EQ(runs[0].sends, (Messages{{{1, 1}, 8}}));
+  EXPECT_EQ(runs[1].receives, (Messages{{{0, 1}, 8}}));
+}
+
 TEST(RelayTreeTest, StagingCountsTreeSegments) {
   RelayOptions options;
   options.chunk_bytes = 96;  // 24 int32: 29 chunks of the [40, 17] slice

@@ -438,9 +438,9 @@ class PlanModeler {
                                             group->devices_size());
         ASSIGN_OR_RETURN(const absl::Span<const int> parents,
                          RelayParents(step, *group));
-        const RelayTail tail =
-            AppendRelayTree(topology_, resources_, devices[0],
-                            devices.subspan(1), parents, step.bytes(), uses_);
+        const RelayTail tail = AppendRelayTree(
+            topology_, resources_, devices[0], devices.subspan(1), parents,
+            step.bytes(), uses_, step.chunk_bytes());
         if (step.bytes() > 0) problem_.AddFlow(bytes, uses_);
         problem_.SetTail(tail);
         return absl::OkStatus();

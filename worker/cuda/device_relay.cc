@@ -253,8 +253,8 @@ class StepEnqueuer {
     if (from == to && SendRegion() == ReceiveRegion()) {
       return RecordHop(1, primary_, primary_gpu_);
     }
-    const int64_t chunk =
-        std::max<int64_t>(1, env_.chunk_bytes / element_size_);
+    const int64_t chunk = std::max<int64_t>(
+        1, RelayChunkBytes(step_, env_.chunk_bytes) / element_size_);
     void* staging = nullptr;
     absl::Status status;
     for (int64_t first = 0; first < elements_ && status.ok(); first += chunk) {
@@ -500,7 +500,8 @@ class StepEnqueuer {
   // the round, in the schedule's link order as on every rank, then the
   // deliveries, all on the runs' streams.
   absl::Status Pipeline() {
-    chunk_elements_ = std::max<int64_t>(1, env_.chunk_bytes / element_size_);
+    chunk_elements_ = std::max<int64_t>(
+        1, RelayChunkBytes(step_, env_.chunk_bytes) / element_size_);
     chunks_ = (elements_ + chunk_elements_ - 1) / chunk_elements_;
     slot_bytes_ = static_cast<size_t>(std::min(chunk_elements_, elements_)) *
                   element_size_;

@@ -510,6 +510,7 @@ class Lowering {
       step.set_tensor(tensor);
       BoxToProto(t.slice, step.mutable_slice());
       step.set_bytes(t.bytes);
+      step.set_chunk_bytes(t.chunk_bytes);
       ids.push_back(step.id());
     }
     sending_[s] = ids;

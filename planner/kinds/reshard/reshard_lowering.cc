@@ -56,6 +56,7 @@ absl::StatusOr<v1::Plan> LowerReshardPlan(const ReshardPlan& plan) {
     step->set_tensor(transfer.tensor);
     BoxToProto(transfer.slice, step->mutable_slice());
     step->set_bytes(transfer.bytes);
+    step->set_chunk_bytes(transfer.chunk_bytes);
     step->set_stage(transfer.stage);
     for (int dep : transfer.deps) {
       if (dep < 0 || dep >= static_cast<int>(s)) {
