@@ -104,10 +104,14 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(raised.exception.code, "NOT_FOUND")
 
     def test_cancel(self):
-        # Long enough to be caught queued or running.
+        # Long enough to be caught queued or running (a second or more),
+        # and small enough to run: the worker's memory check counts the
+        # staging of every iteration that could run at once (16 MiB each
+        # here); 64 MiB x 200 needed 50 GiB, so the job failed at once
+        # unless the cancel got there first.
         job = self.client.submit({"collective": {
-            "op": "all_reduce", "mesh": {"shape": [2, 2]}, "size": "64MiB",
-            "iterations": 200}})
+            "op": "all_reduce", "mesh": {"shape": [2, 2]}, "size": "4MiB",
+            "iterations": 250}})
         try:
             self.client.cancel(job.id)
         except meshcast.Error as e:
