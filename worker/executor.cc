@@ -16,6 +16,7 @@
 #include "util/status_macros.h"
 #include "worker/buffer_set.h"
 #include "worker/engine/kernel_registry.h"
+#include "worker/staging_pool.h"
 
 namespace meshcast::worker {
 
@@ -44,7 +45,15 @@ HostMemoryNeed Executor::NeedOf(const ParsedProgram& program) const {
 }
 
 absl::Status Executor::CheckMemory(const ParsedProgram& program) const {
-  return CheckHostMemory(program, NeedOf(program), AvailableMemory());
+  absl::Status status =
+      CheckHostMemory(program, NeedOf(program), AvailableMemory());
+  // Staging buffers cached from earlier jobs count as used; give them back
+  // before refusing a job for want of memory.
+  if (absl::IsResourceExhausted(status) &&
+      StagingPool::Default().Release() > 0) {
+    status = CheckHostMemory(program, NeedOf(program), AvailableMemory());
+  }
+  return status;
 }
 
 ExecutorTimings Executor::timings() const {

@@ -50,6 +50,7 @@
 #include "worker/cancellation.h"
 #include "worker/communicator.h"
 #include "worker/program.h"
+#include "worker/staging_pool.h"
 
 namespace meshcast::worker {
 
@@ -84,6 +85,12 @@ struct RelayEnvironment {
   // has landed its last byte, `seconds` after the step started here.
   std::function<void(const StepDesc& step, int position, double seconds)>
       on_hop_done;
+  // Where collectives stage data; null: StagingPool::Default().
+  StagingPool* staging = nullptr;
+
+  StagingPool& staging_pool() const {
+    return staging != nullptr ? *staging : StagingPool::Default();
+  }
 };
 
 // Bytes of staging slots ExecuteRelayStep may allocate for `step` on this

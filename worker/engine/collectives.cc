@@ -179,13 +179,14 @@ absl::Status Sliced(const StepEnvironment& env, int64_t elements,
 }
 
 // The reduction of the local ranks' inputs (each `elements` long) into a
-// new accumulator.
-absl::StatusOr<std::vector<uint8_t>> ReduceLocalInputs(
-    const StepDesc& step, const StepEnvironment& env, const GroupLayout& layout,
-    DType dtype, int64_t elements) {
+// new accumulator (staged; every byte written here).
+absl::StatusOr<StagingBuffer> ReduceLocalInputs(const StepDesc& step,
+                                                const StepEnvironment& env,
+                                                const GroupLayout& layout,
+                                                DType dtype, int64_t elements) {
   const int size = DTypeSize(dtype);
-  std::vector<uint8_t> acc(elements * size);
-  std::vector<uint8_t> scratch;
+  StagingBuffer acc = env.staging_pool().Take(elements * size);
+  StagingBuffer scratch;
   bool first = true;
   for (int r : layout.ranks[layout.me]) {
     const OperandDesc& input = step.inputs[r];
@@ -204,20 +205,19 @@ absl::StatusOr<std::vector<uint8_t>> ReduceLocalInputs(
     }
     if (first) {
       RETURN_IF_ERROR(Sliced(env, elements, size, [&](int64_t a, int64_t b) {
-        return tile->PackSlice(
-            input.box, a, b,
-            absl::MakeSpan(acc).subspan(a * size, (b - a) * size));
+        return tile->PackSlice(input.box, a, b,
+                               acc.span().subspan(a * size, (b - a) * size));
       }));
       first = false;
       continue;
     }
-    scratch.resize(acc.size());
+    if (scratch.size() == 0) scratch = env.staging_pool().Take(acc.size());
     RETURN_IF_ERROR(Sliced(env, elements, size, [&](int64_t a, int64_t b) {
       const absl::Span<uint8_t> part =
-          absl::MakeSpan(scratch).subspan(a * size, (b - a) * size);
+          scratch.span().subspan(a * size, (b - a) * size);
       RETURN_IF_ERROR(tile->PackSlice(input.box, a, b, part));
       return ReduceInto(step.reduction, dtype, part,
-                        absl::MakeSpan(acc).subspan(a * size, (b - a) * size));
+                        acc.span().subspan(a * size, (b - a) * size));
     }));
   }
   return acc;
@@ -238,8 +238,8 @@ absl::Status ReduceRing(const StepDesc& step, const StepEnvironment& env,
   for (const Piece& piece : pieces) {
     largest = std::max(largest, PieceElements(piece));
   }
-  std::vector<uint8_t> out(largest * size);
-  std::vector<uint8_t> in(largest * size);
+  StagingBuffer out = env.staging_pool().Take(largest * size);
+  StagingBuffer in = env.staging_pool().Take(largest * size);
   auto pack = [&](const Piece& piece) -> absl::Span<const uint8_t> {
     int64_t packed = 0;
     for (const Range& range : piece) {
@@ -247,13 +247,13 @@ absl::Status ReduceRing(const StepDesc& step, const StepEnvironment& env,
                   (range.end - range.begin) * size);
       packed += range.end - range.begin;
     }
-    return absl::MakeConstSpan(out).subspan(0, packed * size);
+    return out.span().subspan(0, packed * size);
   };
   for (int k = 0; k < m - 1; ++k) {
     const Piece& send = pieces[layout.At(-k - 1)];
     const Piece& receive = pieces[layout.At(-k - 2)];
     const absl::Span<uint8_t> into =
-        absl::MakeSpan(in).subspan(0, PieceElements(receive) * size);
+        in.span().subspan(0, PieceElements(receive) * size);
     RETURN_IF_ERROR(Exchange(
         env, step, k, layout.next(), pack(send), layout.prev(), into, size,
         [&](int64_t first_byte, int64_t bytes) {
@@ -271,7 +271,7 @@ absl::Status ReduceRing(const StepDesc& step, const StepEnvironment& env,
     const Piece& send = pieces[layout.At(-k)];
     const Piece& receive = pieces[layout.At(-k - 1)];
     const absl::Span<uint8_t> into =
-        absl::MakeSpan(in).subspan(0, PieceElements(receive) * size);
+        in.span().subspan(0, PieceElements(receive) * size);
     RETURN_IF_ERROR(Exchange(
         env, step, m - 1 + k, layout.next(), pack(send), layout.prev(), into,
         size, [&](int64_t first_byte, int64_t bytes) {
@@ -323,15 +323,15 @@ absl::Status RunAllReduce(const StepDesc& step, const StepEnvironment& env) {
   const TensorSpec& spec = program.tensors[tensor];
   const int size = DTypeSize(spec.dtype);
   const int64_t elements = NumElements(spec.full_box());
-  ASSIGN_OR_RETURN(std::vector<uint8_t> acc,
+  ASSIGN_OR_RETURN(StagingBuffer acc,
                    ReduceLocalInputs(step, env, layout, spec.dtype, elements));
   const int m = layout.m();
   std::vector<Piece> pieces(m);
   for (int w = 0; w < m; ++w) {
     pieces[w] = {{elements * w / m, elements * (w + 1) / m}};
   }
-  RETURN_IF_ERROR(ReduceRing(step, env, layout, pieces, spec.dtype,
-                             absl::MakeSpan(acc), /*gather=*/true));
+  RETURN_IF_ERROR(ReduceRing(step, env, layout, pieces, spec.dtype, acc.span(),
+                             /*gather=*/true));
   for (int r : layout.ranks[layout.me]) {
     const OperandDesc& output = step.outputs[r];
     if (NumElements(output.box) != elements) {
@@ -343,7 +343,7 @@ absl::Status RunAllReduce(const StepDesc& step, const StepEnvironment& env) {
     RETURN_IF_ERROR(Sliced(env, elements, size, [&](int64_t a, int64_t b) {
       return tile->UnpackSlice(
           output.box, a, b,
-          absl::MakeConstSpan(acc).subspan(a * size, (b - a) * size));
+          std::as_const(acc).span().subspan(a * size, (b - a) * size));
     }));
   }
   return absl::OkStatus();
@@ -371,14 +371,14 @@ absl::Status RunReduceScatter(const StepDesc& step,
     return Range{std::min(rows, r * chunk_rows) * inner,
                  std::min(rows, (r + 1) * chunk_rows) * inner};
   };
-  ASSIGN_OR_RETURN(std::vector<uint8_t> acc,
+  ASSIGN_OR_RETURN(StagingBuffer acc,
                    ReduceLocalInputs(step, env, layout, spec.dtype, elements));
   std::vector<Piece> pieces(layout.m());
   for (int w = 0; w < layout.m(); ++w) {
     for (int r : layout.ranks[w]) pieces[w].push_back(chunk_of(r));
   }
-  RETURN_IF_ERROR(ReduceRing(step, env, layout, pieces, spec.dtype,
-                             absl::MakeSpan(acc), /*gather=*/false));
+  RETURN_IF_ERROR(ReduceRing(step, env, layout, pieces, spec.dtype, acc.span(),
+                             /*gather=*/false));
   for (int r : layout.ranks[layout.me]) {
     const OperandDesc& output = step.outputs[r];
     const Range chunk = chunk_of(r);
@@ -393,7 +393,7 @@ absl::Status RunReduceScatter(const StepDesc& step,
     ASSIGN_OR_RETURN(TileBuffer * tile, LocalTile(env, output, "outputs", r));
     RETURN_IF_ERROR(Sliced(env, length, size, [&](int64_t a, int64_t b) {
       return tile->UnpackSlice(output.box, a, b,
-                               absl::MakeConstSpan(acc).subspan(
+                               std::as_const(acc).span().subspan(
                                    (chunk.begin + a) * size, (b - a) * size));
     }));
   }
@@ -489,28 +489,28 @@ absl::Status RunAllGather(const StepDesc& step, const StepEnvironment& env) {
   if (m == 1) return absl::OkStatus();
   RETURN_IF_ERROR(NeedCommunicator(env));
   // 2. Every worker's inputs as one bundle, around the ring.
-  std::vector<std::vector<uint8_t>> bundles(m);
+  std::vector<StagingBuffer> bundles(m);
   for (int w = 0; w < m; ++w) {
     int64_t bytes = 0;
     for (int r : layout.ranks[w]) bytes += NumElements(boxes[r]);
-    bundles[w].resize(bytes * size);
+    bundles[w] = env.staging_pool().Take(bytes * size);
   }
   int64_t packed = 0;
   for (int r : layout.ranks[layout.me]) {
     ASSIGN_OR_RETURN(const TileBuffer* from,
                      LocalTile(env, step.inputs[r], "inputs", r));
     const int64_t count = NumElements(step.inputs[r].box);
-    RETURN_IF_ERROR(from->PackSlice(step.inputs[r].box, 0, count,
-                                    absl::MakeSpan(bundles[layout.me])
-                                        .subspan(packed * size, count * size)));
+    RETURN_IF_ERROR(from->PackSlice(
+        step.inputs[r].box, 0, count,
+        bundles[layout.me].span().subspan(packed * size, count * size)));
     packed += count;
   }
   for (int k = 0; k < m - 1; ++k) {
     const int send = layout.At(-k);
     const int receive = layout.At(-k - 1);
     RETURN_IF_ERROR(
-        Exchange(env, step, m - 1 + k, layout.next(), bundles[send],
-                 layout.prev(), absl::MakeSpan(bundles[receive]), size,
+        Exchange(env, step, m - 1 + k, layout.next(), bundles[send].span(),
+                 layout.prev(), bundles[receive].span(), size,
                  [](int64_t, int64_t) { return absl::OkStatus(); }));
     int64_t offset = 0;
     for (int r : layout.ranks[receive]) {
@@ -607,28 +607,28 @@ absl::Status RunAllToAll(const StepDesc& step, const StepEnvironment& env) {
     for (int r : layout.ranks[from]) {
       for (int s : layout.ranks[layout.me]) recv_elements += count(r, s);
     }
-    std::vector<uint8_t> out(send_elements * size), in(recv_elements * size);
+    StagingBuffer out = env.staging_pool().Take(send_elements * size);
+    StagingBuffer in = env.staging_pool().Take(recv_elements * size);
     int64_t packed = 0;
     for (int r : layout.ranks[layout.me]) {
       for (int s : layout.ranks[to]) {
         const int64_t c = count(r, s);
         RETURN_IF_ERROR(in_tiles[r]->PackSlice(
-            in_block(r, s), 0, c,
-            absl::MakeSpan(out).subspan(packed * size, c * size)));
+            in_block(r, s), 0, c, out.span().subspan(packed * size, c * size)));
         packed += c;
       }
     }
     RETURN_IF_ERROR(
-        Exchange(env, step, k - 1, layout.workers[to], out,
-                 layout.workers[from], absl::MakeSpan(in), size,
-                 [](int64_t, int64_t) { return absl::OkStatus(); }));
+        Exchange(env, step, k - 1, layout.workers[to],
+                 std::as_const(out).span(), layout.workers[from], in.span(),
+                 size, [](int64_t, int64_t) { return absl::OkStatus(); }));
     packed = 0;
     for (int r : layout.ranks[from]) {
       for (int s : layout.ranks[layout.me]) {
         const int64_t c = count(r, s);
         RETURN_IF_ERROR(out_tiles[s]->UnpackSlice(
             out_block(s, r), 0, c,
-            absl::MakeConstSpan(in).subspan(packed * size, c * size)));
+            std::as_const(in).span().subspan(packed * size, c * size)));
         packed += c;
       }
     }
