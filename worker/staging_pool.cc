@@ -1,8 +1,35 @@
 #include "worker/staging_pool.h"
 
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <new>
 #include <utility>
 
 namespace meshcast::worker {
+namespace {
+
+constexpr int64_t kHugePage = int64_t{2} << 20;
+constexpr int64_t kHugeFrom = int64_t{4} << 20;
+
+// `bytes` uninitialized bytes; large ones on huge pages where allowed.
+StagingBytes Allocate(int64_t bytes) {
+  void* data = nullptr;
+  if (bytes >= kHugeFrom) {
+    const int64_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    data = std::aligned_alloc(kHugePage, rounded);
+    // Advice only: without transparent huge pages the buffer still works.
+    if (data != nullptr) madvise(data, rounded, MADV_HUGEPAGE);
+  } else {
+    data = std::malloc(bytes);
+  }
+  if (data == nullptr) throw std::bad_alloc();
+  return StagingBytes(static_cast<uint8_t*>(data));
+}
+
+}  // namespace
+
+void StagingFree::operator()(uint8_t* data) const { std::free(data); }
 
 StagingBuffer::StagingBuffer(StagingBuffer&& other) noexcept
     : pool_(std::exchange(other.pool_, nullptr)),
@@ -43,18 +70,16 @@ StagingBuffer StagingPool::Take(int64_t bytes) {
     auto it = free_.lower_bound(bytes);
     if (it != free_.end() && it->first <= 2 * bytes) {
       const int64_t capacity = it->first;
-      std::unique_ptr<uint8_t[]> data = std::move(it->second);
+      StagingBytes data = std::move(it->second);
       free_.erase(it);
       cached_bytes_ -= capacity;
       return StagingBuffer(this, std::move(data), capacity, bytes);
     }
   }
-  // new uint8_t[n] (not make_unique) leaves the bytes uninitialized.
-  return StagingBuffer(this, std::unique_ptr<uint8_t[]>(new uint8_t[bytes]),
-                       bytes, bytes);
+  return StagingBuffer(this, Allocate(bytes), bytes, bytes);
 }
 
-void StagingPool::Return(std::unique_ptr<uint8_t[]> data, int64_t capacity) {
+void StagingPool::Return(StagingBytes data, int64_t capacity) {
   if (capacity > capacity_bytes_) return;  // freed here, outside the lock
   absl::MutexLock lock(&mu_);
   // Make room by dropping the largest cached buffers first: they are the
@@ -69,7 +94,7 @@ void StagingPool::Return(std::unique_ptr<uint8_t[]> data, int64_t capacity) {
 }
 
 int64_t StagingPool::Release() {
-  std::multimap<int64_t, std::unique_ptr<uint8_t[]>> dropped;
+  std::multimap<int64_t, StagingBytes> dropped;
   absl::MutexLock lock(&mu_);
   const int64_t freed = cached_bytes_;
   dropped.swap(free_);
