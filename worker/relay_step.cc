@@ -103,7 +103,7 @@ struct Segment {
   TileBuffer* tile = nullptr;
   int64_t offset = 0;
   int window = 1;  // chunks in flight each way
-  std::vector<std::vector<uint8_t>> slots;
+  std::vector<StagingBuffer> slots;  // from the worker's staging pool
   std::vector<std::unique_ptr<CommRequest>> receives;  // by chunk % window
   // By chunk % window, one per remote child: an entry (and its slot) is
   // free again once all of them are done.
@@ -248,7 +248,10 @@ class RelayRun {
             chunks_, std::max(2 * depth_, kDirectWindow)));
       } else {
         segment.window = depth_;
-        segment.slots.assign(depth_, std::vector<uint8_t>(slot_bytes));
+        segment.slots.clear();
+        for (int k = 0; k < depth_; ++k) {
+          segment.slots.push_back(env_.staging_pool().Take(slot_bytes));
+        }
       }
       segment.receives.resize(segment.window);
       segment.sends.resize(segment.window);

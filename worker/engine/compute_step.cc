@@ -1,5 +1,6 @@
 #include "worker/engine/compute_step.h"
 
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -18,20 +19,22 @@ namespace {
 struct Dense {
   TileBuffer* tile = nullptr;
   Box box;
-  std::vector<uint8_t> copy;
+  StagingBuffer copy;        // from the worker's staging pool
   absl::Span<uint8_t> view;  // the tile's bytes; empty: `copy` holds them
   bool in_place() const { return view.data() != nullptr; }
 
-  absl::Span<uint8_t> bytes() {
-    return in_place() ? view : absl::MakeSpan(copy);
-  }
+  absl::Span<uint8_t> bytes() { return in_place() ? view : copy.span(); }
   // Switches to a packed copy (loaded from the tile when `load`).
-  absl::Status UseCopy(bool load) {
+  absl::Status UseCopy(StagingPool& pool, bool load) {
     view = {};
     const int64_t elements = NumElements(box);
-    copy.resize(elements * tile->element_size());
-    if (!load) return absl::OkStatus();
-    return tile->PackSlice(box, 0, elements, absl::MakeSpan(copy));
+    copy = pool.Take(elements * tile->element_size());
+    if (!load) {
+      // Zeros, as a fresh copy had: a kernel may leave elements unwritten.
+      std::memset(copy.data(), 0, copy.size());
+      return absl::OkStatus();
+    }
+    return tile->PackSlice(box, 0, elements, copy.span());
   }
 };
 
@@ -56,7 +59,7 @@ absl::StatusOr<Dense> DenseOf(const StepEnvironment& env,
           dense.tile->ContiguousBytes(operand.box)) {
     dense.view = *run;  // the whole tile included
   } else {
-    RETURN_IF_ERROR(dense.UseCopy(load));
+    RETURN_IF_ERROR(dense.UseCopy(env.staging_pool(), load));
   }
   return dense;
 }
@@ -96,7 +99,7 @@ absl::Status RunCompute(const StepDesc& step, const StepEnvironment& env) {
                          input.bytes().size() == out.bytes().size();
       if (Overlaps(input.bytes(), out.bytes()) &&
           (step.compute.has_gemm() || !exact)) {
-        RETURN_IF_ERROR(out.UseCopy(reads_output));
+        RETURN_IF_ERROR(out.UseCopy(env.staging_pool(), reads_output));
         break;
       }
     }
@@ -164,8 +167,8 @@ absl::Status RunCompute(const StepDesc& step, const StepEnvironment& env) {
         RunElementwise(step.compute.elementwise(), dtype, spans, out.bytes()));
   }
   if (!out.in_place()) {
-    RETURN_IF_ERROR(out_tile->UnpackSlice(output.box, 0,
-                                          NumElements(output.box), out.copy));
+    RETURN_IF_ERROR(out_tile->UnpackSlice(
+        output.box, 0, NumElements(output.box), out.copy.span()));
   }
   return absl::OkStatus();
 }
