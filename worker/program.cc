@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "meshcast/v1/types.pb.h"
+#include "planner/ir/group_parents.h"
 #include "proto/dtype_convert.h"
 #include "util/status_macros.h"
 #include "worker/box_runs.h"
@@ -90,25 +91,11 @@ absl::Status ParseRelayParents(const v1::CommGroup& group, bool relay,
     for (int p = 0; p < n; ++p) desc.parents[p] = p - 1;
     return absl::OkStatus();
   }
-  if (group.parents_size() != n) {
+  if (absl::Status status = CheckGroupParents(group); !status.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, ": group ", group.id(), " has ", n, " devices but ",
-                     group.parents_size(),
-                     " parents; need one per device (or none: a chain)"));
+        absl::StrCat(what, ": ", status.message()));
   }
   desc.parents.assign(group.parents().begin(), group.parents().end());
-  if (desc.parents[0] != -1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": group ", group.id(), " parents[0] is ",
-                     desc.parents[0], "; rank 0 is the sender, so -1"));
-  }
-  for (int p = 1; p < n; ++p) {
-    if (desc.parents[p] < 0 || desc.parents[p] >= p) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": group ", group.id(), " parents[", p, "] is ",
-          desc.parents[p], "; must be a rank in [0, ", p - 1, "]"));
-    }
-  }
   return absl::OkStatus();
 }
 

@@ -1,6 +1,5 @@
 #include "planner/sim/plan_simulator.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "planner/cost_model.h"
+#include "planner/ir/group_parents.h"
 #include "planner/ir/step_order.h"
 #include "proto/dtype_convert.h"
 #include "util/status_macros.h"
@@ -172,22 +172,10 @@ class PlanModeler {
   absl::StatusOr<absl::Span<const int>> RelayParents(
       const v1::Step& step, const v1::CommGroup& group) const {
     const int n = group.devices_size();
+    if (absl::Status status = CheckGroupParents(group); !status.ok()) {
+      return StepError(step, status.message());
+    }
     if (group.parents_size() == 0) return absl::Span<const int>();
-    if (group.parents_size() != n || group.parents(0) != -1) {
-      return StepError(
-          step,
-          absl::StrCat("group ", group.id(), " has ", group.parents_size(),
-                       " parents; a relay tree of ", n, " devices needs ", n,
-                       ", the first -1 (or none: a chain)"));
-    }
-    for (int r = 1; r < n; ++r) {
-      if (group.parents(r) < 0 || group.parents(r) >= r) {
-        return StepError(
-            step, absl::StrCat("group ", group.id(), " parents[", r, "] is ",
-                               group.parents(r), "; must be a rank in [0, ",
-                               r - 1, "]"));
-      }
-    }
     return absl::Span<const int>(group.parents().data() + 1, n - 1);
   }
 

@@ -688,6 +688,16 @@ TEST(SimulatePlanErrorTest, RejectsMalformedPlans) {
                 HasSubstr("the op needs at least 2"));
   }
   {
+    // A relay tree whose rank lists a later rank as its parent.
+    PlanBuilder builder;
+    builder.Comm(v1::Step::OP_BROADCAST, {0, 1, 2}, 10);
+    for (int parent : {-1, 2, 0}) {
+      builder.plan().mutable_groups(0)->add_parents(parent);
+    }
+    EXPECT_THAT(SimulateError(builder.plan()).message(),
+                HasSubstr("parents[1] is 2; must be a rank in [0, 0]"));
+  }
+  {
     PlanBuilder builder;
     builder.Comm(v1::Step::OP_ALL_GATHER, {0, 1, 0}, 10);
     EXPECT_THAT(SimulateError(builder.plan()).message(),
