@@ -1093,6 +1093,26 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
       loads.AddLocal(chain_on_host[c], bytes);
     }
   };
+  // Calls place(j, piece, amount, holders) for every non-empty piece j of
+  // `pieces`, headed for remote host remote[j], whose receivers `holders`
+  // are sorted by port load (the first, the least loaded, forwards the
+  // piece); then charges that host's NIC the piece's relay to the other
+  // remote hosts.
+  const auto place_pieces = [&](int tensor, absl::Span<const Box> pieces,
+                                absl::Span<const int> remote,
+                                const auto& place) {
+    for (size_t j = 0; j < pieces.size(); ++j) {
+      const int64_t piece_bytes = builder.BytesOf(tensor, pieces[j]);
+      if (piece_bytes == 0) continue;
+      const double amount = static_cast<double>(piece_bytes);
+      std::vector<int>& holders = receivers_on[remote[j]];
+      by_port_load(holders);
+      place(j, pieces[j], amount, absl::MakeConstSpan(holders));
+      loads.AddRelay(remote[j],
+                     amount * static_cast<double>(remote.size() - 1));
+    }
+  };
+
   // A split broadcast of `part` from `sender` through `local` (the sending
   // host's own receivers, who get every piece) to the `remote` hosts, in
   // rounds: in each, piece j goes to the first receiver of remote[j] (the
@@ -1108,34 +1128,29 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
              SplitBox(part, std::vector<double>(shape.rounds, 1.0))) {
           const std::vector<Box> pieces =
               SplitBox(block, std::vector<double>(shape.pieces, 1.0));
-          for (size_t j = 0; j < pieces.size(); ++j) {
-            const int64_t piece_bytes = builder.BytesOf(tensor, pieces[j]);
-            if (piece_bytes == 0) continue;
-            const double amount = static_cast<double>(piece_bytes);
-            std::vector<int>& holders = receivers_on[remote[j]];
-            by_port_load(holders);
-            const int forwarder = holders.front();
-            scatter_chain.assign(local.begin(), local.end());
-            scatter_chain.push_back(forwarder);
-            std::vector<int> after;
-            if (last_scatter[j] >= 0) after.push_back(last_scatter[j]);
-            const int scatter = builder.Add(tensor, pieces[j], sender,
-                                            scatter_chain, std::move(after));
-            last_scatter[j] = scatter;
-            const auto send_on = [&](absl::Span<const int> to) {
-              builder.Add(tensor, pieces[j], forwarder, to, {scatter});
-              loads.AddLocal(forwarder, amount);
-              charge_forwards(to, amount);
-            };
-            if (holders.size() > 1) {
-              send_on(absl::MakeConstSpan(holders).subspan(1));
-            }
-            for (size_t k = 0; k < remote.size(); ++k) {
-              if (k != j) send_on(receivers_on[remote[k]]);
-            }
-            loads.AddRelay(remote[j],
-                           amount * static_cast<double>(remote.size() - 1));
-          }
+          place_pieces(tensor, pieces, remote,
+                       [&](size_t j, const Box& piece, double amount,
+                           absl::Span<const int> holders) {
+                         const int forwarder = holders.front();
+                         scatter_chain.assign(local.begin(), local.end());
+                         scatter_chain.push_back(forwarder);
+                         std::vector<int> after;
+                         if (last_scatter[j] >= 0)
+                           after.push_back(last_scatter[j]);
+                         const int scatter =
+                             builder.Add(tensor, piece, sender, scatter_chain,
+                                         std::move(after));
+                         last_scatter[j] = scatter;
+                         const auto send_on = [&](absl::Span<const int> to) {
+                           builder.Add(tensor, piece, forwarder, to, {scatter});
+                           loads.AddLocal(forwarder, amount);
+                           charge_forwards(to, amount);
+                         };
+                         if (holders.size() > 1) send_on(holders.subspan(1));
+                         for (size_t k = 0; k < remote.size(); ++k) {
+                           if (k != j) send_on(receivers_on[remote[k]]);
+                         }
+                       });
         }
       };
 
@@ -1163,35 +1178,30 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
                        remote.size(), topology);
     const int64_t chunk_bytes =
         chunk < topology.pipeline_chunk_bytes ? static_cast<int64_t>(chunk) : 0;
-    for (size_t j = 0; j < pieces.size(); ++j) {
-      const int64_t piece_bytes = builder.BytesOf(tensor, pieces[j]);
-      if (piece_bytes == 0) continue;
-      const double amount = static_cast<double>(piece_bytes);
-      std::vector<int>& holders = receivers_on[remote[j]];
-      by_port_load(holders);
-      tree_devices.clear();
-      tree_parents.clear();
-      hang(local, 0);
-      hang(absl::MakeConstSpan(holders).subspan(0, 1), local.size());
-      const int forwarder = static_cast<int>(tree_devices.size());
-      if (holders.size() > 1) {
-        hang(absl::MakeConstSpan(holders).subspan(1), forwarder);
-        loads.AddLocal(holders.front(), amount);
-        charge_forwards(absl::MakeConstSpan(holders).subspan(1), amount);
-      }
-      for (size_t k = 0; k < remote.size(); ++k) {
-        if (k == j) continue;
-        std::vector<int>& on_host = receivers_on[remote[k]];
-        by_port_load(on_host);
-        hang(on_host, forwarder);
-        loads.AddLocal(holders.front(), amount);
-        charge_forwards(on_host, amount);
-      }
-      loads.AddRelay(remote[j],
-                     amount * static_cast<double>(remote.size() - 1));
-      builder.AddTree(tensor, pieces[j], sender, tree_devices, tree_parents,
-                      chunk_bytes);
-    }
+    place_pieces(tensor, pieces, remote,
+                 [&](size_t j, const Box& piece, double amount,
+                     absl::Span<const int> holders) {
+                   tree_devices.clear();
+                   tree_parents.clear();
+                   hang(local, 0);
+                   hang(holders.subspan(0, 1), local.size());
+                   const int forwarder = static_cast<int>(tree_devices.size());
+                   if (holders.size() > 1) {
+                     hang(holders.subspan(1), forwarder);
+                     loads.AddLocal(holders.front(), amount);
+                     charge_forwards(holders.subspan(1), amount);
+                   }
+                   for (size_t k = 0; k < remote.size(); ++k) {
+                     if (k == j) continue;
+                     std::vector<int>& on_host = receivers_on[remote[k]];
+                     by_port_load(on_host);
+                     hang(on_host, forwarder);
+                     loads.AddLocal(holders.front(), amount);
+                     charge_forwards(on_host, amount);
+                   }
+                   builder.AddTree(tensor, piece, sender, tree_devices,
+                                   tree_parents, chunk_bytes);
+                 });
   };
 
   // 3. Emit chains. Relays and remote forwards add to the loads as they are
