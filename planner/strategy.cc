@@ -118,9 +118,43 @@ class PlanBuilder {
   // half the planning time at 4096x8.
   void Reserve(size_t transfers) { plan_.transfers.reserve(transfers); }
 
-  // Returns the index of the new transfer.
+  // Returns the index of the new transfer. A chain longer than a relay
+  // group may be (kMaxRelayGroupDevices with its sender) goes as several,
+  // each sent on by the last receiver of the one before once that has all
+  // of it; the index is the last one's, after which every receiver holds
+  // the slice.
   int Add(int tensor, Box slice, int src, absl::Span<const int> dsts,
           std::vector<int> deps = {}) {
+    constexpr size_t kMostReceivers = kMaxRelayGroupDevices - 1;
+    while (dsts.size() > kMostReceivers) {
+      const int first = AddOne(
+          tensor, slice, src, dsts.subspan(0, kMostReceivers), std::move(deps));
+      src = dsts[kMostReceivers - 1];
+      dsts.remove_prefix(kMostReceivers);
+      deps = {first};
+    }
+    return AddOne(tensor, std::move(slice), src, dsts, std::move(deps));
+  }
+
+  // A relay tree without deps (Transfer::parents) of `chunk_bytes` chunks
+  // (0: the topology's); trees are planned within kMaxRelayGroupDevices.
+  int AddTree(int tensor, Box slice, int src, absl::Span<const int> dsts,
+              absl::Span<const int> parents, int64_t chunk_bytes) {
+    const int t = AddOne(tensor, std::move(slice), src, dsts, {});
+    plan_.transfers[t].parents.assign(parents.begin(), parents.end());
+    plan_.transfers[t].chunk_bytes = chunk_bytes;
+    return t;
+  }
+
+  int64_t BytesOf(int tensor, const Box& slice) const {
+    return NumElements(slice) * element_bytes_[tensor];
+  }
+
+  ReshardPlan Take() { return std::move(plan_); }
+
+ private:
+  int AddOne(int tensor, Box slice, int src, absl::Span<const int> dsts,
+             std::vector<int> deps) {
     Transfer transfer;
     transfer.tensor = tensor;
     transfer.bytes = NumElements(slice) * element_bytes_[tensor];
@@ -135,23 +169,6 @@ class PlanBuilder {
     return static_cast<int>(plan_.transfers.size()) - 1;
   }
 
-  // A relay tree without deps (Transfer::parents) of `chunk_bytes` chunks
-  // (0: the topology's).
-  int AddTree(int tensor, Box slice, int src, absl::Span<const int> dsts,
-              absl::Span<const int> parents, int64_t chunk_bytes) {
-    const int t = Add(tensor, std::move(slice), src, dsts);
-    plan_.transfers[t].parents.assign(parents.begin(), parents.end());
-    plan_.transfers[t].chunk_bytes = chunk_bytes;
-    return t;
-  }
-
-  int64_t BytesOf(int tensor, const Box& slice) const {
-    return NumElements(slice) * element_bytes_[tensor];
-  }
-
-  ReshardPlan Take() { return std::move(plan_); }
-
- private:
   ReshardPlan plan_;
   std::vector<int64_t> element_bytes_;
 };

@@ -563,6 +563,38 @@ TEST(MeshcastSplitTest, TransferSetUpsFavourTreesOverRounds) {
   }
 }
 
+TEST(MeshcastSplitTest, ChainsLongerThanARelayGroupGoInSeveralPieces) {
+  // 64 KiB to 1100 hosts x 4 devices. The broadcast baseline sends it down
+  // one chain of 4400 receivers, more than a relay group holds (the worker
+  // tags a chunk's position in 12 bits): it goes as two chains, the second
+  // sent on by the first one's last receiver once that holds the slice.
+  // meshcast splits it; neither emits a group the workers would refuse.
+  const LongBroadcast c = OneToHosts(1100, int64_t{64} << 10);
+  for (Strategy strategy : {Strategy::kMeshcast, Strategy::kBroadcast}) {
+    absl::StatusOr<ReshardPlan> plan =
+        PlanReshard({c.problem}, c.topology, strategy);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_TRUE(VerifyPlan(*plan, c.topology).ok())
+        << VerifyPlan(*plan, c.topology);
+    size_t longest = 0;
+    for (const Transfer& transfer : plan->transfers) {
+      longest = std::max(longest, transfer.dst_devices.size());
+    }
+    EXPECT_LE(longest + 1, static_cast<size_t>(kMaxRelayGroupDevices))
+        << StrategyName(strategy);
+    if (strategy == Strategy::kBroadcast) {
+      // One chain through every receiver, cut in two.
+      ASSERT_EQ(plan->transfers.size(), 2u);
+      const Transfer& second = plan->transfers[1];
+      EXPECT_EQ(second.src_device, plan->transfers[0].dst_devices.back());
+      EXPECT_EQ(second.deps, std::vector<int>{0});
+      EXPECT_EQ(
+          plan->transfers[0].dst_devices.size() + second.dst_devices.size(),
+          4400u);
+    }
+  }
+}
+
 TEST(MeshcastSplitTest, BroadcastsToManyHostsGoAsRelayTrees) {
   // 1 MiB to 200 hosts: in rounds, 200 pieces of 201 transfers each would
   // pass the budget of 16384 transfers, so only 81 hosts would forward one.
