@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -165,6 +167,66 @@ absl::StatusOr<int64_t> ReadMemTotal() {
   return CombineTotal(*meminfo, ReadCgroupMemory());
 }
 
+namespace {
+
+// Covers the steps' DAG with dependency paths, greedily in dependency order
+// (a step continues the path of its first direct dep that no other step
+// continued yet, else starts one), and returns the sum over the paths of
+// their largest staging: since steps of one path run one after another, no
+// set of steps running at once holds more. nullopt when the deps name
+// unknown steps or form a cycle.
+std::optional<int64_t> StagingOnDependencyPaths(
+    const ParsedProgram& program, const std::vector<int64_t>& by_step) {
+  const size_t n = program.steps.size();
+  absl::flat_hash_map<int, int> position;
+  for (size_t i = 0; i < n; ++i) position[program.steps[i].id] = i;
+  std::vector<std::vector<int>> dependents(n);
+  std::vector<int> waiting(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    for (int dep : program.steps[i].deps) {
+      const auto it = position.find(dep);
+      if (it == position.end()) return std::nullopt;
+      dependents[it->second].push_back(i);
+      ++waiting[i];
+    }
+  }
+  std::vector<int> ready;
+  for (size_t i = 0; i < n; ++i) {
+    if (waiting[i] == 0) ready.push_back(i);
+  }
+  std::vector<int> path_of(n, -1);
+  std::vector<bool> continued(n, false);
+  std::vector<int64_t> path_max;
+  size_t done = 0;
+  while (!ready.empty()) {
+    const int i = ready.back();
+    ready.pop_back();
+    ++done;
+    for (int dep : program.steps[i].deps) {
+      const int d = position.at(dep);
+      if (!continued[d]) {
+        continued[d] = true;
+        path_of[i] = path_of[d];
+        break;
+      }
+    }
+    if (path_of[i] < 0) {
+      path_of[i] = static_cast<int>(path_max.size());
+      path_max.push_back(0);
+    }
+    path_max[path_of[i]] = std::max(path_max[path_of[i]], by_step[i]);
+    for (int next : dependents[i]) {
+      if (--waiting[next] == 0) ready.push_back(next);
+    }
+  }
+  if (done != n) return std::nullopt;
+  int64_t total = 0;
+  for (int64_t bytes : path_max) total += bytes;
+  return total;
+}
+
+}  // namespace
+
 HostMemoryNeed HostMemoryNeedOf(const ParsedProgram& program,
                                 const RelayOptions& relay,
                                 int max_concurrent_steps) {
@@ -176,14 +238,18 @@ HostMemoryNeed HostMemoryNeedOf(const ParsedProgram& program,
     need.tile_bytes += NumElements(buffer.box) *
                        DTypeSize(program.tensors[buffer.tensor].dtype);
   }
-  // Up to max_concurrent_steps steps run at once (all of them when they
-  // are independent), each with its staging slots.
-  std::vector<int64_t> staging;
+  std::vector<int64_t> by_step;
   for (const StepDesc& step : program.steps) {
     const bool relay_op =
         step.op == v1::Step::OP_BROADCAST || step.op == v1::Step::OP_SEND_RECV;
-    const int64_t bytes = relay_op ? RelayStagingBytes(step, program, relay)
-                                   : CollectiveStagingBytes(step, program);
+    by_step.push_back(relay_op ? RelayStagingBytes(step, program, relay)
+                               : CollectiveStagingBytes(step, program));
+  }
+  // Two bounds on the staging of the steps running at once; both hold, so
+  // the smaller does. (1) Up to max_concurrent_steps steps run at once,
+  // each with its staging.
+  std::vector<int64_t> staging;
+  for (int64_t bytes : by_step) {
     if (bytes > 0) staging.push_back(bytes);
   }
   const size_t concurrent = std::min(
@@ -191,6 +257,11 @@ HostMemoryNeed HostMemoryNeedOf(const ParsedProgram& program,
   std::partial_sort(staging.begin(), staging.begin() + concurrent,
                     staging.end(), std::greater<>());
   for (size_t i = 0; i < concurrent; ++i) need.staging_bytes += staging[i];
+  // (2) Steps on one dependency path never run at once.
+  if (std::optional<int64_t> paths =
+          StagingOnDependencyPaths(program, by_step)) {
+    need.staging_bytes = std::min(need.staging_bytes, *paths);
+  }
   return need;
 }
 

@@ -92,7 +92,9 @@ struct HostMemoryNeed {
   int64_t tile_bytes = 0;
   // Staging of the steps that may run at once (relay slots,
   // RelayStagingBytes; collective accumulators, CollectiveStagingBytes):
-  // the largest max_concurrent_steps of them.
+  // the largest max_concurrent_steps of them, or, when smaller, the sum
+  // over a cover of the steps by dependency paths of each path's largest
+  // (steps on one path never run at once: iterations of a collective).
   int64_t staging_bytes = 0;
 
   int64_t total() const { return tile_bytes + staging_bytes; }

@@ -153,6 +153,35 @@ TEST(HostMemoryNeedTest, CountsTilesAndStagingOfEverySegment) {
   EXPECT_EQ(need.total(), need.tile_bytes + need.staging_bytes);
 }
 
+// Five relays from worker 0 to worker 1 of one slice each: as a chain of
+// deps (iterations of one move) they never run at once and need one step's
+// staging; independent, all five may run together.
+TEST(HostMemoryNeedTest, StepsOnOneDependencyPathShareTheirStaging) {
+  for (const bool chained : {true, false}) {
+    TestJob job(2, 2, "job-path");
+    const int t = job.AddTensor({{64, 1000}, DType::kInt32});
+    job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
+    job.AddBuffer(2, t, job.FullBox(t), BufferRole::kDestination);
+    int previous = -1;
+    for (int k = 0; k < 5; ++k) {
+      std::vector<int> deps;
+      if (chained && previous >= 0) deps.push_back(previous);
+      previous = job.AddTransfer(t, job.FullBox(t), {0, 2}, deps);
+    }
+    absl::StatusOr<ParsedProgram> program = ParseProgram(job.ProgramFor(0));
+    ASSERT_TRUE(program.ok()) << program.status();
+    RelayOptions relay;
+    relay.chunk_bytes = 10000;
+    relay.pipeline_depth = 3;
+    const HostMemoryNeed need = HostMemoryNeedOf(*program, relay, 16);
+    EXPECT_EQ(need.staging_bytes, (chained ? 1 : 5) * 3 * 10000)
+        << (chained ? "chained" : "independent");
+    // At most max_concurrent_steps of the independent ones at once.
+    EXPECT_EQ(HostMemoryNeedOf(*program, relay, 2).staging_bytes,
+              (chained ? 1 : 2) * 3 * 10000);
+  }
+}
+
 TEST(HostMemoryNeedTest, LocalChainsNeedNoStaging) {
   TestJob job(1, 2, "job-local");
   const int t = job.AddTensor({{16}, DType::kInt8});
