@@ -49,8 +49,7 @@ absl::Status Executor::CheckMemory(const ParsedProgram& program) const {
       CheckHostMemory(program, NeedOf(program), AvailableMemory());
   // Staging buffers cached from earlier jobs count as used; give them back
   // before refusing a job for want of memory.
-  if (absl::IsResourceExhausted(status) &&
-      StagingPool::Default().Release() > 0) {
+  if (absl::IsResourceExhausted(status) && staging_pool().Release() > 0) {
     status = CheckHostMemory(program, NeedOf(program), AvailableMemory());
   }
   return status;
@@ -142,6 +141,7 @@ absl::StatusOr<v1::JobResult> Executor::Run(const ParsedProgram& program,
   env.cancellation = &cancellation_;
   env.options = options_.relay;
   env.slicing = options_.slicing;
+  env.staging = &staging_pool();
   if (options_.metrics != nullptr) {
     env.on_hop_done = [this, &program](const StepDesc& step, int position,
                                        double seconds) {

@@ -87,6 +87,11 @@ struct ExecutorOptions {
   // id to the local index they are registered under.
   std::shared_ptr<const UserBuffers> user_buffers;
   int devices_per_worker = 0;
+  // Where steps stage data (relay slots, collective buffers, packed compute
+  // operands); it outlives the executor so that its cached pages serve the
+  // worker's later jobs too. Null: StagingPool::Default(), the worker-wide
+  // pool. Tests inject their own to watch it.
+  StagingPool* staging = nullptr;
 };
 
 // What Run measured besides the JobResult (for logs).
@@ -139,7 +144,8 @@ class Executor {
   void Abort(absl::string_view reason);
 
   // RESOURCE_EXHAUSTED if the program's tiles and staging do not fit in the
-  // host's available memory (CheckHostMemory); Run checks it first thing.
+  // host's available memory (CheckHostMemory), even after the staging pool
+  // gave back what it had cached; Run checks it first thing.
   // Callers that connect to peers before Run (Task) call it before
   // connecting too, so a job that cannot fit fails before its peers wait.
   absl::Status CheckMemory(const ParsedProgram& program) const;
@@ -161,6 +167,10 @@ class Executor {
   void Fail(const absl::Status& status);
   AvailableMemoryFn AvailableMemory() const;
   HostMemoryNeed NeedOf(const ParsedProgram& program) const;
+  StagingPool& staging_pool() const {
+    return options_.staging != nullptr ? *options_.staging
+                                       : StagingPool::Default();
+  }
 
   const ExecutorOptions options_;
   Cancellation cancellation_;

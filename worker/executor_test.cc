@@ -320,6 +320,46 @@ TEST(ExecutorTest, FailedAllocationIsResourceExhausted) {
       << result.status();
 }
 
+// Staging buffers cached from earlier jobs are given back before a job is
+// refused for memory: with 4 MiB cached the job (6 MiB of tiles) would not
+// fit in 7 MiB less the cache; once released, it does.
+TEST(ExecutorTest, CachedStagingIsReleasedBeforeAJobIsRefused) {
+  auto program = ParseProgram(LocalChainJob().ProgramFor(0));
+  ASSERT_TRUE(program.ok()) << program.status();
+  StagingPool pool(int64_t{64} << 20);
+  { StagingBuffer cached = pool.Take(int64_t{4} << 20); }
+  ASSERT_EQ(pool.cached_bytes(), int64_t{4} << 20);
+  ExecutorOptions options;
+  options.staging = &pool;
+  options.available_memory = [&pool] {
+    return (int64_t{7} << 20) - pool.cached_bytes();
+  };
+  Executor executor(options);
+  auto result = executor.Run(*program, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->mismatches(), 0);
+  EXPECT_EQ(pool.cached_bytes(), 0);
+}
+
+// A relay between workers stages the chunks of a slice that is not
+// contiguous in its tile (half the columns) in the executor's pool, which
+// keeps them for the next job.
+TEST(ExecutorTest, RelaySlotsComeFromTheExecutorsPool) {
+  TestJob job(2, 1);
+  const int t = job.AddTensor({{256, 64}, DType::kFloat32});
+  const Box half = {Interval{0, 256}, Interval{0, 32}};
+  job.AddBuffer(0, t, job.FullBox(t), BufferRole::kSource);
+  job.AddBuffer(1, t, half, BufferRole::kDestination);
+  job.AddTransfer(t, half, {0, 1});
+  StagingPool pool(int64_t{64} << 20);
+  ExecutorOptions options = SmallChunks();
+  options.staging = &pool;
+  TestJobOutcome outcome = RunTestJob(job, options);
+  ExpectAllVerified(outcome, 256 * 32);
+  // The sender's slots (3 chunks of 1000 bytes) came back to it.
+  EXPECT_GE(pool.cached_bytes(), 3 * 1000);
+}
+
 // The local copies of a step check the abort every slice: an abort during
 // the copy to device 1 stops the step at the next slice.
 TEST(ExecutorTest, AbortDuringLocalCopiesStopsWithinASlice) {

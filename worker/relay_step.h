@@ -85,7 +85,8 @@ struct RelayEnvironment {
   // has landed its last byte, `seconds` after the step started here.
   std::function<void(const StepDesc& step, int position, double seconds)>
       on_hop_done;
-  // Where collectives stage data; null: StagingPool::Default().
+  // Where steps stage data (relay slots, collective buffers, packed compute
+  // operands); null: StagingPool::Default(). The executor passes its own.
   StagingPool* staging = nullptr;
 
   StagingPool& staging_pool() const {

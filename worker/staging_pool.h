@@ -1,6 +1,7 @@
-// StagingPool: host buffers that CPU collectives stage data in (ring
-// accumulators, packed pieces, all-gather bundles), kept between steps and
-// jobs so that their pages are touched once per worker, not once per step.
+// StagingPool: host buffers that CPU steps stage data in (relay slots, ring
+// accumulators, packed pieces, all-gather bundles, packed compute operands),
+// kept between steps and jobs so that their pages are touched once per
+// worker, not once per step.
 //
 //   StagingPool pool(/*capacity_bytes=*/int64_t{1} << 30);
 //   StagingBuffer acc = pool.Take(bytes);   // uninitialized bytes
