@@ -301,6 +301,7 @@ RelayTail AppendRelayTree(const Topology& topology,
   std::vector<RelayTail> tails(dsts.size() + 1);
   std::vector<bool> crossed(dsts.size() + 1, false);
   RelayTail tail;
+  tail.chunk = chunk;
   for (size_t k = 0; k < dsts.size(); ++k) {
     const int parent = parents[k];
     const int from = parent == 0 ? src : dsts[parent - 1];
@@ -321,6 +322,7 @@ RelayTail AppendRelayChain(const Topology& topology,
                            std::vector<int>& uses, int64_t chunk_bytes) {
   RelayTail tail;
   const double chunk = RelayChunk(topology, bytes, chunk_bytes);
+  tail.chunk = chunk;
   int from = src;
   bool crossed = false;
   for (size_t hop = 0; hop < dsts.size(); ++hop) {
@@ -416,7 +418,80 @@ absl::StatusOr<FlowSchedule> RunFlows(const FlowProblem& problem) {
   std::priority_queue<Timed, std::vector<Timed>, std::greater<>> setups;
   double now = 0;
   int finished = 0;
-  // `rate`: of the task's last flow when it ended (0: none).
+  // Per resource, for the rate a relay's fill is paid at (fill_rate): the
+  // weight of the flows on the network, and the units they have left to
+  // move times their weights, drained at the resource's load (drain)
+  // between solves and brought up to date lazily (settle).
+  const size_t num_resources = problem.capacity_.size();
+  std::vector<double> active_weight(num_resources, 0);
+  std::vector<double> units_left(num_resources, 0);
+  std::vector<double> drain(num_resources, 0);
+  std::vector<double> settled_at(num_resources, 0);
+  std::vector<int> draining;  // resources with drain > 0
+  const auto settle = [&](int r, double time) {
+    if (time > settled_at[r]) {
+      units_left[r] =
+          std::max(0.0, units_left[r] - drain[r] * (time - settled_at[r]));
+      settled_at[r] = time;
+    }
+  };
+  // Puts flow f's `units` (sign +1 on, -1 off) into the books at `time`.
+  const auto book = [&](int f, double units, double sign, double time) {
+    for (int k = problem.flow_path_begin_[f];
+         k < problem.flow_path_begin_[f + 1]; ++k) {
+      const int r = problem.resource_[k];
+      settle(r, time);
+      active_weight[r] += sign * problem.weight_[k];
+      units_left[r] =
+          std::max(0.0, units_left[r] + sign * problem.weight_[k] * units);
+    }
+  };
+  // New rates: each resource drains at the load of its flows.
+  const auto set_drains = [&](double time) {
+    for (int r : draining) {
+      settle(r, time);
+      drain[r] = 0;
+    }
+    draining.clear();
+    for (int f : active) {
+      for (int k = problem.flow_path_begin_[f];
+           k < problem.flow_path_begin_[f + 1]; ++k) {
+        const int r = problem.resource_[k];
+        if (drain[r] == 0) {
+          settle(r, time);
+          draining.push_back(r);
+        }
+        drain[r] += problem.weight_[k] * rate[f];
+      }
+    }
+  };
+  // The rate at which flow f's last chunks, `chunk` bytes each, move along
+  // its path once f has left the network: at each resource, the capacity
+  // over f's own uses of it plus, for every flow still there, its weight
+  // while it has a chunk's worth left (it takes turns with f's chunk), less
+  // once it has less. A relay that forwards to c children pays c chunks;
+  // one beside flows that go on pays its share; but flows that end at about
+  // the same time (a symmetric plan) hardly charge each other, since each
+  // link interleaves their chunks and so pays the pipeline's fill once.
+  const auto fill_rate = [&](int f, double chunk, double time) {
+    double rate = std::numeric_limits<double>::infinity();
+    for (int k = problem.flow_path_begin_[f];
+         k < problem.flow_path_begin_[f + 1]; ++k) {
+      const int r = problem.resource_[k];
+      settle(r, time);
+      const double others =
+          chunk > 0
+              ? std::min(std::max(0.0, active_weight[r]), units_left[r] / chunk)
+              : 0.0;
+      rate =
+          std::min(rate, problem.capacity_[r] / (problem.weight_[k] + others));
+    }
+    return std::isfinite(rate) ? rate : 0.0;
+  };
+  // Tasks whose data ended at this event, with their last flow: their fill
+  // is charged once every flow that ends with them has left.
+  std::vector<std::pair<int, int>> ended;
+  // `rate`: what its fill moves at (fill_rate; 0: no flow).
   const auto data_done = [&](int t, double time, double rate) {
     const double finish = time +
                           (static_cast<size_t>(t) < problem.relay_fill_.size()
@@ -444,6 +519,7 @@ absl::StatusOr<FlowSchedule> RunFlows(const FlowProblem& problem) {
     for (int f = first; f < last; ++f) {
       remaining[f] = problem.amount_[f];
       active.push_back(f);
+      book(f, remaining[f], +1, time);
     }
     outstanding[t] = last - first;
     active_changed = true;
@@ -463,6 +539,7 @@ absl::StatusOr<FlowSchedule> RunFlows(const FlowProblem& problem) {
   while (finished < n) {
     if (active_changed) {
       solver.Solve(active, rate);
+      set_drains(now);
       active_changed = false;
     }
     double next_done = std::numeric_limits<double>::infinity();
@@ -500,10 +577,14 @@ absl::StatusOr<FlowSchedule> RunFlows(const FlowProblem& problem) {
       const int f = active[i];
       const double done = now + remaining[f] / rate[f];
       if (f == first_done || done <= horizon + tolerance) {
+        const double remaining_before = remaining[f];
         remaining[f] = 0;
         const int t = problem.task_of_flow_[f];
         data_end[t] = std::max(data_end[t], std::min(done, horizon));
-        if (--outstanding[t] == 0) data_done(t, data_end[t], rate[f]);
+        if (--outstanding[t] == 0) ended.push_back({t, f});
+        // What it had left (none, but for a flow retired early with others
+        // near the horizon).
+        book(f, std::max(0.0, remaining_before - rate[f] * dt), -1, horizon);
         active[i] = active.back();
         active.pop_back();
         active_changed = true;
@@ -513,6 +594,13 @@ absl::StatusOr<FlowSchedule> RunFlows(const FlowProblem& problem) {
       }
     }
     now = std::max(now, horizon);
+    for (const auto& [t, f] : ended) {
+      const double chunk = static_cast<size_t>(t) < problem.relay_fill_.size()
+                               ? problem.relay_fill_[t].chunk
+                               : 0.0;
+      data_done(t, data_end[t], fill_rate(f, chunk, now));
+    }
+    ended.clear();
     // Tasks whose setup has elapsed put their flows on the network (one
     // without flows may finish on the spot and queue a tail, handled just
     // below).

@@ -164,13 +164,15 @@ HopLink AppendHop(const Topology& topology, const NetworkResources& resources,
 // bandwidth (a worker hands a chunk to its own devices as a copy), and so
 // does a hop between hosts whose sender got the chunk by a copy inside the
 // sending host (at the intra-host bandwidth); a hop between hosts after
-// the path has crossed hosts waits for it at the rate the flow ended with,
-// at most the hop's bandwidth: a relay that shares its NIC with other flows
-// receives the last chunk at its share.
+// the path has crossed hosts waits for it at the rate the flow's path
+// offers when its data ends (FlowProblem), at most the hop's bandwidth: a
+// relay that forwards to several hosts, or shares its NIC with flows that
+// are still moving, passes the last chunk on at its share.
 struct RelayTail {
   double fixed = 0;       // latencies, and the fill of hops inside hosts (s)
   double fill_bytes = 0;  // chunks the hops between hosts wait for
   double fill_floor = 0;  // those chunks at the hops' bandwidths (s)
+  double chunk = 0;       // the relay's chunk (bytes)
 
   // The fill of a flow that ends at `rate` bytes/s, and its whole tail.
   double FillAt(double rate) const;
@@ -216,8 +218,10 @@ struct FlowSchedule {
 // A task starts when all its deps have finished (at 0 without deps), holds
 // nothing for setup_seconds, then moves all its flows at once; it finishes
 // tail_seconds after the last unit of its last flow (a relay's tail: its
-// fill at the rate that flow ended with; at start + setup + tail
-// without flows).
+// fill at the rate that flow's path offers once it, and the flows that end
+// with it, left the network: each resource's capacity over the flow's own
+// uses of it plus the weight of the flows still moving there; at start +
+// setup + tail without flows).
 class FlowProblem {
  public:
   explicit FlowProblem(std::vector<double> capacity)
@@ -238,7 +242,8 @@ class FlowProblem {
   // Sets the tail of the last task added.
   void SetTail(double tail_seconds) { tail_.back() = tail_seconds; }
   // Sets the tail of the last task added to a relay's: its fixed part, and
-  // its fill at the rate of the task's last flow when that flow ends.
+  // its fill at the rate its last flow's path offers when that flow ends
+  // (above).
   void SetTail(const RelayTail& tail) {
     tail_.back() = tail.fixed;
     relay_fill_.resize(tail_.size());

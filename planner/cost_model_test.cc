@@ -139,15 +139,31 @@ TEST(SimulateTest, ChainAcrossThreeHostsCostsOneNicTime) {
               1.0 + 2 * 10e-6 + 1e-3, 1e-9);
 }
 
-TEST(SimulateTest, ConcurrentRelaysWaitForEachChunkAtTheirShare) {
-  // Two chains 0 -> 1 -> 2 share every NIC: 0.5 GB/s each, so host 1
-  // waits 2 ms (not 1 ms) for the last chunk of each before forwarding it.
+TEST(SimulateTest, RelaysThatEndTogetherPayTheFillOnce) {
+  // Two chains 0 -> 1 -> 2 share every NIC at 0.5 GB/s each. Each NIC
+  // interleaves their chunks, so host 1 forwards the last one (1 ms at the
+  // full rate) once both are in: 2 s + 1 ms, as one chain of 2 GB.
   Topology topology = PlainTopology(3, 1);
   topology.pipeline_chunk_bytes = 1'000'000;
   PlanMaker maker;
   maker.Add(0, {1, 2}, 1'000'000'000);
   maker.Add(0, {1, 2}, 1'000'000'000);
-  EXPECT_NEAR(MustSimulate(maker.plan(), topology).seconds, 2.0 + 2e-3, 1e-9);
+  EXPECT_NEAR(MustSimulate(maker.plan(), topology).seconds, 2.0 + 1e-3, 1e-9);
+}
+
+TEST(SimulateTest, ARelayBesideAFlowThatGoesOnForwardsAtItsShare) {
+  // A chain 0 -> 1 -> 2 shares host 1's NIC with a longer send 1 -> 2 at
+  // 0.5 GB/s each: when the chain's last chunk reaches host 1 (2 s), the
+  // send still moves, so host 1 forwards that chunk at 0.5 GB/s (2 ms).
+  // The send then finishes its last 2 GB alone, at 1 GB/s.
+  Topology topology = PlainTopology(3, 1);
+  topology.pipeline_chunk_bytes = 1'000'000;
+  PlanMaker maker;
+  maker.Add(0, {1, 2}, 1'000'000'000);
+  maker.Add(1, {2}, 3'000'000'000);
+  const SimulationResult result = MustSimulate(maker.plan(), topology);
+  EXPECT_NEAR(result.transfer_finish[0], 2.0 + 2e-3, 1e-9);
+  EXPECT_NEAR(result.transfer_finish[1], 4.0, 1e-9);
 }
 
 TEST(SimulateTest, RelayTreeLoadsAParentOncePerChildAndPaysItsDepth) {

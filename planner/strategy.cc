@@ -818,8 +818,10 @@ std::vector<HolderAmounts> AssignEgress(const std::vector<NetworkTask>& tasks,
 // passes each chunk on as soon as it has it, so no rounds, no budget of
 // transfers, and one transfer per remote host; but the pieces share the
 // sender's NIC, so each forwarder waits for a chunk at 1 / H of its rate,
-// which rounds avoid for pieces no bigger than a chunk. The plan is made
-// both ways, and the simulator picks (PlanMeshcastChecked).
+// which rounds avoid for pieces no bigger than a chunk. Or as two binary
+// relay trees over the hosts (BinaryTreeSeconds below), whose fill grows
+// with log2(H) instead. The plan is made each way, and the simulator picks
+// (PlanMeshcastChecked).
 
 // Transfers one split part may take; past it, pieces are fewer than hosts
 // (and the hosts holding one send it more often), then rounds fewer.
@@ -953,21 +955,93 @@ double TreeSeconds(double bytes, const RemoteReceivers& remote,
          InHostHopsSeconds(piece, remote.widest - 1, topology);
 }
 
+// Two complementary binary relay trees (NCCL's double binary tree, over
+// hosts): each carries half of the part; in each, a remote host's first
+// receiver passes every chunk on along its host and to up to two other
+// hosts, and the hosts that forward in one tree are leaves of the other.
+// Every NIC then sends and receives about the part once, as in a chain,
+// but a byte crosses only about log2(H) + 1 hops between hosts, each
+// waiting for a chunk at half the NIC rate (a forwarder feeds two hosts,
+// the sender two roots): the fill grows as 2 log2(H) chunks, not H.
+
+// Hops between hosts from the sender to the deepest of `hosts` hosts laid
+// out breadth first in a binary tree.
+size_t BinaryTreeHops(size_t hosts) {
+  size_t hops = 1;
+  while ((size_t{2} << (hops - 1)) - 1 < hosts) ++hops;
+  return hops;
+}
+
+// Chunks that keep the fill (2 chunk-times per hop) at kTreeFillShare of
+// the part's time, within the floor of TreeChunkBytes.
+double BinaryTreeChunkBytes(double bytes, size_t hosts,
+                            const Topology& topology) {
+  const double wanted = kTreeFillShare * bytes /
+                        (2.0 * static_cast<double>(BinaryTreeHops(hosts)));
+  const double floor = std::max(
+      kMinTreeChunkBytes, kMinTreeChunkSeconds * topology.inter_host_bandwidth);
+  return std::min(topology.pipeline_chunk_bytes, std::max(wanted, floor));
+}
+
+double BinaryTreeSeconds(double bytes, const RemoteReceivers& remote,
+                         const Topology& topology) {
+  const double hops = static_cast<double>(BinaryTreeHops(remote.hosts));
+  const double half = bytes / 2;
+  return topology.transfer_setup_seconds +
+         bytes / topology.inter_host_bandwidth +
+         hops * topology.inter_host_latency +
+         2 * hops *
+             std::min(half,
+                      BinaryTreeChunkBytes(bytes, remote.hosts, topology)) /
+             topology.inter_host_bandwidth +
+         InHostHopsSeconds(half, remote.widest - 1, topology);
+}
+
+// How the meshcast plan may split a broadcast whose chain would be long.
+enum class SplitMode {
+  kNone,         // every part travels one chain
+  kRounds,       // scatter and forwards as separate transfers, in rounds
+  kTrees,        // one relay tree per piece, rounds where a tree cannot hold it
+  kBinaryTrees,  // two binary relay trees, rounds where a tree cannot hold it
+};
+
 // Whether a part of `bytes` goes split: when that is faster uncontended
 // and the chain would end late enough to matter (past
 // kSplitWhenChainEndsPast of the plan's busiest resource, `level`), since
 // a split adds transfers and store-and-forward steps.
 constexpr double kSplitWhenChainEndsPast = 0.5;
+// ... or when its latency and fill are more than this many times its
+// bytes' time (binary trees only).
+constexpr double kFillDominatedChain = 4;
+
+double SplitEstimate(double bytes, const RemoteReceivers& remote,
+                     SplitMode mode, const Topology& topology) {
+  switch (mode) {
+    case SplitMode::kTrees:
+      return TreeSeconds(bytes, remote, topology);
+    case SplitMode::kBinaryTrees:
+      return BinaryTreeSeconds(bytes, remote, topology);
+    default:
+      return SplitSeconds(bytes, remote, ChooseSplit(bytes, remote, topology),
+                          topology);
+  }
+}
 
 bool SplitPays(double bytes, const RemoteReceivers& remote, double level,
-               bool as_trees, const Topology& topology) {
-  if (remote.hosts < 2) return false;
+               SplitMode mode, const Topology& topology) {
+  if (remote.hosts < 2 || mode == SplitMode::kNone) return false;
   const double chain = ChainSeconds(bytes, remote, topology);
-  const double split =
-      as_trees ? TreeSeconds(bytes, remote, topology)
-               : SplitSeconds(bytes, remote,
-                              ChooseSplit(bytes, remote, topology), topology);
-  return split < chain && chain > kSplitWhenChainEndsPast * level;
+  if (SplitEstimate(bytes, remote, mode, topology) >= chain) return false;
+  if (chain > kSplitWhenChainEndsPast * level) return true;
+  // A chain whose fill outweighs its bytes ends late however early it
+  // would end alone: among other flows, each relay passes its last chunk
+  // on at its share of the NIC. A binary tree has log2(H) levels to fill,
+  // not H.
+  const double data = bytes / topology.inter_host_bandwidth;
+  return mode == SplitMode::kBinaryTrees &&
+         ChainSeconds(bytes, remote, topology) -
+                 topology.transfer_setup_seconds - data >
+             kFillDominatedChain * data;
 }
 
 // Expected bytes each of `receivers` chain members forwards of `bytes`.
@@ -976,19 +1050,11 @@ double ForwardShare(double bytes, size_t receivers) {
          static_cast<double>(receivers);
 }
 
-// How the meshcast plan may split a broadcast whose chain would be long.
-enum class SplitMode {
-  kNone,    // every part travels one chain
-  kRounds,  // scatter and forwards as separate transfers, in rounds
-  kTrees,   // one relay tree per piece, rounds where a tree cannot hold it
-};
-
 // `splits` (when not null) receives the number of parts that went split.
 ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
                          const std::vector<UnitTask>& tasks,
                          const Topology& topology, SplitMode mode,
                          int* splits) {
-  const bool allow_split = mode != SplitMode::kNone;
   if (splits != nullptr) *splits = 0;
   const int num_hosts = topology.num_hosts;
   PlanBuilder builder(problems, StrategyName(Strategy::kMeshcast));
@@ -1221,6 +1287,74 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
                  });
   };
 
+  // The same as two binary relay trees (BinaryTreeSeconds), each with half
+  // of the part: the remote hosts breadth first in NIC-load order for the
+  // first, in the reverse order for the second, so that the first half of
+  // the list (the forwarders of the first) are leaves of the second. Host
+  // i's entry (its least loaded receiver) gets the half from the entry of
+  // host (i - 1) / 2, or, for the root, from the sending host's last
+  // receiver (the sender itself without one), and passes it along its host
+  // and to the entries of hosts 2i + 1 and 2i + 2.
+  std::vector<int> entry_position;
+  std::vector<size_t> preorder;
+  const auto binary_tree_broadcast = [&](int tensor, const Box& part,
+                                         int sender,
+                                         absl::Span<const int> local,
+                                         absl::Span<const int> remote) {
+    const size_t n = remote.size();
+    const std::vector<Box> halves = SplitBox(part, {1.0, 1.0});
+    const double chunk = BinaryTreeChunkBytes(
+        static_cast<double>(builder.BytesOf(tensor, part)), n, topology);
+    const int64_t chunk_bytes =
+        chunk < topology.pipeline_chunk_bytes ? static_cast<int64_t>(chunk) : 0;
+    for (size_t tree = 0; tree < halves.size(); ++tree) {
+      const int64_t half_bytes = builder.BytesOf(tensor, halves[tree]);
+      if (half_bytes == 0) continue;
+      const double amount = static_cast<double>(half_bytes);
+      const auto host_at = [&](size_t i) {
+        return remote[tree == 0 ? i : n - 1 - i];
+      };
+      tree_devices.clear();
+      tree_parents.clear();
+      tree_devices.assign(local.begin(), local.end());
+      for (size_t k = 0; k < local.size(); ++k) {
+        tree_parents.push_back(static_cast<int>(k));
+      }
+      // Preorder over the heap layout (host i's children are 2i + 1 and
+      // 2i + 2): a host's entry and its chain, then its subtrees, so that
+      // parents come first and each host's devices are together.
+      entry_position.assign(n, 0);
+      preorder.assign(1, 0);
+      while (!preorder.empty()) {
+        const size_t i = preorder.back();
+        preorder.pop_back();
+        std::vector<int>& holders = receivers_on[host_at(i)];
+        by_port_load(holders);
+        int parent = static_cast<int>(local.size());
+        if (i > 0) {
+          const size_t up = (i - 1) / 2;
+          parent = entry_position[up];
+          loads.AddLocal(tree_devices[parent - 1], amount);
+          loads.AddRelay(host_at(up), amount);
+        }
+        for (int device : holders) {
+          tree_devices.push_back(device);
+          tree_parents.push_back(parent);
+          parent = static_cast<int>(tree_devices.size());
+        }
+        entry_position[i] = static_cast<int>(tree_devices.size()) -
+                            static_cast<int>(holders.size()) + 1;
+        if (holders.size() > 1) loads.AddLocal(holders.front(), amount);
+        charge_forwards(absl::MakeConstSpan(holders).subspan(1), amount);
+        for (size_t child : {2 * i + 2, 2 * i + 1}) {
+          if (child < n) preorder.push_back(child);
+        }
+      }
+      builder.AddTree(tensor, halves[tree], sender, tree_devices, tree_parents,
+                      chunk_bytes);
+    }
+  };
+
   // 3. Emit chains. Relays and remote forwards add to the loads as they are
   // placed (local chains were charged above).
   std::vector<int> chain;
@@ -1279,13 +1413,18 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
               std::max(receivers.widest, receivers_on[host].size());
         }
         // Trees where one relay group holds them all, rounds otherwise.
-        const bool as_trees = mode == SplitMode::kTrees &&
-                              1 + local_count + remote_receivers <=
-                                  static_cast<size_t>(kMaxRelayGroupDevices);
-        if (allow_split && SplitPays(static_cast<double>(bytes), receivers,
-                                     level, as_trees, topology)) {
-          if (as_trees) {
+        SplitMode how = mode;
+        if ((how == SplitMode::kTrees || how == SplitMode::kBinaryTrees) &&
+            1 + local_count + remote_receivers >
+                static_cast<size_t>(kMaxRelayGroupDevices)) {
+          how = SplitMode::kRounds;
+        }
+        if (SplitPays(static_cast<double>(bytes), receivers, level, how,
+                      topology)) {
+          if (how == SplitMode::kTrees) {
             tree_broadcast(task.tensor, parts[p], sender, chain, remote);
+          } else if (how == SplitMode::kBinaryTrees) {
+            binary_tree_broadcast(task.tensor, parts[p], sender, chain, remote);
           } else {
             split_broadcast(
                 task.tensor, parts[p], sender, chain, remote,
@@ -1320,24 +1459,31 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
 
 // The meshcast plan with split broadcasts where the estimate says they pay;
 // since that estimate ignores contention, a plan that split anything is
-// simulated, as rounds and as relay trees, against the all-chains plan, and
-// the fastest kept (ties go to the chains, which have the fewest
-// transfers, then to the trees).
+// simulated, as rounds, as relay trees per host and as binary relay trees,
+// against the all-chains plan, and the fastest kept (ties go to the chains,
+// which have the fewest transfers, then to the trees per host, then to the
+// binary trees).
 absl::StatusOr<ReshardPlan> PlanMeshcastChecked(
     const std::vector<ReshardProblem>& problems,
     const std::vector<UnitTask>& tasks, const Topology& topology) {
   int tree_splits = 0;
+  int binary_splits = 0;
   int round_splits = 0;
   ReshardPlan trees =
       PlanMeshcast(problems, tasks, topology, SplitMode::kTrees, &tree_splits);
+  ReshardPlan binary = PlanMeshcast(problems, tasks, topology,
+                                    SplitMode::kBinaryTrees, &binary_splits);
   ReshardPlan rounds = PlanMeshcast(problems, tasks, topology,
                                     SplitMode::kRounds, &round_splits);
-  if (tree_splits == 0 && round_splits == 0) return trees;  // all chains
+  if (tree_splits == 0 && binary_splits == 0 && round_splits == 0) {
+    return trees;  // all chains
+  }
   ReshardPlan best =
       PlanMeshcast(problems, tasks, topology, SplitMode::kNone, nullptr);
   ASSIGN_OR_RETURN(SimulationResult best_time, Simulate(best, topology));
   for (auto [plan, splits] :
-       {std::pair{&trees, tree_splits}, std::pair{&rounds, round_splits}}) {
+       {std::pair{&trees, tree_splits}, std::pair{&binary, binary_splits},
+        std::pair{&rounds, round_splits}}) {
     if (splits == 0) continue;
     ASSIGN_OR_RETURN(const SimulationResult time, Simulate(*plan, topology));
     if (time.seconds < best_time.seconds) {

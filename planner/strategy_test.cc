@@ -533,34 +533,22 @@ TEST(MeshcastSplitTest, KeepsOneChainWherePipeliningHidesTheHops) {
   EXPECT_EQ(plan->transfers.size(), 1u);
 }
 
-// Rounds of a split: scatters from the source device, over the pieces.
-size_t SplitRounds(const ReshardPlan& plan, size_t hosts) {
-  size_t scatters = 0;
-  for (const Transfer& transfer : plan.transfers) {
-    if (transfer.src_device == 0) ++scatters;
-  }
-  return scatters / hosts;
-}
-
 TEST(MeshcastSplitTest, TransferSetUpsFavourTreesOverRounds) {
-  // 4 MiB to 4 hosts over 1 Gbit/s. Without set-ups a round costs a
-  // latency, and the rounds stop at their cap of 16 (16 x 4 scatters).
-  // With a 300 us set-up per transfer, 4 relay trees (4 set-ups) beat
-  // rounds of 20 transfers each.
+  // 4 MiB to 4 hosts over 1 Gbit/s with a 300 us set-up per transfer: 4
+  // relay trees (4 set-ups) beat rounds of 20 transfers each, and a chain
+  // (3 chunks of 1 MiB of fill, 8 ms each).
   LongBroadcast c = OneToHosts(4, int64_t{4} << 20);
   c.topology.inter_host_bandwidth = 125e6;
-  absl::StatusOr<ReshardPlan> plan =
-      PlanReshard({c.problem}, c.topology, Strategy::kMeshcast);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(SplitRounds(*plan, 4), 16u);
   c.topology.transfer_setup_seconds = 300e-6;
-  plan = PlanReshard({c.problem}, c.topology, Strategy::kMeshcast);
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_TRUE(VerifyPlan(*plan, c.topology).ok());
-  ASSERT_EQ(plan->transfers.size(), 4u);
-  for (const Transfer& transfer : plan->transfers) {
+  const StrategyComparison comparison = MustCompare(
+      {c.problem}, c.topology, CompareOptions{.only = Strategy::kMeshcast});
+  const StrategyEvaluation& row = comparison.rows[0];
+  EXPECT_TRUE(VerifyPlan(row.plan, c.topology).ok());
+  ASSERT_EQ(row.plan.transfers.size(), 4u);
+  for (const Transfer& transfer : row.plan.transfers) {
     EXPECT_EQ(transfer.parents.size(), 16u);
   }
+  EXPECT_LT(row.predicted_seconds, 1.06 * row.lower_bound_seconds);
 }
 
 TEST(MeshcastSplitTest, ChainsLongerThanARelayGroupGoInSeveralPieces) {
@@ -595,13 +583,28 @@ TEST(MeshcastSplitTest, ChainsLongerThanARelayGroupGoInSeveralPieces) {
   }
 }
 
-TEST(MeshcastSplitTest, BroadcastsToManyHostsGoAsRelayTrees) {
-  // 1 MiB to 200 hosts: in rounds, 200 pieces of 201 transfers each would
-  // pass the budget of 16384 transfers, so only 81 hosts would forward one.
-  // As relay trees, every host gets one piece and forwards it to one device
-  // of every other host: 200 transfers, every byte two hops between hosts
-  // deep.
-  const LongBroadcast c = OneToHosts(200, int64_t{1} << 20);
+// Hosts crossed on the way from the sender to each position of a relay
+// tree (position 0 is the sender).
+std::vector<int> HostCrossings(const Transfer& transfer,
+                               const Topology& topology) {
+  std::vector<int> crossings(transfer.dst_devices.size() + 1, 0);
+  for (size_t k = 0; k < transfer.dst_devices.size(); ++k) {
+    const int parent = transfer.parents[k];
+    const int from =
+        parent == 0 ? transfer.src_device : transfer.dst_devices[parent - 1];
+    crossings[k + 1] =
+        crossings[parent] +
+        (topology.SameHost(from, transfer.dst_devices[k]) ? 0 : 1);
+  }
+  return crossings;
+}
+
+TEST(MeshcastSplitTest, SmallBroadcastsToHundredsOfHostsGoAsOneTreePerHost) {
+  // 1 MiB to 256 hosts: in rounds, 256 pieces of 257 transfers each would
+  // pass the budget of 16384 transfers. As relay trees, every host gets
+  // one piece and forwards it to one device of every other host: 256
+  // transfers, every byte two hops between hosts deep.
+  const LongBroadcast c = OneToHosts(256, int64_t{1} << 20);
   const StrategyComparison comparison = MustCompare(
       {c.problem}, c.topology, CompareOptions{.only = Strategy::kMeshcast});
   const StrategyEvaluation& row = comparison.rows[0];
@@ -609,58 +612,115 @@ TEST(MeshcastSplitTest, BroadcastsToManyHostsGoAsRelayTrees) {
   ASSERT_TRUE(VerifyPlan(plan, c.topology).ok())
       << VerifyPlan(plan, c.topology);
   ExpectWellFormed(plan, c.topology);
-  ASSERT_EQ(plan.transfers.size(), 200u);
+  ASSERT_EQ(plan.transfers.size(), 256u);
   std::set<int> forwarder_hosts;
   for (const Transfer& transfer : plan.transfers) {
     EXPECT_EQ(transfer.src_device, 0);
     EXPECT_TRUE(transfer.deps.empty());
-    ASSERT_EQ(transfer.dst_devices.size(), 800u);
-    ASSERT_EQ(transfer.parents.size(), 800u);
+    ASSERT_EQ(transfer.dst_devices.size(), 1024u);
+    ASSERT_EQ(transfer.parents.size(), 1024u);
     EXPECT_EQ(transfer.parents[0], 0);  // the forwarder gets it first
     forwarder_hosts.insert(c.topology.HostOf(transfer.dst_devices[0]));
-    // Hosts crossed on the way to every receiver.
-    std::vector<int> crossings(801, 0);
-    for (size_t k = 0; k < 800; ++k) {
-      const int parent = transfer.parents[k];
-      const int from = parent == 0 ? 0 : transfer.dst_devices[parent - 1];
-      crossings[k + 1] =
-          crossings[parent] +
-          (c.topology.SameHost(from, transfer.dst_devices[k]) ? 0 : 1);
-      EXPECT_LE(crossings[k + 1], 2);
+    for (int crossings : HostCrossings(transfer, c.topology)) {
+      EXPECT_LE(crossings, 2);
     }
-  }
-  EXPECT_EQ(forwarder_hosts.size(), 200u);
-  // Chunks as small as a worker moves well (64 KiB): the trees share the
-  // sender's NIC, so a forwarder waits 200 chunk-times for each.
-  for (const Transfer& transfer : plan.transfers) {
+    // Chunks as small as a worker moves well (64 KiB).
     EXPECT_EQ(transfer.chunk_bytes, 64 << 10);
   }
-  // All 200 trees share the sender's NIC, so each forwarder waits for the
-  // piece at 1/200 of its rate: about twice the bound, against 200 hops
+  EXPECT_EQ(forwarder_hosts.size(), 256u);
+  // All 256 trees share the sender's NIC, so each forwarder waits for the
+  // piece at 1/256 of its rate: about twice the bound, against 256 hops
   // for one chain.
   EXPECT_LT(row.predicted_seconds, 2.1 * row.lower_bound_seconds);
 }
 
-TEST(MeshcastSplitTest, LargeBroadcastsToManyHostsStayNearTheBound) {
-  // 256 MiB to 16 and 64 hosts: one chain would pay 15 or 63 chunks of
-  // fill (1.06x, 1.26x the bound); one tree per host with chunks of 1% of
-  // the part / H waits for about 1% of the part's time.
-  for (int hosts : {16, 64}) {
+TEST(MeshcastSplitTest, LargeBroadcastsToManyHostsGoAsTwoBinaryTrees) {
+  // 256 MiB to 16 ... 256 hosts: one chain would pay H - 1 chunks of fill
+  // (1.06x the bound at 16 hosts, 2.04x at 256), and one tree per host H
+  // chunks at 1/H of the NIC (1.06x at 256). Two binary trees, each with
+  // half of the bytes, pay two chunks per level, about log2(H) levels.
+  for (int hosts : {16, 64, 256}) {
     SCOPED_TRACE(absl::StrCat(hosts, " hosts"));
     const LongBroadcast c = OneToHosts(hosts, int64_t{256} << 20);
     const StrategyComparison comparison = MustCompare(
         {c.problem}, c.topology, CompareOptions{.only = Strategy::kMeshcast});
     const StrategyEvaluation& row = comparison.rows[0];
-    ASSERT_TRUE(VerifyPlan(row.plan, c.topology).ok());
-    ASSERT_EQ(row.plan.transfers.size(), static_cast<size_t>(hosts));
-    for (const Transfer& transfer : row.plan.transfers) {
-      EXPECT_FALSE(transfer.parents.empty());
-      // 1% of the part / H, or the 64 KiB floor (64 hosts).
+    const ReshardPlan& plan = row.plan;
+    ASSERT_TRUE(VerifyPlan(plan, c.topology).ok())
+        << VerifyPlan(plan, c.topology);
+    ExpectWellFormed(plan, c.topology);
+    ASSERT_EQ(plan.transfers.size(), 2u);
+    // Levels of a binary tree of H hosts, plus the hop into its root.
+    int levels = 1;
+    while ((2 << (levels - 1)) - 1 < hosts) ++levels;
+    std::vector<std::set<int>> forwarders(2);
+    int64_t bytes = 0;
+    for (size_t tree = 0; tree < 2; ++tree) {
+      const Transfer& transfer = plan.transfers[tree];
+      bytes += transfer.bytes;
+      EXPECT_EQ(transfer.src_device, 0);
+      EXPECT_TRUE(transfer.deps.empty());
+      ASSERT_EQ(transfer.dst_devices.size(), 4u * hosts);
+      ASSERT_EQ(transfer.parents.size(), 4u * hosts);
+      // Every host's receivers hang from one entry, which sends to at
+      // most two other hosts.
+      std::map<int, int> remote_children;
+      std::map<int, int> entries;
+      for (size_t k = 0; k < transfer.dst_devices.size(); ++k) {
+        const int parent = transfer.parents[k];
+        const int from = parent == 0 ? 0 : transfer.dst_devices[parent - 1];
+        const int to = transfer.dst_devices[k];
+        if (c.topology.SameHost(from, to)) continue;
+        ++entries[c.topology.HostOf(to)];
+        if (parent > 0) ++remote_children[from];
+      }
+      EXPECT_EQ(entries.size(), static_cast<size_t>(hosts));
+      for (const auto& [host, count] : entries) EXPECT_EQ(count, 1);
+      for (const auto& [device, children] : remote_children) {
+        EXPECT_LE(children, 2);
+        forwarders[tree].insert(c.topology.HostOf(device));
+      }
+      const std::vector<int> crossings = HostCrossings(transfer, c.topology);
+      EXPECT_EQ(*std::max_element(crossings.begin(), crossings.end()), levels);
+      // 1% of the part over two chunks a level, or the 64 KiB floor.
       EXPECT_NEAR(transfer.chunk_bytes,
-                  std::max(0.01 * (256 << 20) / hosts, 65536.0), 1);
+                  std::max(0.01 * (256 << 20) / (2 * levels), 65536.0), 1);
     }
+    EXPECT_EQ(bytes, int64_t{256} << 20);  // two halves
+    // The hosts that forward in one tree are leaves of the other.
+    for (int host : forwarders[0]) EXPECT_EQ(forwarders[1].count(host), 0u);
     EXPECT_LE(row.predicted_seconds, 1.02 * row.lower_bound_seconds);
   }
+}
+
+TEST(MeshcastSplitTest, SmallSlicesToManyHostsBesideBulkGoAsBinaryTrees) {
+  // 64 replicated tensors of 256 KiB from host 0 to the 32 hosts 1-32,
+  // beside 4 GiB split over hosts 33-64 that goes to hosts 1-32 (128 MiB
+  // into each). Alone, a chain through 32 hosts would end far before the
+  // bulk (level), but it is all fill (31 chunks for one chunk of data),
+  // and each relay passes its last chunk on beside the bulk at half the
+  // NIC: the small tensors go as binary trees (5 levels, not 31 hops).
+  const Topology topology = Topology::FromGbps(65, 1, 10, 1200);
+  std::vector<ReshardProblem> problems;
+  for (int i = 0; i < 64; ++i) {
+    problems.push_back(
+        Problem(topology, {64 << 10}, "1x1@0", "R", "32x1@1", "R"));
+  }
+  problems.push_back(
+      Problem(topology, {int64_t{1} << 30}, "32x1@33", "S0", "32x1@1", "S0"));
+  const StrategyComparison comparison = MustCompare(
+      problems, topology, CompareOptions{.only = Strategy::kMeshcast});
+  const StrategyEvaluation& row = comparison.rows[0];
+  ASSERT_TRUE(VerifyPlan(row.plan, topology).ok());
+  int trees = 0;
+  for (const Transfer& transfer : row.plan.transfers) {
+    if (transfer.tensor < 64) {
+      EXPECT_FALSE(transfer.parents.empty());
+      ++trees;
+    }
+  }
+  EXPECT_EQ(trees, 2 * 64);
+  EXPECT_LE(row.predicted_seconds, 1.02 * row.lower_bound_seconds);
 }
 
 TEST_F(TestbedTest, MeshcastPlansAllTensorsTogether) {
