@@ -1050,12 +1050,14 @@ double ForwardShare(double bytes, size_t receivers) {
          static_cast<double>(receivers);
 }
 
-// `splits` (when not null) receives the number of parts that went split.
+// `splits` (when not null) receives the number of parts that went split,
+// `candidates` the number that went to two remote hosts or more.
 ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
                          const std::vector<UnitTask>& tasks,
-                         const Topology& topology, SplitMode mode,
-                         int* splits) {
+                         const Topology& topology, SplitMode mode, int* splits,
+                         int* candidates = nullptr) {
   if (splits != nullptr) *splits = 0;
+  if (candidates != nullptr) *candidates = 0;
   const int num_hosts = topology.num_hosts;
   PlanBuilder builder(problems, StrategyName(Strategy::kMeshcast));
   builder.Reserve(tasks.size());  // at least one transfer per task
@@ -1408,6 +1410,7 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
           return loads.nic(a) < loads.nic(b);
         });
         RemoteReceivers receivers{remote.size(), remote_receivers, 0};
+        if (candidates != nullptr && remote.size() >= 2) ++*candidates;
         for (int host : remote) {
           receivers.widest =
               std::max(receivers.widest, receivers_on[host].size());
@@ -1467,10 +1470,13 @@ absl::StatusOr<ReshardPlan> PlanMeshcastChecked(
     const std::vector<ReshardProblem>& problems,
     const std::vector<UnitTask>& tasks, const Topology& topology) {
   int tree_splits = 0;
+  int candidates = 0;
+  ReshardPlan trees = PlanMeshcast(problems, tasks, topology, SplitMode::kTrees,
+                                   &tree_splits, &candidates);
+  // No part goes to two hosts or more: every mode plans the same chains.
+  if (candidates == 0) return trees;
   int binary_splits = 0;
   int round_splits = 0;
-  ReshardPlan trees =
-      PlanMeshcast(problems, tasks, topology, SplitMode::kTrees, &tree_splits);
   ReshardPlan binary = PlanMeshcast(problems, tasks, topology,
                                     SplitMode::kBinaryTrees, &binary_splits);
   ReshardPlan rounds = PlanMeshcast(problems, tasks, topology,
@@ -1478,13 +1484,18 @@ absl::StatusOr<ReshardPlan> PlanMeshcastChecked(
   if (tree_splits == 0 && binary_splits == 0 && round_splits == 0) {
     return trees;  // all chains
   }
+  // A mode that split nothing planned the chains.
   ReshardPlan best =
-      PlanMeshcast(problems, tasks, topology, SplitMode::kNone, nullptr);
+      tree_splits == 0     ? std::move(trees)
+      : binary_splits == 0 ? std::move(binary)
+      : round_splits == 0
+          ? std::move(rounds)
+          : PlanMeshcast(problems, tasks, topology, SplitMode::kNone, nullptr);
   ASSIGN_OR_RETURN(SimulationResult best_time, Simulate(best, topology));
   for (auto [plan, splits] :
        {std::pair{&trees, tree_splits}, std::pair{&binary, binary_splits},
         std::pair{&rounds, round_splits}}) {
-    if (splits == 0) continue;
+    if (splits == 0) continue;  // (and maybe moved into best)
     ASSIGN_OR_RETURN(const SimulationResult time, Simulate(*plan, topology));
     if (time.seconds < best_time.seconds) {
       best = std::move(*plan);
