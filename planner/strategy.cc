@@ -929,11 +929,26 @@ constexpr double kTreeFillShare = 0.01;
 constexpr double kMinTreeChunkBytes = 64 << 10;
 constexpr double kMinTreeChunkSeconds = 20e-6;
 
-double TreeChunkBytes(double bytes, size_t hosts, const Topology& topology) {
-  const double wanted = kTreeFillShare * bytes / static_cast<double>(hosts);
+// Chunks that keep a tree's fill, `fill_chunks` chunk-times, at
+// kTreeFillShare of the part's time, within the floor and the topology's
+// chunk.
+double FillBoundChunkBytes(double bytes, double fill_chunks,
+                           const Topology& topology) {
+  const double wanted = kTreeFillShare * bytes / fill_chunks;
   const double floor = std::max(
       kMinTreeChunkBytes, kMinTreeChunkSeconds * topology.inter_host_bandwidth);
   return std::min(topology.pipeline_chunk_bytes, std::max(wanted, floor));
+}
+
+// A tree step's Step.chunk_bytes: 0 (the worker's) where it is the
+// topology's chunk.
+int64_t TreeStepChunkBytes(double chunk, const Topology& topology) {
+  return chunk < topology.pipeline_chunk_bytes ? static_cast<int64_t>(chunk)
+                                               : 0;
+}
+
+double TreeChunkBytes(double bytes, size_t hosts, const Topology& topology) {
+  return FillBoundChunkBytes(bytes, static_cast<double>(hosts), topology);
 }
 
 // The same as relay trees (one per piece, no rounds): the sender's NIC and
@@ -972,15 +987,11 @@ size_t BinaryTreeHops(size_t hosts) {
   return hops;
 }
 
-// Chunks that keep the fill (2 chunk-times per hop) at kTreeFillShare of
-// the part's time, within the floor of TreeChunkBytes.
+// The fill is 2 chunk-times per hop.
 double BinaryTreeChunkBytes(double bytes, size_t hosts,
                             const Topology& topology) {
-  const double wanted = kTreeFillShare * bytes /
-                        (2.0 * static_cast<double>(BinaryTreeHops(hosts)));
-  const double floor = std::max(
-      kMinTreeChunkBytes, kMinTreeChunkSeconds * topology.inter_host_bandwidth);
-  return std::min(topology.pipeline_chunk_bytes, std::max(wanted, floor));
+  return FillBoundChunkBytes(
+      bytes, 2.0 * static_cast<double>(BinaryTreeHops(hosts)), topology);
 }
 
 double BinaryTreeSeconds(double bytes, const RemoteReceivers& remote,
@@ -1039,8 +1050,7 @@ bool SplitPays(double bytes, const RemoteReceivers& remote, double level,
   // not H.
   const double data = bytes / topology.inter_host_bandwidth;
   return mode == SplitMode::kBinaryTrees &&
-         ChainSeconds(bytes, remote, topology) -
-                 topology.transfer_setup_seconds - data >
+         chain - topology.transfer_setup_seconds - data >
              kFillDominatedChain * data;
 }
 
@@ -1245,24 +1255,24 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
   // one receiver of every other remote host, who passes it along its own.
   std::vector<int> tree_devices;
   std::vector<int> tree_parents;
+  // Appends `devices` to the tree as a chain hanging from chain position
+  // `parent`.
+  const auto hang = [&](absl::Span<const int> devices, int parent) {
+    for (int device : devices) {
+      tree_devices.push_back(device);
+      tree_parents.push_back(parent);
+      parent = static_cast<int>(tree_devices.size());
+    }
+  };
   const auto tree_broadcast = [&](int tensor, const Box& part, int sender,
                                   absl::Span<const int> local,
                                   absl::Span<const int> remote) {
-    // Appends `devices` as a chain hanging from chain position `parent`.
-    const auto hang = [&](absl::Span<const int> devices, int parent) {
-      for (int device : devices) {
-        tree_devices.push_back(device);
-        tree_parents.push_back(parent);
-        parent = static_cast<int>(tree_devices.size());
-      }
-    };
     const std::vector<Box> pieces =
         SplitBox(part, std::vector<double>(remote.size(), 1.0));
-    const double chunk =
+    const int64_t chunk_bytes = TreeStepChunkBytes(
         TreeChunkBytes(static_cast<double>(builder.BytesOf(tensor, part)),
-                       remote.size(), topology);
-    const int64_t chunk_bytes =
-        chunk < topology.pipeline_chunk_bytes ? static_cast<int64_t>(chunk) : 0;
+                       remote.size(), topology),
+        topology);
     place_pieces(tensor, pieces, remote,
                  [&](size_t j, const Box& piece, double amount,
                      absl::Span<const int> holders) {
@@ -1305,10 +1315,10 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
                                          absl::Span<const int> remote) {
     const size_t n = remote.size();
     const std::vector<Box> halves = SplitBox(part, {1.0, 1.0});
-    const double chunk = BinaryTreeChunkBytes(
-        static_cast<double>(builder.BytesOf(tensor, part)), n, topology);
-    const int64_t chunk_bytes =
-        chunk < topology.pipeline_chunk_bytes ? static_cast<int64_t>(chunk) : 0;
+    const int64_t chunk_bytes = TreeStepChunkBytes(
+        BinaryTreeChunkBytes(static_cast<double>(builder.BytesOf(tensor, part)),
+                             n, topology),
+        topology);
     for (size_t tree = 0; tree < halves.size(); ++tree) {
       const int64_t half_bytes = builder.BytesOf(tensor, halves[tree]);
       if (half_bytes == 0) continue;
@@ -1318,10 +1328,7 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
       };
       tree_devices.clear();
       tree_parents.clear();
-      tree_devices.assign(local.begin(), local.end());
-      for (size_t k = 0; k < local.size(); ++k) {
-        tree_parents.push_back(static_cast<int>(k));
-      }
+      hang(local, 0);
       // Preorder over the heap layout (host i's children are 2i + 1 and
       // 2i + 2): a host's entry and its chain, then its subtrees, so that
       // parents come first and each host's devices are together.
@@ -1339,13 +1346,8 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
           loads.AddLocal(tree_devices[parent - 1], amount);
           loads.AddRelay(host_at(up), amount);
         }
-        for (int device : holders) {
-          tree_devices.push_back(device);
-          tree_parents.push_back(parent);
-          parent = static_cast<int>(tree_devices.size());
-        }
-        entry_position[i] = static_cast<int>(tree_devices.size()) -
-                            static_cast<int>(holders.size()) + 1;
+        entry_position[i] = static_cast<int>(tree_devices.size()) + 1;
+        hang(holders, parent);
         if (holders.size() > 1) loads.AddLocal(holders.front(), amount);
         charge_forwards(absl::MakeConstSpan(holders).subspan(1), amount);
         for (size_t child : {2 * i + 2, 2 * i + 1}) {
