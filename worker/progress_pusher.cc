@@ -12,7 +12,19 @@
 namespace meshcast::worker {
 
 // One ReportProgress call: what gRPC needs alive until the call completes.
+//
+// gRPC destroys the completion callback, and with it the last reference to
+// the Call, only after the callback has returned and gRPC has dropped its own
+// reference to the call. The Releaser is declared first so that it is
+// destroyed last, after the context: once it has told the pusher, gRPC no
+// longer touches anything of this call, and Stop may return.
 struct ProgressPusher::Call {
+  struct Releaser {
+    ProgressPusher* pusher = nullptr;  // set once the call is issued
+    ~Releaser() {
+      if (pusher != nullptr) pusher->CallReleased();
+    }
+  } releaser;
   grpc::ClientContext context;
   v1::ReportProgressRequest request;
   v1::ReportProgressResponse response;
@@ -59,11 +71,18 @@ void ProgressPusher::Stop() {
   }
   if (thread_.joinable()) thread_.join();
   absl::MutexLock lock(&mu_);
-  // The call's completion touches this object: wait for it.
+  // The call's completion touches this object, and its teardown must not
+  // race the caller's teardown of the channel or server: wait until gRPC
+  // has released all of it.
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return in_flight_ == nullptr;
+    return live_calls_ == 0;
   };
   mu_.Await(absl::Condition(&idle));
+}
+
+void ProgressPusher::CallReleased() {
+  absl::MutexLock lock(&mu_);
+  --live_calls_;
 }
 
 int ProgressPusher::reports_sent() const {
@@ -136,6 +155,8 @@ bool ProgressPusher::Send(std::vector<v1::TaskProgress> tasks) {
       return false;
     }
     in_flight_ = call;
+    call->releaser.pusher = this;
+    ++live_calls_;
     ++sent_;
   }
   stub_->async()->ReportProgress(
@@ -146,8 +167,11 @@ bool ProgressPusher::Send(std::vector<v1::TaskProgress> tasks) {
 }
 
 void ProgressPusher::OnDone(const grpc::Status& status) {
+  // Released after the lock: the callback still holds the call, but a Call
+  // must never be destroyed under mu_ (its Releaser takes it).
+  std::shared_ptr<Call> done;
   absl::MutexLock lock(&mu_);
-  in_flight_.reset();
+  done = std::move(in_flight_);
   if (status.ok()) {
     if (failing_) LogInfo("progress reports reach the controller again");
     failing_ = false;

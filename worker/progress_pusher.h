@@ -107,6 +107,8 @@ class ProgressPusher {
   // Starts a report of `tasks` unless one is in flight (false then).
   bool Send(std::vector<v1::TaskProgress> tasks) ABSL_LOCKS_EXCLUDED(mu_);
   void OnDone(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // Called as the last part of an issued Call is destroyed.
+  void CallReleased() ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::unique_ptr<v1::Controller::Stub> stub_;
   const ProgressSource source_;
@@ -116,6 +118,9 @@ class ProgressPusher {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool disabled_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<Call> in_flight_ ABSL_GUARDED_BY(mu_);
+  // Issued calls that gRPC has not released yet (at most one, plus one
+  // completing): Stop waits for 0.
+  int live_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int sent_ ABSL_GUARDED_BY(mu_) = 0;
   int dropped_ ABSL_GUARDED_BY(mu_) = 0;
   int failed_ ABSL_GUARDED_BY(mu_) = 0;
