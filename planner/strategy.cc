@@ -951,6 +951,70 @@ double TreeChunkBytes(double bytes, size_t hosts, const Topology& topology) {
   return FillBoundChunkBytes(bytes, static_cast<double>(hosts), topology);
 }
 
+// The chunks above assume a tree has its NICs to itself. In a plan of many
+// transfers it moves at its share of the busiest NIC on its path, and each
+// chunk then waits at that share at every level: thousands of small trees
+// beside bulk traffic (a whole model's replicated tensors) paid a tail as
+// long as a quarter of the plan with 1 MiB chunks. Once the plan is whole,
+// every tree whose bytes cross two hosts or more in a row gets the chunk
+// that keeps its fill at kTreeFillShare of its own time at that share,
+// with the per-chunk floor at that share too (a chunk that takes long at
+// the tree's rate is long beside a worker's per-chunk cost). Chunks only
+// shrink.
+void FitTreeChunksToNicShares(ReshardPlan& plan, const Topology& topology) {
+  const int hosts = topology.num_hosts;
+  // Bytes through each host's NIC: egress at [h], ingress at [hosts + h].
+  std::vector<double> nic_bytes(2 * static_cast<size_t>(hosts), 0.0);
+  const auto for_each_remote_hop = [&](const Transfer& t, auto&& visit) {
+    for (size_t k = 0; k < t.dst_devices.size(); ++k) {
+      const int parent = ParentPosition(t, k);
+      const int from = parent == 0 ? t.src_device : t.dst_devices[parent - 1];
+      const int to = t.dst_devices[k];
+      if (!topology.SameHost(from, to)) {
+        visit(k, topology.HostOf(from), topology.HostOf(to));
+      }
+    }
+  };
+  for (const Transfer& t : plan.transfers) {
+    const double bytes = static_cast<double>(t.bytes);
+    for_each_remote_hop(t, [&](size_t, int from, int to) {
+      nic_bytes[from] += bytes;
+      nic_bytes[hosts + to] += bytes;
+    });
+  }
+  const double nic = topology.inter_host_bandwidth;
+  std::vector<int> depth;  // hops between hosts from the sender, per position
+  for (Transfer& t : plan.transfers) {
+    if (t.parents.empty() || t.bytes <= 0) continue;
+    const double bytes = static_cast<double>(t.bytes);
+    double rate = nic;
+    for_each_remote_hop(t, [&](size_t, int from, int to) {
+      const double busiest = std::max(nic_bytes[from], nic_bytes[hosts + to]);
+      rate = std::min(rate, nic * bytes / busiest);
+    });
+    // Parents come before their children (AddTree's order).
+    depth.assign(t.dst_devices.size() + 1, 0);
+    int deepest = 0;
+    for (size_t k = 0; k < t.dst_devices.size(); ++k) {
+      const int parent = ParentPosition(t, k);
+      const int from = parent == 0 ? t.src_device : t.dst_devices[parent - 1];
+      depth[k + 1] =
+          depth[parent] + (topology.SameHost(from, t.dst_devices[k]) ? 0 : 1);
+      deepest = std::max(deepest, depth[k + 1]);
+    }
+    if (deepest < 2) continue;
+    const double current = t.chunk_bytes > 0
+                               ? static_cast<double>(t.chunk_bytes)
+                               : topology.pipeline_chunk_bytes;
+    const double fitted =
+        std::max({kTreeFillShare * bytes / deepest, kMinTreeChunkBytes,
+                  kMinTreeChunkSeconds * rate});
+    if (fitted < current) {
+      t.chunk_bytes = TreeStepChunkBytes(std::floor(fitted), topology);
+    }
+  }
+}
+
 // The same as relay trees (one per piece, no rounds): the sender's NIC and
 // every host's ingress carry the part once, the forwarders' egress
 // (H - 1) / H of it; every byte crosses two hops between hosts, and the
@@ -1459,7 +1523,9 @@ ReshardPlan PlanMeshcast(const std::vector<ReshardProblem>& problems,
     }
     clear_receivers(task);
   }
-  return builder.Take();
+  ReshardPlan plan = builder.Take();
+  FitTreeChunksToNicShares(plan, topology);
+  return plan;
 }
 
 // The meshcast plan with split broadcasts where the estimate says they pay;
