@@ -19,6 +19,12 @@ what a job writes is in the process's own mapping when the job ends.
                                   "dst_buffer_prefix": "infer/"},
                 "verify": "VERIFY_MODE_OFF"})
 
+numpy arrays: `SharedTile.from_array(path, array)` makes a tile holding a
+copy of an array, and `tile.as_array(dtype, shape)` is a numpy array over
+the tile's own memory (no copy): fill a source through it before the job,
+read a destination through it after. numpy is imported only by these two
+(Debian: python3-numpy). Drop the arrays before `close()`.
+
 Names: a job's tile of tensor NAME on global device D is the buffer
 PREFIX + NAME registered with the worker of host D // G under local device
 D % G (G devices per worker). `tiles(plan)` lists every tile of a plan with
@@ -61,13 +67,60 @@ class SharedTile:
         os.ftruncate(fd, size)
         return cls(path, size, mmap.mmap(fd, size) if size else None, fd)
 
+    @classmethod
+    def from_array(cls, path, array):
+        """A new tile at `path` holding a copy of numpy `array`'s elements
+        in C order (its nbytes)."""
+        np = _numpy()
+        array = np.ascontiguousarray(array)
+        tile = cls.create(path, array.nbytes)
+        if array.nbytes:
+            tile.as_array(array.dtype, array.shape)[...] = array
+        return tile
+
     def view(self):
         """A writable memoryview of the bytes."""
         return memoryview(self._mapping) if self._mapping else memoryview(b"")
 
+    def as_array(self, dtype, shape=None):
+        """The tile's bytes as a writable numpy array of `dtype` (a numpy
+        dtype, or a meshcast dtype: see numpy_dtype) and `shape` (default:
+        one dimension, every element), without a copy: what the array holds
+        is what the worker reads and writes. ValueError when the shape's
+        bytes are not the tile's size."""
+        np = _numpy()
+        dtype = numpy_dtype(dtype)
+        if shape is None:
+            if self.size % dtype.itemsize:
+                raise ValueError("as_array: the tile's %d bytes are not a "
+                                 "whole number of %s elements (%d bytes "
+                                 "each)" % (self.size, dtype.name,
+                                            dtype.itemsize))
+            shape = (self.size // dtype.itemsize,)
+        shape = tuple(int(d) for d in shape)
+        count = 1
+        for d in shape:
+            count *= d
+        if count * dtype.itemsize != self.size:
+            raise ValueError("as_array: shape %s of %s holds %d bytes; the "
+                             "tile has %d" % (list(shape), dtype.name,
+                                              count * dtype.itemsize,
+                                              self.size))
+        if self._mapping is None:
+            return np.zeros(shape, dtype=dtype)  # a tile of 0 bytes
+        # frombuffer keeps a memoryview of the mapping as the array's base,
+        # so the mapping refuses to close under a live array (an ndarray
+        # built over the mmap itself would let it close and then fault).
+        return np.frombuffer(self._mapping, dtype=dtype,
+                             count=count).reshape(shape)
+
     def close(self, remove=True):
         if self._mapping is not None:
-            self._mapping.close()
+            try:
+                self._mapping.close()
+            except BufferError:
+                raise ValueError("close: arrays or views of %s are still "
+                                 "alive; drop them first" % self.path)
             self._mapping = None
         if self._fd is not None:
             os.close(self._fd)
@@ -164,6 +217,49 @@ _DTYPE_SIZES = {
     "DTYPE_FLOAT16": 2, "DTYPE_BFLOAT16": 2, "DTYPE_FLOAT32": 4,
     "DTYPE_FLOAT64": 8,
 }
+
+
+# numpy's name for each meshcast dtype; bfloat16 has none.
+_NUMPY_DTYPES = {
+    "DTYPE_INT8": "int8", "DTYPE_UINT8": "uint8", "DTYPE_INT32": "int32",
+    "DTYPE_INT64": "int64", "DTYPE_FLOAT16": "float16",
+    "DTYPE_FLOAT32": "float32", "DTYPE_FLOAT64": "float64",
+}
+
+
+def _numpy():
+    try:
+        import numpy
+    except ImportError:
+        raise ImportError("meshcast.buffers: numpy arrays need numpy "
+                          "(Debian: python3-numpy)") from None
+    return numpy
+
+
+def numpy_dtype(dtype):
+    """The numpy dtype of `dtype`: a meshcast.v1 DType value, its name
+    ("DTYPE_FLOAT32") or short name ("float32"), or anything numpy.dtype
+    takes. bfloat16 has no numpy dtype: ValueError (view such a tile as
+    uint16 for its raw bits)."""
+    np = _numpy()
+    if isinstance(dtype, int) and not isinstance(dtype, bool):
+        dtype = types_pb2.DType.Name(dtype)
+    if isinstance(dtype, str):
+        name = dtype.upper()
+        if not name.startswith("DTYPE_"):
+            name = "DTYPE_" + name
+        if name == "DTYPE_BFLOAT16":
+            raise ValueError("numpy has no bfloat16: view the tile as "
+                             "uint16 for its raw bits")
+        if name in _NUMPY_DTYPES:
+            return np.dtype(_NUMPY_DTYPES[name])
+        if name in _DTYPE_SIZES:
+            raise ValueError("dtype %s has no numpy dtype" % dtype)
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        raise ValueError("dtype %r: allowed: a numpy dtype or one of %s" % (
+            dtype, ", ".join(sorted(_NUMPY_DTYPES)))) from None
 
 
 def dtype_size(dtype):

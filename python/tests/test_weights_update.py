@@ -124,6 +124,57 @@ class WeightsUpdateTest(unittest.TestCase):
         self.assertEqual(destinations, 4)
         client.close()
 
+    def test_reshard_job_between_numpy_arrays(self):
+        """The same with numpy: float32 tiles made from slices of one array,
+        results read through arrays over the destination tiles."""
+        try:
+            import numpy as np
+        except ImportError:
+            self.skipTest("numpy is not installed")
+        client = meshcast.Client.local(self.dir)
+        workers = buffers.local_workers(self.dir)
+        whole = (np.arange(6 * 16, dtype=np.float32).reshape(6, 16) - 40) / 8
+        spec = {"reshard": {
+            "tensor": {"shape": list(whole.shape), "dtype": "DTYPE_FLOAT32"},
+            "src_mesh": {"shape": [2, 2], "devices": [0, 1, 4, 5]},
+            "src_spec": {"text": "S0,S1"},
+            "dst_mesh": {"shape": [1, 4], "devices": [2, 3, 6, 7]},
+            "dst_spec": {"text": "R,S1"},
+            "src_buffer": "np/in", "dst_buffer": "np/out",
+            "strategy": "meshcast"},
+            "verify": "VERIFY_MODE_CHECKSUM"}
+        worker_of_host = {w.host_index: w.name
+                          for w in client.cluster().workers}
+        lent = []
+        for tile in buffers.tiles(client.plan(spec).plan):
+            host, device = divmod(tile["device"], 4)
+            path = os.path.join(self.tmp, "np.%s.%d" % (tile["role"],
+                                                        tile["device"]))
+            box = tuple(slice(b, e) for b, e in tile["box"])
+            if tile["role"] == "source":
+                shm = buffers.SharedTile.from_array(path, whole[box])
+                name = "np/in"
+            else:
+                shm = buffers.SharedTile.create(path, tile["size"])
+                name = "np/out"
+            worker = workers[worker_of_host[host]]
+            worker.register(name, device, tile=shm)
+            lent.append((tile, box, shm, worker, name, device))
+        job = client.run(spec, timeout=60)
+        self.assertEqual(job.state, job_pb2.JOB_STATE_SUCCEEDED, job.message)
+        destinations = 0
+        for tile, box, shm, worker, name, device in lent:
+            if tile["role"] == "destination":
+                destinations += 1
+                shape = [e - b for b, e in tile["box"]]
+                got = shm.as_array(np.float32, shape)
+                np.testing.assert_array_equal(got, whole[box])
+                del got
+            worker.unregister(name, device)
+            shm.close()
+        self.assertEqual(destinations, 4)
+        client.close()
+
     def test_register_list_and_refusals(self):
         workers = buffers.local_workers(self.dir)
         self.assertEqual(sorted(workers), ["worker-0", "worker-1"])
