@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
 #include "planner/cost_model.h"
+#include "planner/transfer_window.h"
 #include "util/status_macros.h"
 
 namespace meshcast {
@@ -1662,6 +1663,8 @@ absl::StatusOr<StrategyComparison> Compare(
     }
     ASSIGN_OR_RETURN(row.plan,
                      PlanConcrete(problems, tasks, topology, row.strategy));
+    RETURN_IF_ERROR(LimitTransfersPerHost(row.plan, topology,
+                                          options.max_transfers_per_host));
     ASSIGN_OR_RETURN(SimulationResult simulated, Simulate(row.plan, topology));
     row.predicted_seconds = simulated.seconds;
     fastest = std::min(fastest, row.predicted_seconds);

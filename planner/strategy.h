@@ -109,6 +109,10 @@ struct CompareOptions {
   // receiving device that has no replica on the host. The others' bound is
   // the lower bound on any plan.
   bool prune = false;
+  // > 0: every planned strategy's plan runs at most this many transfers
+  // that touch any one host at once (LimitTransfersPerHost,
+  // planner/transfer_window.h), and is simulated so.
+  int max_transfers_per_host = 0;
 };
 
 // Plans and simulates the concrete strategies (all of them by default);

@@ -45,8 +45,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "bench/weights/weights_model.h"
 #include "cli/flags.h"
 #include "cli/text_table.h"
@@ -58,6 +61,7 @@
 #include "planner/sim/plan_simulator.h"
 #include "planner/strategy.h"
 #include "planner/topology.h"
+#include "planner/transfer_window.h"
 #include "planner/unit_task.h"
 #include "util/status_macros.h"
 
@@ -225,11 +229,44 @@ struct MeshcastRun {
   double planner_predicted = 0;  // the planner's own simulation
   double tasks_s = 0, bound_s = 0, plan_s = 0, lower_s = 0, simulate_s = 0;
   bool verified = false;
+  // The most transfers touching one host at once in the planner's
+  // simulation, and the plan's prediction with each bound on that
+  // (LimitTransfersPerHost: what reshard_model.max_transfers_per_host does).
+  int most_per_host = 0;
+  std::vector<std::pair<int, double>> per_host_bounded;
 };
+
+// The most transfers touching one host that `sim` runs at once.
+int MostTransfersPerHost(const ReshardPlan& plan, const Topology& topology,
+                         const SimulationResult& sim) {
+  std::vector<std::vector<std::pair<double, int>>> events(topology.num_hosts);
+  std::vector<int> hosts;
+  for (size_t i = 0; i < plan.transfers.size(); ++i) {
+    const Transfer& t = plan.transfers[i];
+    hosts.assign(1, topology.HostOf(t.src_device));
+    for (int d : t.dst_devices) hosts.push_back(topology.HostOf(d));
+    std::sort(hosts.begin(), hosts.end());
+    hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
+    for (int h : hosts) {
+      events[h].push_back({sim.transfer_start[i], 1});
+      events[h].push_back({sim.transfer_finish[i], -1});
+    }
+  }
+  int most = 0;
+  for (auto& host_events : events) {
+    std::sort(host_events.begin(), host_events.end());  // ends first
+    int running = 0;
+    for (const auto& [time, change] : host_events) {
+      running += change;
+      most = std::max(most, running);
+    }
+  }
+  return most;
+}
 
 absl::StatusOr<MeshcastRun> RunMeshcast(
     const std::vector<ReshardProblem>& problems, const Topology& topology,
-    bool verify) {
+    bool verify, const std::vector<int>& per_host_limits = {}) {
   MeshcastRun run;
   run.tensors = static_cast<int64_t>(problems.size());
   auto start = std::chrono::steady_clock::now();
@@ -263,6 +300,16 @@ absl::StatusOr<MeshcastRun> RunMeshcast(
   ASSIGN_OR_RETURN(const PlanSimulation simulated, SimulatePlan(ir, topology));
   run.simulate_s = Since(start);
   run.predicted = simulated.seconds;
+  if (!per_host_limits.empty()) {
+    ASSIGN_OR_RETURN(const SimulationResult free, Simulate(row.plan, topology));
+    run.most_per_host = MostTransfersPerHost(row.plan, topology, free);
+    for (int limit : per_host_limits) {
+      ReshardPlan bounded = row.plan;
+      RETURN_IF_ERROR(LimitTransfersPerHost(bounded, topology, limit));
+      ASSIGN_OR_RETURN(const SimulationResult sim, Simulate(bounded, topology));
+      run.per_host_bounded.push_back({limit, sim.seconds});
+    }
+  }
   return run;
 }
 
@@ -375,6 +422,10 @@ void PrintTable(const MeshcastRun& mc, const WholeBroadcast& whole,
   add("lower bound", Decimal(mc.delivered_bytes), "-", mc.lower_bound);
   add("meshcast", Decimal(mc.delivered_bytes), Decimal(mc.nic_bytes),
       mc.predicted);
+  for (const auto& [limit, seconds] : mc.per_host_bounded) {
+    add(absl::StrFormat("meshcast, <= %d transfers per host", limit),
+        Decimal(mc.delivered_bytes), Decimal(mc.nic_bytes), seconds);
+  }
   add("whole broadcast, bound", Decimal(whole.delivered_bytes),
       Decimal(whole.nic_bytes), whole.bound);
   add(absl::StrFormat("whole broadcast, ring (%d x %g GiB)", whole.buckets,
@@ -383,8 +434,15 @@ void PrintTable(const MeshcastRun& mc, const WholeBroadcast& whole,
   add("checkpoint-engine (published)", "-", "-", kCheckpointEngineSeconds);
   std::cout << "#\n# delivered = bytes written into inference GPUs; NIC "
                "bytes = bytes entering hosts through their NICs (model "
-            << Decimal(model_bytes) << ")\n"
-            << table.Render();
+            << Decimal(model_bytes) << ")\n";
+  if (!mc.per_host_bounded.empty()) {
+    std::cout << "# <= N transfers per host: the same plan with each host's "
+                 "transfers in N dependency chains (reshard_model."
+                 "max_transfers_per_host), which bounds a worker's relay "
+                 "staging and threads; unbounded, a host runs up to "
+              << mc.most_per_host << " at once\n";
+  }
+  std::cout << table.Render();
 }
 
 void PrintPlanning(const MeshcastRun& mc) {
@@ -433,6 +491,13 @@ std::vector<std::string> Check(const MoeModelShape& shape,
       failures.push_back(absl::StrCat(name, " is below the lower bound"));
     }
   }
+  for (const auto& [limit, seconds] : mc.per_host_bounded) {
+    if (!(seconds >= mc.lower_bound * kSlack)) {
+      failures.push_back(absl::StrCat("meshcast with <= ", limit,
+                                      " transfers per host is below the "
+                                      "lower bound"));
+    }
+  }
   if (!(whole.ring >= whole.bound * kSlack)) {
     failures.push_back("the whole broadcast's ring beats its own bound");
   }
@@ -451,6 +516,8 @@ struct Options {
   bool quick = false;
   bool scales = false;
   bool check = false;
+  std::string per_host;  // --per-host
+  std::vector<int> per_host_limits;
 };
 
 // One fleet: the header, the table, the planning line and the summary.
@@ -466,8 +533,9 @@ absl::Status RunFleet(const Options& options) {
   {
     ASSIGN_OR_RETURN(const std::vector<ReshardProblem> problems,
                      Problems(weights, fleet, topology, /*whole=*/false));
-    ASSIGN_OR_RETURN(mc, RunMeshcast(problems, topology,
-                                     /*verify=*/options.quick));
+    ASSIGN_OR_RETURN(
+        mc, RunMeshcast(problems, topology,
+                        /*verify=*/options.quick, options.per_host_limits));
   }
   ASSIGN_OR_RETURN(const WholeBroadcast whole,
                    RunWholeBroadcast(weights, shape.NumBytes(), fleet,
@@ -559,6 +627,10 @@ int Main(const std::vector<std::string>& args) {
                "a GPU's NVLink bandwidth each way, Gbit/s");
   flags.Double("bucket-gib", &fleet.bucket_gib, "GIB",
                "the whole broadcast's bucket, GiB");
+  flags.String("per-host", &options.per_host, "N,...",
+               "also meshcast's plan with at most N transfers touching a "
+               "host at once, for each N (about a minute each at the "
+               "frontier fleet; default: none)");
   absl::Status parsed = flags.Parse(args);
   if (flags.help_requested()) {
     std::cout << flags.Usage();
@@ -570,6 +642,16 @@ int Main(const std::vector<std::string>& args) {
                               : std::string(parsed.message()))
               << "\n";
     return 2;
+  }
+  for (absl::string_view item :
+       absl::StrSplit(options.per_host, ',', absl::SkipWhitespace())) {
+    int limit = 0;
+    if (!absl::SimpleAtoi(item, &limit) || limit < 1) {
+      std::cerr << "weights_bench: --per-host '" << options.per_host
+                << "': allowed: a comma-separated list of counts >= 1\n";
+      return 2;
+    }
+    options.per_host_limits.push_back(limit);
   }
   if (options.quick) {
     for (auto [name, target, value] :

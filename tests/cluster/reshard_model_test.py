@@ -32,12 +32,15 @@ METRICS = ["movbw_bytes_per_second", "lower_bound_ratio", "model_bytes",
            "replicas"]
 
 
-def job_file(strategy, replica_meshes=("1x2", "1x2")):
+def job_file(strategy, replica_meshes=("1x2", "1x2"), per_host=0):
     lines = ["name: weights-%s" % strategy, "verify: full", "reshard_model:",
              "  src_mesh: \"1x2\"",
              "  dst_meshes: [%s]" % ", ".join('"%s"' % m
                                               for m in replica_meshes),
-             "  strategy: %s" % strategy, "  tensors:"]
+             "  strategy: %s" % strategy]
+    if per_host:
+        lines.append("  max_transfers_per_host: %d" % per_host)
+    lines.append("  tensors:")
     for name, shape, src, dst in TENSORS:
         lines.append("    - {name: %s, shape: \"%s\", dtype: float32, "
                      "src_spec: \"%s\", dst_spec: \"%s\"}" %
@@ -82,11 +85,29 @@ def safetensors_job_file(folder):
     return path
 
 
-def run_job(cluster, strategy, path=None):
-    """Submits `path` (default: the listed TENSORS with `strategy`) and
-    checks the result."""
+def most_steps_at_once(result):
+    """The most steps one worker ran at once, by the steps' own start and
+    end times as the workers measured them."""
+    events = {}
+    for step in result.get("steps", []):
+        events.setdefault(step["worker"], []).extend(
+            [(step["start_seconds"], 1), (step["end_seconds"], -1)])
+    lib.check(events, "the result lists no steps")
+    most = 0
+    for worker_events in events.values():
+        running = 0
+        for _, change in sorted(worker_events):  # ends first at a tie
+            running += change
+            most = max(most, running)
+    return most
+
+
+def run_job(cluster, strategy, path=None, per_host=0):
+    """Submits `path` (default: the listed TENSORS with `strategy`, at most
+    `per_host` transfers per host at once when set) and checks the
+    result."""
     listed = path is None
-    path = job_file(strategy) if listed else path
+    path = job_file(strategy, per_host=per_host) if listed else path
     try:
         result = cluster.ctl("submit", "-f", path, "--wait", "--output",
                              "json", timeout=120)
@@ -114,10 +135,16 @@ def run_job(cluster, strategy, path=None):
     ran = job.get("plan", {}).get("strategy", "?")
     if strategy != "auto":
         lib.check(ran == strategy, "%s: ran %s" % (strategy, ran))
-    lib.log("%-16s ok: ran %-16s %.4f s, %d elements verified" %
+    most = most_steps_at_once(res)
+    if per_host:
+        lib.check(most <= per_host, "%s, %d per host: a worker ran %d steps "
+                  "at once" % (strategy, per_host, most))
+        strategy = "%s/%d per host" % (strategy, per_host)
+    lib.log("%-16s ok: ran %-16s %.4f s, %d elements verified, at most %d "
+            "steps at once on a worker" %
             (strategy if listed else "safetensors", ran,
              float(res.get("seconds", 0)),
-             int(res.get("elements_verified", 0))))
+             int(res.get("elements_verified", 0)), most))
 
 
 def check_plan(cluster):
@@ -153,10 +180,13 @@ def run():
         for strategy in ("send_recv", "local_allgather", "broadcast",
                          "broadcast_lb", "meshcast", "auto"):
             run_job(cluster, strategy)
+        # Each host's transfers in one chain, then in two.
+        for per_host in (1, 2):
+            run_job(cluster, "meshcast", per_host=per_host)
         # The same model read from a safetensors header.
         with tempfile.TemporaryDirectory() as folder:
             run_job(cluster, "auto", safetensors_job_file(folder))
-        lib.log("7 reshard_model jobs verified on %d workers x %d devices" %
+        lib.log("9 reshard_model jobs verified on %d workers x %d devices" %
                 (WORKERS, DEVICES))
 
 

@@ -74,13 +74,14 @@ absl::StatusOr<PlannedJob> ReshardKind::Plan(
 
 absl::StatusOr<PlannedJob> PlanReshardJob(
     const std::vector<ReshardProblem>& problems, const Topology& topology,
-    Strategy strategy, const PlanOptions& options) {
+    Strategy strategy, const PlanOptions& options, int max_transfers_per_host) {
   // A forced strategy is the only one planned, whatever compare_all says:
   // at scale the baselines cost far more than the plan asked for. Auto
   // prunes the strategies that cannot win.
   CompareOptions compare;
   compare.only = strategy;
   compare.prune = true;
+  compare.max_transfers_per_host = max_transfers_per_host;
   ASSIGN_OR_RETURN(StrategyComparison comparison,
                    CompareStrategies(problems, topology, compare));
   if (comparison.rows.empty()) {

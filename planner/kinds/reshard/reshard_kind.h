@@ -45,10 +45,13 @@ class ReshardKind : public JobKind {
 // `strategy` (auto: the fastest simulated plan; strategies that cannot win
 // are listed as pruned, not planned; a forced strategy is planned alone),
 // lowers the chosen plan to the IR with its prediction and lower bound, and
-// lists the alternatives for auto or options.compare_all.
+// lists the alternatives for auto or options.compare_all. With
+// max_transfers_per_host > 0, every plan runs at most that many transfers
+// touching one host at once (planner/transfer_window.h), and is predicted so.
 absl::StatusOr<PlannedJob> PlanReshardJob(
     const std::vector<ReshardProblem>& problems, const Topology& topology,
-    Strategy strategy, const PlanOptions& options);
+    Strategy strategy, const PlanOptions& options,
+    int max_transfers_per_host = 0);
 // movbw_bytes_per_second and lower_bound_ratio of a reshard's result.
 void SummarizeReshard(v1::JobResult& result);
 

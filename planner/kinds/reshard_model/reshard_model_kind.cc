@@ -300,6 +300,12 @@ absl::StatusOr<ReshardModelRequest> ReshardModelRequestOf(
       "reshard_model.dst_buffer_prefix", m.dst_buffer_prefix()));
   request.src_buffer_prefix = m.src_buffer_prefix();
   request.dst_buffer_prefix = m.dst_buffer_prefix();
+  if (m.max_transfers_per_host() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reshard_model.max_transfers_per_host is ", m.max_transfers_per_host(),
+        "; allowed: 0 (no bound) or a positive count"));
+  }
+  request.max_transfers_per_host = m.max_transfers_per_host();
   if (!m.strategy().empty()) {
     absl::StatusOr<Strategy> strategy = ParseStrategy(m.strategy());
     if (!strategy.ok()) {
@@ -387,8 +393,9 @@ absl::StatusOr<PlannedJob> ReshardModelKind::Plan(
          request.src_pipeline ? MeshRow(meshes[0], t.stage) : meshes[0],
          t.src_spec, replicas, OverReplicas(t.dst_spec)});
   }
-  ASSIGN_OR_RETURN(PlannedJob job, PlanReshardJob(problems, topology,
-                                                  request.strategy, options));
+  ASSIGN_OR_RETURN(PlannedJob job,
+                   PlanReshardJob(problems, topology, request.strategy, options,
+                                  request.max_transfers_per_host));
   job.plan.set_kind("reshard_model");
   if (request.user_buffers()) {
     std::vector<std::string> src_names, dst_names;

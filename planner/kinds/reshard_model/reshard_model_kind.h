@@ -82,6 +82,9 @@ struct ReshardModelRequest {
   // Pipeline-parallel training (v1::ReshardModelSpec.src_pipeline): row s
   // of src_mesh (its first axis) holds the tensors of stage s.
   bool src_pipeline = false;
+  // v1::ReshardModelSpec.max_transfers_per_host (planner/transfer_window.h);
+  // 0: no bound.
+  int max_transfers_per_host = 0;
   bool user_buffers() const { return !src_buffer_prefix.empty(); }
   int64_t model_bytes() const;
 };

@@ -1,5 +1,6 @@
 #include "planner/kinds/reshard_model/reshard_model_kind.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -7,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/plan.h"
+#include "planner/sim/plan_simulator.h"
 #include "planner/unit_task.h"
 
 namespace meshcast {
@@ -53,7 +55,9 @@ TEST(ReshardModelKindTest, ErrorsNameTheFieldAndTheAllowedValues) {
        "reshard_model.src_mesh is required"},
       {[](v1::ReshardModelSpec& m) { m.clear_dst_meshes(); },
        "reshard_model.dst_meshes (count) is 0; allowed: 1..256"},
-      {[](v1::ReshardModelSpec& m) { m.mutable_dst_meshes(1)->set_shape(1, 4); },
+      {[](v1::ReshardModelSpec& m) {
+         m.mutable_dst_meshes(1)->set_shape(1, 4);
+       },
        "reshard_model.dst_meshes[1] has shape 1x4; allowed: the shape of "
        "dst_meshes[0], 1x2"},
       {[](v1::ReshardModelSpec& m) { m.mutable_tensors(1)->set_name("wq"); },
@@ -76,7 +80,11 @@ TEST(ReshardModelKindTest, ErrorsNameTheFieldAndTheAllowedValues) {
          m.set_src_buffer_prefix("w/");
          m.set_dst_buffer_prefix("w/");
        },
-       "reshard_model.dst_buffer_prefix 'w/' equals reshard_model.src_buffer_prefix"},
+       "reshard_model.dst_buffer_prefix 'w/' equals "
+       "reshard_model.src_buffer_prefix"},
+      {[](v1::ReshardModelSpec& m) { m.set_max_transfers_per_host(-2); },
+       "reshard_model.max_transfers_per_host is -2; allowed: 0 (no bound) or "
+       "a positive count"},
   };
   for (const Case& c : cases) {
     v1::JobSpec spec = Spec();
@@ -187,6 +195,56 @@ TEST(ReshardModelKindTest, PlansEveryTensorToEveryReplica) {
   EXPECT_EQ(result.metrics().at("model_bytes"),
             (2 * 256 * 256 + 256 * 1024 + 256) * 2);  // bfloat16
   EXPECT_EQ(result.metrics().at("lower_bound_ratio"), 2);
+}
+
+// max_transfers_per_host: the plan the workers get (the plan IR, timed by
+// the plan simulator) runs at most that many steps touching one host at
+// once, and is predicted no faster than the unbounded one.
+TEST(ReshardModelKindTest, MaxTransfersPerHostBoundsEachHostsSteps) {
+  const Topology topology = Topology::FromGbps(3, 4, 10, 100);
+  const std::vector<DeviceMesh> meshes = {DeviceMesh{{1, 4}, {0, 1, 2, 3}},
+                                          DeviceMesh{{1, 2}, {4, 5}},
+                                          DeviceMesh{{1, 2}, {8, 9}}};
+  const auto most_at_once = [&](const v1::Plan& plan) {
+    const absl::StatusOr<PlanSimulation> sim = SimulatePlan(plan, topology);
+    EXPECT_TRUE(sim.ok()) << sim.status();
+    std::map<int, std::set<int>> hosts_of_group;
+    for (const v1::CommGroup& group : plan.groups()) {
+      for (int device : group.devices()) {
+        hosts_of_group[group.id()].insert(topology.HostOf(device));
+      }
+    }
+    int most = 0;
+    for (int host = 0; host < topology.num_hosts; ++host) {
+      std::vector<std::pair<double, int>> events;  // finishes first
+      for (int i = 0; i < plan.steps_size(); ++i) {
+        if (!hosts_of_group[plan.steps(i).group()].contains(host)) continue;
+        events.push_back({sim->step_start[i], +1});
+        events.push_back({sim->step_finish[i], -1});
+      }
+      std::sort(events.begin(), events.end());
+      int running = 0;
+      for (const auto& [time, change] : events) {
+        running += change;
+        most = std::max(most, running);
+      }
+    }
+    return most;
+  };
+  v1::JobSpec spec = Spec();
+  absl::StatusOr<PlannedJob> free =
+      ReshardModelKind().Plan(spec, meshes, topology, {});
+  ASSERT_TRUE(free.ok()) << free.status();
+  ASSERT_GT(most_at_once(free->plan), 2);
+  for (int limit : {1, 2}) {
+    spec.mutable_reshard_model()->set_max_transfers_per_host(limit);
+    absl::StatusOr<PlannedJob> bounded =
+        ReshardModelKind().Plan(spec, meshes, topology, {});
+    ASSERT_TRUE(bounded.ok()) << bounded.status();
+    EXPECT_LE(most_at_once(bounded->plan), limit);
+    EXPECT_GE(bounded->plan.predicted_seconds(),
+              free->plan.predicted_seconds() * (1 - 1e-9));
+  }
 }
 
 // A preset's tensors: the count, the parameter total by the formula, and
