@@ -14,8 +14,9 @@ PACKAGES=(
   prometheus iproute2 python3 python3-yaml curl procps
   # the Python client (python/): its runtime, and pip to install it in tests
   python3-grpcio python3-protobuf python3-pip python3-venv python3-setuptools
-  # numpy arrays as user buffers (python/meshcast/buffers.py; optional there)
-  python3-numpy
+  # numpy arrays and torch CPU tensors as user buffers
+  # (python/meshcast/buffers.py; optional there)
+  python3-numpy python3-torch
   libssl-dev libcrypt-dev
   # fuzzing (scripts/fuzz.sh): clang with libFuzzer and the sanitizers
   clang libclang-rt-14-dev

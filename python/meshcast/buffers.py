@@ -23,7 +23,9 @@ numpy arrays: `SharedTile.from_array(path, array)` makes a tile holding a
 copy of an array, and `tile.as_array(dtype, shape)` is a numpy array over
 the tile's own memory (no copy): fill a source through it before the job,
 read a destination through it after. numpy is imported only by these two
-(Debian: python3-numpy). Drop the arrays before `close()`.
+(Debian: python3-numpy). torch CPU tensors work the same way
+(`SharedTile.from_tensor`, `tile.as_tensor`; bfloat16 included; Debian:
+python3-torch). Drop the arrays and tensors before `close()`.
 
 Names: a job's tile of tensor NAME on global device D is the buffer
 PREFIX + NAME registered with the worker of host D // G under local device
@@ -90,22 +92,10 @@ class SharedTile:
         bytes are not the tile's size."""
         np = _numpy()
         dtype = numpy_dtype(dtype)
-        if shape is None:
-            if self.size % dtype.itemsize:
-                raise ValueError("as_array: the tile's %d bytes are not a "
-                                 "whole number of %s elements (%d bytes "
-                                 "each)" % (self.size, dtype.name,
-                                            dtype.itemsize))
-            shape = (self.size // dtype.itemsize,)
-        shape = tuple(int(d) for d in shape)
+        shape = self._shape_of(shape, dtype.itemsize, dtype.name, "as_array")
         count = 1
         for d in shape:
             count *= d
-        if count * dtype.itemsize != self.size:
-            raise ValueError("as_array: shape %s of %s holds %d bytes; the "
-                             "tile has %d" % (list(shape), dtype.name,
-                                              count * dtype.itemsize,
-                                              self.size))
         if self._mapping is None:
             return np.zeros(shape, dtype=dtype)  # a tile of 0 bytes
         # frombuffer keeps a memoryview of the mapping as the array's base,
@@ -113,6 +103,54 @@ class SharedTile:
         # built over the mmap itself would let it close and then fault).
         return np.frombuffer(self._mapping, dtype=dtype,
                              count=count).reshape(shape)
+
+    @classmethod
+    def from_tensor(cls, path, tensor):
+        """A new tile at `path` holding a copy of torch `tensor`'s elements
+        (moved to the CPU first if it is not there) in C order."""
+        tensor = tensor.detach().to("cpu").contiguous()
+        nbytes = tensor.numel() * tensor.element_size()
+        tile = cls.create(path, nbytes)
+        if nbytes:
+            tile.as_tensor(tensor.dtype, tensor.shape).copy_(tensor)
+        return tile
+
+    def as_tensor(self, dtype, shape=None):
+        """The tile's bytes as a writable torch CPU tensor of `dtype` (a
+        torch dtype, or a meshcast one: see torch_dtype; bfloat16 too) and
+        `shape`, without a copy, as as_array does for numpy."""
+        torch = _torch()
+        dtype = torch_dtype(dtype)
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        shape = self._shape_of(shape, itemsize, str(dtype), "as_tensor")
+        count = 1
+        for d in shape:
+            count *= d
+        if self._mapping is None:
+            return torch.zeros(shape, dtype=dtype)
+        # Through a memoryview that the tensor keeps: the mapping then
+        # refuses to close under it.
+        return torch.frombuffer(memoryview(self._mapping), dtype=dtype,
+                                count=count).reshape(shape)
+
+    def _shape_of(self, shape, itemsize, name, what):
+        """`shape` as a tuple (default: every element, in one dimension),
+        checked against the tile's size; errors start with `what`."""
+        if shape is None:
+            if self.size % itemsize:
+                raise ValueError("%s: the tile's %d bytes are not a "
+                                 "whole number of %s elements (%d bytes "
+                                 "each)" % (what, self.size, name, itemsize))
+            return (self.size // itemsize,)
+        shape = tuple(int(d) for d in shape)
+        count = 1
+        for d in shape:
+            count *= d
+        if count * itemsize != self.size:
+            raise ValueError("%s: shape %s of %s holds %d bytes; the "
+                             "tile has %d" % (what, list(shape), name,
+                                              count * itemsize, self.size))
+        return shape
 
     def close(self, remove=True):
         if self._mapping is not None:
@@ -234,6 +272,37 @@ def _numpy():
         raise ImportError("meshcast.buffers: numpy arrays need numpy "
                           "(Debian: python3-numpy)") from None
     return numpy
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("meshcast.buffers: torch tensors need torch "
+                          "(Debian: python3-torch)") from None
+    return torch
+
+
+# torch's name for each meshcast dtype.
+_TORCH_DTYPES = dict(_NUMPY_DTYPES, DTYPE_BFLOAT16="bfloat16")
+
+
+def torch_dtype(dtype):
+    """The torch dtype of `dtype`: a meshcast.v1 DType value, its name
+    ("DTYPE_BFLOAT16") or short name ("bfloat16"), or a torch dtype."""
+    torch = _torch()
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, int) and not isinstance(dtype, bool):
+        dtype = types_pb2.DType.Name(dtype)
+    if isinstance(dtype, str):
+        name = dtype.upper()
+        if not name.startswith("DTYPE_"):
+            name = "DTYPE_" + name
+        if name in _TORCH_DTYPES:
+            return getattr(torch, _TORCH_DTYPES[name])
+    raise ValueError("dtype %r: allowed: a torch dtype or one of %s" % (
+        dtype, ", ".join(sorted(_TORCH_DTYPES))))
 
 
 def numpy_dtype(dtype):

@@ -1,5 +1,6 @@
-"""meshcast.buffers without a cluster: numpy arrays over shared tiles (the
-array is the tile's memory, not a copy), dtype names, and the errors."""
+"""meshcast.buffers without a cluster: numpy arrays and torch tensors over
+shared tiles (the array is the tile's memory, not a copy), dtype names, and
+the errors."""
 
 import os
 import tempfile
@@ -12,6 +13,10 @@ try:
     import numpy as np
 except ImportError:  # scripts/install-deps.sh installs python3-numpy
     np = None
+try:
+    import torch
+except ImportError:  # scripts/install-deps.sh installs python3-torch
+    torch = None
 
 
 @unittest.skipUnless(np is not None, "numpy is not installed")
@@ -83,6 +88,50 @@ class ArrayTileTest(unittest.TestCase):
             tile.close()
         self.assertIn("still alive", str(live.exception))
         del array
+        tile.close()
+
+
+@unittest.skipUnless(torch is not None, "torch is not installed")
+class TensorTileTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="mc-buffers-")
+
+    def test_bfloat16_tensors_round_trip_through_the_tiles_memory(self):
+        source = torch.linspace(-3, 3, 24, dtype=torch.float32).reshape(
+            4, 6).to(torch.bfloat16)
+        tile = buffers.SharedTile.from_tensor(os.path.join(self.tmp, "w"),
+                                              source)
+        self.assertEqual(tile.size, 24 * 2)
+        tensor = tile.as_tensor("DTYPE_BFLOAT16", (4, 6))
+        self.assertTrue(torch.equal(tensor, source))
+        # The tile's bytes are the tensor's: the bits of source[2, 5].
+        bits = source[2, 5].view(torch.int16).item() & 0xFFFF
+        offset = 2 * (2 * 6 + 5)
+        self.assertEqual(bytes(tile.view()[offset:offset + 2]),
+                         bits.to_bytes(2, "little"))
+        tensor[0, 0] = 7.5
+        self.assertEqual(tile.as_tensor(torch.bfloat16)[0].item(), 7.5)
+        self.assertNotEqual(source[0, 0].item(), 7.5)  # a copy went in
+        with self.assertRaises(ValueError) as live:
+            tile.close()
+        self.assertIn("still alive", str(live.exception))
+        del tensor
+        tile.close()
+
+    def test_dtype_names_and_shapes(self):
+        self.assertEqual(buffers.torch_dtype("bfloat16"), torch.bfloat16)
+        self.assertEqual(buffers.torch_dtype(types_pb2.DTYPE_INT8),
+                         torch.int8)
+        self.assertEqual(buffers.torch_dtype(torch.float64), torch.float64)
+        with self.assertRaises(ValueError) as bad:
+            buffers.torch_dtype("complex")
+        self.assertIn("DTYPE_BFLOAT16", str(bad.exception))
+        tile = buffers.SharedTile.create(os.path.join(self.tmp, "s"), 12)
+        with self.assertRaises(ValueError) as shape:
+            tile.as_tensor(torch.float32, (2, 2))
+        self.assertIn("as_tensor: shape [2, 2] of torch.float32 holds 16 "
+                      "bytes; the tile has 12", str(shape.exception))
+        self.assertEqual(tuple(tile.as_tensor(torch.int16).shape), (6,))
         tile.close()
 
 

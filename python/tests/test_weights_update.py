@@ -131,16 +131,46 @@ class WeightsUpdateTest(unittest.TestCase):
             import numpy as np
         except ImportError:
             self.skipTest("numpy is not installed")
+        whole = (np.arange(6 * 16, dtype=np.float32).reshape(6, 16) - 40) / 8
+        received = self.reshard_between_user_buffers(
+            "np", "DTYPE_FLOAT32", list(whole.shape),
+            lambda path, box: buffers.SharedTile.from_array(path, whole[box]),
+            lambda tile, shape: tile.as_array(np.float32, shape))
+        for box, got in received:
+            np.testing.assert_array_equal(got, whole[box])
+
+    def test_reshard_job_between_torch_tensors(self):
+        """And with torch, in bfloat16 as model weights are."""
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("torch is not installed")
+        whole = torch.linspace(-2, 2, 6 * 16).reshape(6, 16).to(
+            torch.bfloat16)
+        received = self.reshard_between_user_buffers(
+            "pt", "DTYPE_BFLOAT16", list(whole.shape),
+            lambda path, box: buffers.SharedTile.from_tensor(path,
+                                                             whole[box]),
+            lambda tile, shape: tile.as_tensor(torch.bfloat16, shape))
+        for box, got in received:
+            self.assertTrue(torch.equal(got, whole[box]), box)
+
+    def reshard_between_user_buffers(self, prefix, dtype, shape, make_source,
+                                     read):
+        """One tensor of `shape` from rows x columns split over hosts 0 and
+        1 (2x2) to columns split over 1x4 (devices 2, 3, 6, 7), between
+        user buffers: `make_source(path, box)` makes each source tile,
+        `read(tile, shape)` reads a destination. Returns [(box, what
+        read)] per destination, after the tiles are given back."""
         client = meshcast.Client.local(self.dir)
         workers = buffers.local_workers(self.dir)
-        whole = (np.arange(6 * 16, dtype=np.float32).reshape(6, 16) - 40) / 8
         spec = {"reshard": {
-            "tensor": {"shape": list(whole.shape), "dtype": "DTYPE_FLOAT32"},
+            "tensor": {"shape": shape, "dtype": dtype},
             "src_mesh": {"shape": [2, 2], "devices": [0, 1, 4, 5]},
             "src_spec": {"text": "S0,S1"},
             "dst_mesh": {"shape": [1, 4], "devices": [2, 3, 6, 7]},
             "dst_spec": {"text": "R,S1"},
-            "src_buffer": "np/in", "dst_buffer": "np/out",
+            "src_buffer": prefix + "/in", "dst_buffer": prefix + "/out",
             "strategy": "meshcast"},
             "verify": "VERIFY_MODE_CHECKSUM"}
         worker_of_host = {w.host_index: w.name
@@ -148,32 +178,32 @@ class WeightsUpdateTest(unittest.TestCase):
         lent = []
         for tile in buffers.tiles(client.plan(spec).plan):
             host, device = divmod(tile["device"], 4)
-            path = os.path.join(self.tmp, "np.%s.%d" % (tile["role"],
+            path = os.path.join(self.tmp, "%s.%s.%d" % (prefix, tile["role"],
                                                         tile["device"]))
             box = tuple(slice(b, e) for b, e in tile["box"])
             if tile["role"] == "source":
-                shm = buffers.SharedTile.from_array(path, whole[box])
-                name = "np/in"
+                shm, name = make_source(path, box), prefix + "/in"
             else:
                 shm = buffers.SharedTile.create(path, tile["size"])
-                name = "np/out"
+                name = prefix + "/out"
             worker = workers[worker_of_host[host]]
             worker.register(name, device, tile=shm)
             lent.append((tile, box, shm, worker, name, device))
         job = client.run(spec, timeout=60)
         self.assertEqual(job.state, job_pb2.JOB_STATE_SUCCEEDED, job.message)
-        destinations = 0
+        self.assertIn("checksums of every moved tensor agree", job.message)
+        received = []
         for tile, box, shm, worker, name, device in lent:
             if tile["role"] == "destination":
-                destinations += 1
-                shape = [e - b for b, e in tile["box"]]
-                got = shm.as_array(np.float32, shape)
-                np.testing.assert_array_equal(got, whole[box])
+                got = read(shm, [e - b for b, e in tile["box"]])
+                received.append((box, got.clone() if hasattr(got, "clone")
+                                 else got.copy()))
                 del got
             worker.unregister(name, device)
             shm.close()
-        self.assertEqual(destinations, 4)
+        self.assertEqual(len(received), 4)
         client.close()
+        return received
 
     def test_register_list_and_refusals(self):
         workers = buffers.local_workers(self.dir)
