@@ -8,6 +8,7 @@
 //   ASSIGN_OR_RETURN(ReshardPlan plan, PlanReshard(problems, topology, s));
 //   RETURN_IF_ERROR(LimitTransfersPerHost(plan, topology, 16));
 //   ASSIGN_OR_RETURN(SimulationResult sim, Simulate(plan, topology));
+//   MostTransfersAtOnceOnAHost(plan, topology, sim);  // <= 16
 //
 // How: each host's transfers (those whose sender or any receiver is on it),
 // in plan order, go into `per_host` dependency chains round robin — the
@@ -28,6 +29,7 @@
 #define MESHCAST_PLANNER_TRANSFER_WINDOW_H_
 
 #include "absl/status/status.h"
+#include "planner/cost_model.h"
 #include "planner/plan.h"
 #include "planner/topology.h"
 
@@ -35,6 +37,13 @@ namespace meshcast {
 
 absl::Status LimitTransfersPerHost(ReshardPlan& plan, const Topology& topology,
                                    int per_host);
+
+// The most transfers touching one host (as above) that run at once in
+// `sim`, a simulation of `plan` (a transfer runs from its start to its
+// finish; one that ends as another starts does not overlap it).
+int MostTransfersAtOnceOnAHost(const ReshardPlan& plan,
+                               const Topology& topology,
+                               const SimulationResult& sim);
 
 }  // namespace meshcast
 

@@ -236,34 +236,6 @@ struct MeshcastRun {
   std::vector<std::pair<int, double>> per_host_bounded;
 };
 
-// The most transfers touching one host that `sim` runs at once.
-int MostTransfersPerHost(const ReshardPlan& plan, const Topology& topology,
-                         const SimulationResult& sim) {
-  std::vector<std::vector<std::pair<double, int>>> events(topology.num_hosts);
-  std::vector<int> hosts;
-  for (size_t i = 0; i < plan.transfers.size(); ++i) {
-    const Transfer& t = plan.transfers[i];
-    hosts.assign(1, topology.HostOf(t.src_device));
-    for (int d : t.dst_devices) hosts.push_back(topology.HostOf(d));
-    std::sort(hosts.begin(), hosts.end());
-    hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
-    for (int h : hosts) {
-      events[h].push_back({sim.transfer_start[i], 1});
-      events[h].push_back({sim.transfer_finish[i], -1});
-    }
-  }
-  int most = 0;
-  for (auto& host_events : events) {
-    std::sort(host_events.begin(), host_events.end());  // ends first
-    int running = 0;
-    for (const auto& [time, change] : host_events) {
-      running += change;
-      most = std::max(most, running);
-    }
-  }
-  return most;
-}
-
 absl::StatusOr<MeshcastRun> RunMeshcast(
     const std::vector<ReshardProblem>& problems, const Topology& topology,
     bool verify, const std::vector<int>& per_host_limits = {}) {
@@ -302,7 +274,7 @@ absl::StatusOr<MeshcastRun> RunMeshcast(
   run.predicted = simulated.seconds;
   if (!per_host_limits.empty()) {
     ASSIGN_OR_RETURN(const SimulationResult free, Simulate(row.plan, topology));
-    run.most_per_host = MostTransfersPerHost(row.plan, topology, free);
+    run.most_per_host = MostTransfersAtOnceOnAHost(row.plan, topology, free);
     for (int limit : per_host_limits) {
       ReshardPlan bounded = row.plan;
       RETURN_IF_ERROR(LimitTransfersPerHost(bounded, topology, limit));

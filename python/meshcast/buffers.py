@@ -287,20 +287,26 @@ def _torch():
 _TORCH_DTYPES = dict(_NUMPY_DTYPES, DTYPE_BFLOAT16="bfloat16")
 
 
+def _dtype_name(dtype):
+    """"DTYPE_..." for a meshcast.v1 DType value, its name or its short
+    name ("float32"); None for anything else."""
+    if isinstance(dtype, int) and not isinstance(dtype, bool):
+        return types_pb2.DType.Name(dtype)
+    if isinstance(dtype, str):
+        name = dtype.upper()
+        return name if name.startswith("DTYPE_") else "DTYPE_" + name
+    return None
+
+
 def torch_dtype(dtype):
     """The torch dtype of `dtype`: a meshcast.v1 DType value, its name
     ("DTYPE_BFLOAT16") or short name ("bfloat16"), or a torch dtype."""
     torch = _torch()
     if isinstance(dtype, torch.dtype):
         return dtype
-    if isinstance(dtype, int) and not isinstance(dtype, bool):
-        dtype = types_pb2.DType.Name(dtype)
-    if isinstance(dtype, str):
-        name = dtype.upper()
-        if not name.startswith("DTYPE_"):
-            name = "DTYPE_" + name
-        if name in _TORCH_DTYPES:
-            return getattr(torch, _TORCH_DTYPES[name])
+    name = _dtype_name(dtype)
+    if name in _TORCH_DTYPES:
+        return getattr(torch, _TORCH_DTYPES[name])
     raise ValueError("dtype %r: allowed: a torch dtype or one of %s" % (
         dtype, ", ".join(sorted(_TORCH_DTYPES))))
 
@@ -311,12 +317,8 @@ def numpy_dtype(dtype):
     takes. bfloat16 has no numpy dtype: ValueError (view such a tile as
     uint16 for its raw bits)."""
     np = _numpy()
-    if isinstance(dtype, int) and not isinstance(dtype, bool):
-        dtype = types_pb2.DType.Name(dtype)
-    if isinstance(dtype, str):
-        name = dtype.upper()
-        if not name.startswith("DTYPE_"):
-            name = "DTYPE_" + name
+    name = _dtype_name(dtype)
+    if name is not None:
         if name == "DTYPE_BFLOAT16":
             raise ValueError("numpy has no bfloat16: view the tile as "
                              "uint16 for its raw bits")
