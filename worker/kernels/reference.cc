@@ -3,8 +3,10 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -40,6 +42,11 @@ using Coord = absl::InlinedVector<int64_t, 8>;
 // per output element instead of once into arrays (2^24 elements = 256 MiB
 // of values and scales).
 constexpr int64_t kMaterializeLimit = int64_t{1} << 24;
+
+// The elements of one GEMM computed from rows and columns evaluated on
+// demand before its whole operands are (GemmCache): a sampled check of a
+// dozen tiles of the same GEMM stays below it.
+constexpr int64_t kLazyGemmCalls = 65536;
 
 Box BoxFromProto(const google::protobuf::RepeatedPtrField<v1::Interval>& p) {
   Box box;
@@ -130,7 +137,29 @@ struct Reference::BackwardCache {
 // op(A) (m x k) and op(B) (k x n), row-major, as values and scales; the
 // largest `terms` of each; and, built on the first element asked for, the
 // whole output C (m x n) as sums and scales.
+//
+// A few elements (a sampled check) need only a few rows of op(A) and columns
+// of op(B): the first kLazyGemmCalls elements asked for are computed from
+// those, each evaluated once on its first use; past that the whole operands
+// and output are built as above (a full check), which the BLAS does far
+// faster per element than dot products do.
+// A row of op(A) or a column of op(B): k values and scales, and the
+// largest terms among them.
+struct Reference::GemmVector {
+  std::vector<double> value, scale;
+  int64_t terms = 0;
+};
+
 struct Reference::GemmCache {
+  GemmCache(int64_t m, int64_t n)
+      : row_once(new std::once_flag[m]),
+        column_once(new std::once_flag[n]),
+        rows(m),
+        columns(n) {}
+  std::unique_ptr<std::once_flag[]> row_once, column_once;
+  std::vector<GemmVector> rows, columns;
+  std::atomic<int64_t> calls{0};
+
   std::once_flag once;
   bool materialized = false;
   std::vector<double> a_value, a_scale, b_value, b_scale;
@@ -426,7 +455,7 @@ absl::Status Reference::Build(const v1::Plan& plan) {
                 want[o]));
           }
         }
-        info.cache = std::make_unique<GemmCache>();
+        info.cache = std::make_unique<GemmCache>(g.m(), g.n());
       } else if (s.compute().has_elementwise()) {
         info.elementwise = s.compute().elementwise();
         const auto kind = info.elementwise.kind();
@@ -1425,9 +1454,20 @@ Expected Reference::EvalGemm(const StepInfo& step, int64_t i,
   const v1::GemmAttrs& g = step.gemm_attrs;
   const int64_t m = g.m(), n = g.n(), k = g.k();
   const double alpha = GemmAlpha(g);
-  const GemmCache& cache = Operands(step);
+  GemmCache& lazy = *step.cache;
   double sum = 0, scale = 0;
   int64_t terms = 0;
+  if (lazy.calls.fetch_add(1, std::memory_order_relaxed) < kLazyGemmCalls) {
+    const GemmVector& row = OperandRow(step, i);
+    const GemmVector& column = OperandColumn(step, j);
+    for (int64_t p = 0; p < k; ++p) {
+      sum += row.value[p] * column.value[p];
+      scale += row.scale[p] * column.scale[p];
+    }
+    terms = row.terms + column.terms;
+    return GemmResult(alpha, sum, scale, terms, k);
+  }
+  const GemmCache& cache = Operands(step);
   if (cache.materialized) {
     GemmCache& mutable_cache = *step.cache;
     std::call_once(mutable_cache.output_once, [&] {
@@ -1492,6 +1532,11 @@ Expected Reference::EvalGemm(const StepInfo& step, int64_t i,
       terms = std::max(terms, a.terms + b.terms);
     }
   }
+  return GemmResult(alpha, sum, scale, terms, k);
+}
+
+Expected Reference::GemmResult(double alpha, double sum, double scale,
+                               int64_t terms, int64_t k) {
   Expected result;
   result.value = alpha * sum;
   result.scale = std::abs(alpha) * scale;
@@ -1499,6 +1544,97 @@ Expected Reference::EvalGemm(const StepInfo& step, int64_t i,
   // final rounding to the dtype, and alpha's product.
   result.terms = terms + k + 1 + (alpha != 1.0 ? 1 : 0);
   return result;
+}
+
+const Reference::GemmVector& Reference::OperandRow(const StepInfo& step,
+                                                   int64_t i) const {
+  GemmCache& cache = *step.cache;
+  GemmVector& row = cache.rows[i];
+  std::call_once(cache.row_once[i], [&] {
+    const v1::GemmAttrs& g = step.gemm_attrs;
+    const int64_t m = g.m(), k = g.k();
+    const int ta = step.in_tensors[0];
+    Coord c(tensors_[ta].shape.size());
+    row.value.resize(k);
+    row.scale.resize(k);
+    for (int64_t p = 0; p < k; ++p) {
+      CoordInBox(g.trans_a() ? p * m + i : i * k + p, step.in_boxes[0],
+                 c.data());
+      const Expected x = Eval(ta, c.data(), step.index);
+      row.value[p] = x.value;
+      row.scale[p] = x.scale;
+      row.terms = std::max(row.terms, x.terms);
+    }
+  });
+  return row;
+}
+
+const Reference::GemmVector& Reference::OperandColumn(const StepInfo& step,
+                                                      int64_t j) const {
+  GemmCache& cache = *step.cache;
+  GemmVector& column = cache.columns[j];
+  std::call_once(cache.column_once[j], [&] {
+    const v1::GemmAttrs& g = step.gemm_attrs;
+    const int64_t n = g.n(), k = g.k();
+    const int tb = step.in_tensors[1];
+    Coord c(tensors_[tb].shape.size());
+    column.value.resize(k);
+    column.scale.resize(k);
+    for (int64_t p = 0; p < k; ++p) {
+      CoordInBox(g.trans_b() ? j * k + p : p * n + j, step.in_boxes[1],
+                 c.data());
+      const Expected x = Eval(tb, c.data(), step.index);
+      column.value[p] = x.value;
+      column.scale[p] = x.scale;
+      column.terms = std::max(column.terms, x.terms);
+    }
+  });
+  return column;
+}
+
+namespace {
+
+// One of `strata` positions spread over [0, total): stratum s is [s * total
+// / strata, (s + 1) * total / strata), the position hashed inside it.
+int64_t Stratum(int64_t s, int64_t strata, int64_t total, uint32_t salt) {
+  const int64_t begin =
+      static_cast<int64_t>(static_cast<unsigned __int128>(s) * total / strata);
+  const int64_t end = static_cast<int64_t>(
+      static_cast<unsigned __int128>(s + 1) * total / strata);
+  return begin +
+         static_cast<int64_t>(PatternHash(static_cast<uint64_t>(s), salt) %
+                              static_cast<uint64_t>(end - begin));
+}
+
+}  // namespace
+
+std::vector<int64_t> SampleOffsets(const Box& box, int tensor) {
+  const int64_t count = NumElements(box);
+  if (count <= kSamples) {
+    std::vector<int64_t> all(count);
+    for (int64_t e = 0; e < count; ++e) all[e] = e;
+    return all;
+  }
+  // Columns: the last dimension; rows: the others, flattened. A square
+  // grid where both have room, else as many of the narrow side as there
+  // are and more of the other.
+  const int64_t columns = box.back().end - box.back().begin;
+  const int64_t rows = count / columns;
+  constexpr int64_t kSide = 64;  // kSide * kSide == kSamples
+  int64_t r = std::min(rows, kSide);
+  const int64_t c = std::min(columns, kSamples / r);
+  r = std::min(rows, kSamples / c);
+  std::vector<int64_t> offsets;
+  offsets.reserve(r * c);
+  for (int64_t y = 0; y < r; ++y) {
+    const int64_t row = Stratum(y, r, rows, static_cast<uint32_t>(tensor));
+    for (int64_t x = 0; x < c; ++x) {
+      offsets.push_back(
+          row * columns +
+          Stratum(x, c, columns, static_cast<uint32_t>(tensor) ^ 0x9e3779b9u));
+    }
+  }
+  return offsets;
 }
 
 absl::StatusOr<ComputedCheck> VerifyComputed(absl::Span<const uint8_t> data,
@@ -1534,28 +1670,16 @@ absl::StatusOr<ComputedCheck> VerifyComputed(absl::Span<const uint8_t> data,
   }
   ComputedCheck check;
   if (mode == v1::VERIFY_MODE_OFF) return check;
-  constexpr int64_t kSamples = 4096;
   const bool sample = mode == v1::VERIFY_MODE_SAMPLE && count > kSamples;
-  const int64_t checks = sample ? kSamples : count;
+  const std::vector<int64_t> samples =
+      sample ? SampleOffsets(box, tensor) : std::vector<int64_t>();
+  const int64_t checks = sample ? static_cast<int64_t>(samples.size()) : count;
   const bool integer = IsIntegerDType(spec.dtype);
   const int limit = static_cast<int>(ref.steps_.size());
   std::vector<int64_t> coord(spec.shape.size());
   for (int64_t c = 0; c < checks; ++c) {
     if (c % 1024 == 0) RETURN_IF_ERROR(cancel.status());
-    int64_t offset = c;
-    if (sample) {
-      // One element per stratum [c * count / S, (c + 1) * count / S), at a
-      // hashed position inside it: spread over the whole box, no repeats,
-      // the same on every run.
-      const int64_t begin = static_cast<int64_t>(
-          static_cast<unsigned __int128>(c) * count / kSamples);
-      const int64_t end = static_cast<int64_t>(
-          static_cast<unsigned __int128>(c + 1) * count / kSamples);
-      offset = begin + static_cast<int64_t>(
-                           PatternHash(static_cast<uint64_t>(c),
-                                       static_cast<uint32_t>(tensor)) %
-                           static_cast<uint64_t>(end - begin));
-    }
+    const int64_t offset = sample ? samples[c] : c;
     CoordInBox(offset, box, coord.data());
     const Expected want = ref.Eval(tensor, coord.data(), limit);
     const uint8_t* at = data.data() + offset * size;

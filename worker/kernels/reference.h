@@ -257,6 +257,7 @@ class Reference {
   struct StepInfo;
   struct Definition;
   struct GemmCache;
+  struct GemmVector;
   struct AttentionCache;
   struct BackwardCache;
   friend absl::StatusOr<ComputedCheck> VerifyComputed(
@@ -287,6 +288,14 @@ class Reference {
   void BuildAttentionKv(const StepInfo& step, int64_t b, int64_t kvh) const;
   void BuildAttentionRow(const StepInfo& step, int64_t row) const;
   const GemmCache& Operands(const StepInfo& step) const;
+  // Row i of op(A) and column j of op(B) of a GEMM step, evaluated on their
+  // first use (GemmCache).
+  const GemmVector& OperandRow(const StepInfo& step, int64_t i) const;
+  const GemmVector& OperandColumn(const StepInfo& step, int64_t j) const;
+  // alpha * sum with its scale and terms: a GEMM element from its dot
+  // product over k.
+  static Expected GemmResult(double alpha, double sum, double scale,
+                             int64_t terms, int64_t k);
   // Element e of an attention backward's output operand (row-major over
   // its box), without the previous value accumulate adds; the part of the
   // output of the element's (batch, kv head) is built on its first call
@@ -308,16 +317,27 @@ class Reference {
   std::vector<std::vector<Definition>> defs_;
 };
 
+// The most elements a SAMPLE check reads.
+inline constexpr int64_t kSamples = 4096;
+
+// The offsets (row-major in `box`) a SAMPLE check of `tensor`'s `box` reads:
+// every element of a box of at most kSamples, else a grid of rows x columns
+// (the last dimension the columns, the others flattened into rows), 64 x 64
+// where both have room, one row and one column per stratum at a hashed
+// position: spread over the whole box, no repeats, the same on every run,
+// and few rows and columns, so that a GEMM's reference evaluates few rows
+// of A and columns of B.
+std::vector<int64_t> SampleOffsets(const Box& box, int tensor);
+
 // Checks the elements of `data`, which holds `box` of tensor `tensor`
 // (row-major, DTypeSize(spec.dtype) bytes each), against `ref`:
-// FULL every element, SAMPLE a fixed pseudo-random subset of at most 4096
-// elements (one per stratum of the box's row-major order, the same on every
-// run), OFF none. Floats pass when equal to the expected value (infinities
-// included) or within ToleranceFor(dtype, terms) of it (NaN never passes),
-// integers must be exact.
-// Errors: INVALID_ARGUMENT if the box is not inside the tensor, the buffer
-// size does not match, `spec` is not the reference's tensor; CANCELLED
-// (checked every 1024 elements). A mismatch is a result, not an error.
+// FULL every element, SAMPLE a fixed pseudo-random subset of at most
+// kSamples elements (SampleOffsets), OFF none. Floats pass when equal to the
+// expected value (infinities included) or within ToleranceFor(dtype, terms) of
+// it (NaN never passes), integers must be exact. Errors: INVALID_ARGUMENT if
+// the box is not inside the tensor, the buffer size does not match, `spec` is
+// not the reference's tensor; CANCELLED (checked every 1024 elements). A
+// mismatch is a result, not an error.
 absl::StatusOr<ComputedCheck> VerifyComputed(absl::Span<const uint8_t> data,
                                              const Box& box,
                                              const TensorSpec& spec, int tensor,

@@ -1289,6 +1289,118 @@ TEST(ReferenceTest, MillionElementsOfGemmThenReduceScatterVerifyQuickly) {
   EXPECT_EQ(s1->max_abs_error, s2->max_abs_error);
 }
 
+// The elements a SAMPLE check reads: a grid of at most 64 rows x 64
+// columns where the box has room (so a GEMM's reference needs few rows of
+// A and columns of B), distinct, inside the box, the same on every call.
+TEST(ReferenceTest, SampleOffsetsAreAGridOfFewRowsAndColumns) {
+  struct Case {
+    Box box;
+    int64_t want_rows, want_columns;
+  };
+  const Case cases[] = {
+      {{{0, 1024}, {0, 1024}}, 64, 64},
+      {{{3, 7}, {100, 612}, {0, 2048}}, 64, 64},  // rows flattened: 4 x 512
+      {{{0, 100000}}, 1, 4096},                   // one row
+      {{{0, 100}, {0, 50}}, 81, 50},              // narrow: every column
+      {{{0, 2}, {0, 600}, {0, 7}}, 585, 7},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(BoxToString(c.box));
+    const std::vector<int64_t> offsets = SampleOffsets(c.box, 5);
+    const int64_t count = NumElements(c.box);
+    const int64_t columns = c.box.back().end - c.box.back().begin;
+    EXPECT_EQ(static_cast<int64_t>(offsets.size()),
+              c.want_rows * c.want_columns);
+    EXPECT_LE(static_cast<int64_t>(offsets.size()), kSamples);
+    std::vector<int64_t> sorted = offsets;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(std::unique(sorted.begin(), sorted.end()), sorted.end());
+    EXPECT_GE(sorted.front(), 0);
+    EXPECT_LT(sorted.back(), count);
+    std::vector<int64_t> rows, cols;
+    for (int64_t o : offsets) {
+      rows.push_back(o / columns);
+      cols.push_back(o % columns);
+    }
+    std::sort(rows.begin(), rows.end());
+    std::sort(cols.begin(), cols.end());
+    EXPECT_EQ(std::unique(rows.begin(), rows.end()) - rows.begin(),
+              c.want_rows);
+    EXPECT_EQ(std::unique(cols.begin(), cols.end()) - cols.begin(),
+              c.want_columns);
+    EXPECT_EQ(SampleOffsets(c.box, 5), offsets);
+    EXPECT_NE(SampleOffsets(c.box, 6), offsets);  // salted by the tensor
+  }
+  // A box of at most kSamples elements: all of them, in order.
+  const std::vector<int64_t> all = SampleOffsets({{0, 64}, {0, 64}}, 1);
+  ASSERT_EQ(all.size(), 4096u);
+  for (int64_t e = 0; e < 4096; ++e) EXPECT_EQ(all[e], e);
+}
+
+// A SAMPLE check of a GEMM with op(B) transposed and alpha: the reference
+// evaluates the sampled rows of A and columns of B (on first use), agrees
+// with the real kernel's output, catches a corrupted sampled element, and
+// misses one it does not read (which FULL finds).
+TEST(ReferenceTest, SampledGemmCheckReadsTheSampledRowsAndColumns) {
+  const int64_t m = 300, n = 200, k = 48;
+  PlanBuilder p;
+  const int a =
+      p.Tensor({m, k}, DType::kFloat32, v1::Initializer::KIND_RANDOM, 3);
+  const int b = p.Tensor({n, k}, DType::kFloat32, v1::Initializer::KIND_RANDOM,
+                         4);  // stored n x k
+  const int c = p.Tensor({m, n}, DType::kFloat32, v1::Initializer::KIND_ZEROS);
+  v1::GemmAttrs* g = p.Step(v1::Step::OP_COMPUTE,
+                            {p.Buffer(a, 0, {{0, m}, {0, k}}),
+                             p.Buffer(b, 0, {{0, n}, {0, k}})},
+                            {p.Buffer(c, 0, {{0, m}, {0, n}})})
+                         ->mutable_compute()
+                         ->mutable_gemm();
+  g->set_m(m);
+  g->set_n(n);
+  g->set_k(k);
+  g->set_trans_b(true);
+  g->set_alpha(-1.5);
+  auto ref = MustCreate(p.plan());
+  ASSERT_NE(ref, nullptr);
+  std::vector<uint8_t> ad(m * k * 4), bd(n * k * 4), cd(m * n * 4);
+  ASSERT_TRUE(FillInitializer(absl::MakeSpan(ad), {{0, m}, {0, k}}, p.spec(a),
+                              a, p.init(a))
+                  .ok());
+  ASSERT_TRUE(FillInitializer(absl::MakeSpan(bd), {{0, n}, {0, k}}, p.spec(b),
+                              b, p.init(b))
+                  .ok());
+  ASSERT_TRUE(RunGemm(*g, DType::kFloat32, ad, bd, absl::MakeSpan(cd)).ok());
+  // A hand loop for one element the sample reads.
+  const Box box = {{0, m}, {0, n}};
+  const std::vector<int64_t> samples = SampleOffsets(box, c);
+  const int64_t e = samples[17], i = e / n, j = e % n;
+  double want = 0;
+  for (int64_t q = 0; q < k; ++q) {
+    want += -1.5 * p.Initial(a, i * k + q) * p.Initial(b, j * k + q);
+  }
+  EXPECT_NEAR(*ref->Value(c, {i, j}), want, 1e-12);
+
+  Cancellation cancel;
+  auto check = [&](v1::VerifyMode mode) {
+    auto result = VerifyComputed(cd, box, p.spec(c), c, *ref, mode, cancel);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? *result : ComputedCheck{};
+  };
+  ComputedCheck sampled = check(v1::VERIFY_MODE_SAMPLE);
+  EXPECT_EQ(sampled.elements, static_cast<int64_t>(samples.size()));
+  EXPECT_EQ(sampled.mismatches, 0) << sampled.first_mismatch;
+  EXPECT_EQ(check(v1::VERIFY_MODE_FULL).mismatches, 0);
+
+  cd[4 * e + 3] ^= 0x01;  // the exponent of a sampled element
+  EXPECT_EQ(check(v1::VERIFY_MODE_SAMPLE).mismatches, 1);
+  cd[4 * e + 3] ^= 0x01;
+  int64_t unread = 0;
+  while (std::binary_search(samples.begin(), samples.end(), unread)) ++unread;
+  cd[4 * unread + 3] ^= 0x01;
+  EXPECT_EQ(check(v1::VERIFY_MODE_SAMPLE).mismatches, 0);
+  EXPECT_EQ(check(v1::VERIFY_MODE_FULL).mismatches, 1);
+}
+
 // Causal attention over a zigzag layout as a chain of two attention
 // blocks and a finish: 4 heads on 2 kv heads, 16 query rows at positions
 // 0-7 and 24-31 (device 0 of a sequence of 32 in 4 chunks), the first
