@@ -12,8 +12,9 @@ namespace {
 constexpr int64_t kHugePage = int64_t{2} << 20;
 constexpr int64_t kHugeFrom = int64_t{4} << 20;
 
-// `bytes` uninitialized bytes; large ones on huge pages where allowed.
-StagingBytes Allocate(int64_t bytes) {
+}  // namespace
+
+StagingBytes AllocateHostBytes(int64_t bytes) {
   void* data = nullptr;
   if (bytes >= kHugeFrom) {
     const int64_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
@@ -26,8 +27,6 @@ StagingBytes Allocate(int64_t bytes) {
   if (data == nullptr) throw std::bad_alloc();
   return StagingBytes(static_cast<uint8_t*>(data));
 }
-
-}  // namespace
 
 void StagingFree::operator()(uint8_t* data) const { std::free(data); }
 
@@ -76,7 +75,7 @@ StagingBuffer StagingPool::Take(int64_t bytes) {
       return StagingBuffer(this, std::move(data), capacity, bytes);
     }
   }
-  return StagingBuffer(this, Allocate(bytes), bytes, bytes);
+  return StagingBuffer(this, AllocateHostBytes(bytes), bytes, bytes);
 }
 
 void StagingPool::Return(StagingBytes data, int64_t capacity) {

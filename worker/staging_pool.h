@@ -51,6 +51,13 @@ struct StagingFree {
 };
 using StagingBytes = std::unique_ptr<uint8_t[], StagingFree>;
 
+// `bytes` (> 0) uninitialized bytes of host memory, those of 4 MiB and more
+// 2 MiB aligned and advised to use transparent huge pages (above). What
+// the pool allocates, and what tiles are made of (tile_buffer.h), so that a
+// job's first touch of a large tile faults per 2 MiB, not per 4 KiB.
+// Throws std::bad_alloc when memory runs out.
+StagingBytes AllocateHostBytes(int64_t bytes);
+
 class StagingBuffer {
  public:
   StagingBuffer() = default;
