@@ -17,7 +17,8 @@ Sections:
          communication, its time divided by the P devices: what the ring
          would take if its kernel ran as fast as alone and nothing waited
          for a transfer, the yardstick of ring-flash-attention's ~90%);
-         with causal balance (max / mean compute per rank).
+         with causal balance (max / mean compute seconds per rank) and
+         the work balance the plan gives (max / mean attention FLOPs).
   local  (a local cluster of 127.0.0.1 workers): the same, no link limits.
 
 Every section runs the forward pass and the forward and backward pass
@@ -41,9 +42,10 @@ import bench_common as bc  # noqa: E402
 from bench_common import fmt, fmt_s, geomean, log, write_spec  # noqa: E402
 
 ALGORITHMS = ["rsa", "ring", "ulysses"]
-ROW = "%-28s %-10s %-8s %11s %11s %7s %11s %7s %8s %10s %s"
+ROW = "%-28s %-10s %-8s %11s %11s %7s %11s %7s %8s %6s %10s %s"
 HEADER = ("layer B,H,Hkv,S,D,causal", "layout", "algo", "seconds", "ideal",
-          "ideal/t", "1dev/P", "1dev/Pt", "balance", "mem/dev", "note")
+          "ideal/t", "1dev/P", "1dev/Pt", "balance", "work", "mem/dev",
+          "note")
 
 
 def spec(c, algorithm, verify="VERIFY_MODE_SAMPLE", dtype="DTYPE_FLOAT32"):
@@ -139,7 +141,7 @@ def plan_row(c, algorithm, doc):
     mem = memory_of(doc)
     log(" " + ROW % (label(c), c["layout"], algorithm, fmt_s(seconds),
                      fmt_s(ideal), fmt(ideal / seconds if seconds else None,
-                                       "%.2f"), "-", "-", "-",
+                                       "%.2f"), "-", "-", "-", "-",
                      bc.fmt(mem / 2**20 if mem else None, "%.0f MiB"), ""))
     return dict(c, algorithm=algorithm, predicted=seconds, ideal=ideal,
                 memory=mem, where="plan")
@@ -178,7 +180,8 @@ def section_cluster(args, where):
         return True, []
     log("# %s: %d x %d devices, float32, verify sample; measured "
         "total_seconds against the compute-only ideal of the same plan; "
-        "balance: max / mean compute per rank; load average %s" % (
+        "balance: max / mean compute seconds per rank; work: max / mean "
+        "attention FLOPs the plan gives a rank; load average %s" % (
             where, hosts, devices, bc.load_average()))
     log("#" + ROW % HEADER)
     if where == "net":
@@ -221,12 +224,14 @@ def section_cluster(args, where):
                                  fmt(alone / t if t and alone else None,
                                      "%.2f"),
                                  fmt(m.get("causal_balance"), "%.2f"),
+                                 fmt(m.get("work_balance"), "%.2f"),
                                  fmt((m.get("memory_bytes_per_rank_max")
                                       or 0) / 2**20, "%.1f MiB"), note))
                 rows.append(dict(c, algorithm=algorithm, where=where,
                                  seconds=t, ideal=ideal, alone=alone,
                                  ok=good,
                                  balance=m.get("causal_balance"),
+                                 work_balance=m.get("work_balance"),
                                  predicted=m.get(
                                      "predicted_total_seconds")))
         cluster.ok = ok

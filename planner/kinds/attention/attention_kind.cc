@@ -195,6 +195,29 @@ double AttentionKind::PredictedSpanSeconds(const v1::JobResult& result) const {
   return total != result.metrics().end() ? total->second : result.seconds();
 }
 
+namespace {
+
+bool IsAttentionCompute(const v1::Step& step) {
+  return step.op() == v1::Step::OP_COMPUTE &&
+         (step.compute().has_attention_block() ||
+          step.compute().has_attention_finish() ||
+          step.compute().has_attention_backward());
+}
+
+// max / mean of the values; 0 when empty or the mean is not positive.
+double MaxOverMean(const std::map<int, double>& per_rank) {
+  if (per_rank.empty()) return 0;
+  double max = 0, sum = 0;
+  for (const auto& [rank, value] : per_rank) {
+    max = std::max(max, value);
+    sum += value;
+  }
+  const double mean = sum / per_rank.size();
+  return mean > 0 ? max / mean : 0;
+}
+
+}  // namespace
+
 void AttentionKind::Summarize(const v1::JobSpec& /*spec*/,
                               const v1::Plan& plan,
                               v1::JobResult& result) const {
@@ -213,16 +236,20 @@ void AttentionKind::Summarize(const v1::JobSpec& /*spec*/,
       metrics["ideal_fraction"] = plan.lower_bound_seconds() / total;
     }
   }
+  // Per rank: the FLOPs the plan gives its attention steps, the balance
+  // its layout promises, whatever the machine makes of it.
+  std::map<int, double> work;
+  for (const v1::Step& step : plan.steps()) {
+    if (IsAttentionCompute(step)) work[step.device()] += step.flops();
+  }
+  if (const double balance = MaxOverMean(work); balance > 0) {
+    metrics["work_balance"] = balance;
+  }
   // Per rank: the summed spans of its attention steps.
   std::map<int, double> compute;
   for (const StepSpan& span : spans) {
     const v1::Step& step = plan.steps(span.index);
-    if (step.op() != v1::Step::OP_COMPUTE ||
-        (!step.compute().has_attention_block() &&
-         !step.compute().has_attention_finish() &&
-         !step.compute().has_attention_backward())) {
-      continue;
-    }
+    if (!IsAttentionCompute(step)) continue;
     compute[step.device()] += span.end - span.start;
   }
   if (!compute.empty()) {

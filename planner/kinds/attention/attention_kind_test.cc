@@ -160,6 +160,33 @@ TEST(AttentionLoweringTest, TheRingPassesEveryBlockOnceAndSkipsMaskedOnes) {
   for (const auto& [device, f] : flops) EXPECT_EQ(f, flops.at(0));
 }
 
+// The summary's work_balance is the plan's: max / mean of the attention
+// FLOPs per rank, 1 for zigzag, the contiguous layout's triangle otherwise.
+TEST(AttentionKindTest, SummaryReportsThePlannedWorkBalance) {
+  for (AttentionLayout layout :
+       {AttentionLayout::kContiguous, AttentionLayout::kZigzag}) {
+    absl::StatusOr<v1::Plan> plan =
+        LowerAttention(Shape(4, layout, /*causal=*/true),
+                       AttentionAlgorithm::kRing, Devices(4));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    v1::JobResult result;
+    AttentionKind().Summarize(Spec(), *plan, result);
+    ASSERT_TRUE(result.metrics().contains("work_balance"));
+    const double balance = result.metrics().at("work_balance");
+    if (layout == AttentionLayout::kZigzag) {
+      EXPECT_DOUBLE_EQ(balance, 1.0);
+    } else {
+      // Rank p: its own block's triangle and p whole blocks (l rows each):
+      // l(l+1)/2 + p l^2 pairs; the last rank the most. The finish steps,
+      // the same on every rank and tiny, pull it a little towards 1.
+      const double l = 8, last = l * (l + 1) / 2 + 3 * l * l;
+      const double mean = l * (l + 1) / 2 + 1.5 * l * l;
+      EXPECT_LT(balance, last / mean);
+      EXPECT_NEAR(balance, last / mean, 1e-3);
+    }
+  }
+}
+
 TEST(AttentionLoweringTest, UlyssesExchangesHeadsAndRsaKeepsEveryKeyBlock) {
   const AttentionShape shape = Shape(2, AttentionLayout::kContiguous, false);
   absl::StatusOr<v1::Plan> ulysses =
