@@ -1,34 +1,10 @@
 #include "worker/staging_pool.h"
 
-#include <sys/mman.h>
-
 #include <cstdlib>
 #include <new>
 #include <utility>
 
 namespace meshcast::worker {
-namespace {
-
-constexpr int64_t kHugePage = int64_t{2} << 20;
-constexpr int64_t kHugeFrom = int64_t{4} << 20;
-
-}  // namespace
-
-StagingBytes AllocateHostBytes(int64_t bytes) {
-  void* data = nullptr;
-  if (bytes >= kHugeFrom) {
-    const int64_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-    data = std::aligned_alloc(kHugePage, rounded);
-    // Advice only: without transparent huge pages the buffer still works.
-    if (data != nullptr) madvise(data, rounded, MADV_HUGEPAGE);
-  } else {
-    data = std::malloc(bytes);
-  }
-  if (data == nullptr) throw std::bad_alloc();
-  return StagingBytes(static_cast<uint8_t*>(data));
-}
-
-void StagingFree::operator()(uint8_t* data) const { std::free(data); }
 
 StagingBuffer::StagingBuffer(StagingBuffer&& other) noexcept
     : pool_(std::exchange(other.pool_, nullptr)),

@@ -40,23 +40,15 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "util/host_bytes.h"
 
 namespace meshcast::worker {
 
 class StagingPool;
 
-// Staging memory comes from malloc / aligned_alloc and goes back to free.
-struct StagingFree {
-  void operator()(uint8_t* data) const;
-};
-using StagingBytes = std::unique_ptr<uint8_t[], StagingFree>;
-
-// `bytes` (> 0) uninitialized bytes of host memory, those of 4 MiB and more
-// 2 MiB aligned and advised to use transparent huge pages (above). What
-// the pool allocates, and what tiles are made of (tile_buffer.h), so that a
-// job's first touch of a large tile faults per 2 MiB, not per 4 KiB.
-// Throws std::bad_alloc when memory runs out.
-StagingBytes AllocateHostBytes(int64_t bytes);
+// Staging memory is util/host_bytes.h's: large buffers on huge pages.
+using StagingFree = HostBytesFree;
+using StagingBytes = HostBytes;
 
 class StagingBuffer {
  public:

@@ -4,9 +4,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "util/host_bytes.h"
 #include "util/status_macros.h"
 #include "worker/box_runs.h"
-#include "worker/staging_pool.h"
 
 namespace meshcast::worker {
 namespace {
@@ -44,7 +44,7 @@ absl::StatusOr<TileBuffer> TileBuffer::Create(DType dtype, Box box) {
   // job's set-up on a virtual machine, one fault per 4 KiB page otherwise.
   if (tile.size_bytes() > 0) {
     std::shared_ptr<uint8_t[]> storage(
-        AllocateHostBytes(tile.size_bytes()).release(), StagingFree());
+        AllocateHostBytes(tile.size_bytes()).release(), HostBytesFree());
     tile.data_ = storage.get();
     tile.storage_ = std::move(storage);
   }

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "planner/ir/step_order.h"
 #include "proto/dtype_convert.h"
+#include "util/host_bytes.h"
 #include "util/parallel_for.h"
 #include "util/status_macros.h"
 #include "worker/kernels/attention.h"
@@ -47,6 +48,29 @@ constexpr int64_t kMaterializeLimit = int64_t{1} << 24;
 // demand before its whole operands are (GemmCache): a sampled check of a
 // dozen tiles of the same GEMM stays below it.
 constexpr int64_t kLazyGemmCalls = 65536;
+
+// n doubles, uninitialized, on huge pages when large (util/host_bytes.h): a
+// GEMM's float64 operands and output run to hundreds of MiB, and faulting
+// them in page by page cost a full check more than computing them.
+class Doubles {
+ public:
+  Doubles() = default;
+  explicit Doubles(int64_t n)
+      : bytes_(n > 0 ? AllocateHostBytes(n * int64_t{sizeof(double)})
+                     : nullptr) {}
+  double* data() { return reinterpret_cast<double*>(bytes_.get()); }
+  const double* data() const {
+    return reinterpret_cast<const double*>(bytes_.get());
+  }
+  double& operator[](int64_t i) { return data()[i]; }
+  double operator[](int64_t i) const { return data()[i]; }
+
+ private:
+  HostBytes bytes_;
+};
+
+// Elements of a GEMM operand evaluated per task when it is built whole.
+constexpr int64_t kOperandBlock = 65536;
 
 Box BoxFromProto(const google::protobuf::RepeatedPtrField<v1::Interval>& p) {
   Box box;
@@ -140,8 +164,9 @@ struct Reference::BackwardCache {
 //
 // A few elements (a sampled check) need only a few rows of op(A) and columns
 // of op(B): the first kLazyGemmCalls elements asked for are computed from
-// those, each evaluated once on its first use; past that the whole operands
-// and output are built as above (a full check), which the BLAS does far
+// those, each evaluated once on its first use; past that, or from the
+// start once a full check of a large buffer has begun (whole_gemms_), the
+// whole operands and output are built as above, which the BLAS does far
 // faster per element than dot products do.
 // A row of op(A) or a column of op(B): k values and scales, and the
 // largest terms among them.
@@ -162,11 +187,11 @@ struct Reference::GemmCache {
 
   std::once_flag once;
   bool materialized = false;
-  std::vector<double> a_value, a_scale, b_value, b_scale;
+  Doubles a_value, a_scale, b_value, b_scale;
   int64_t a_terms = 0, b_terms = 0;
   std::once_flag output_once;
   bool output_ready = false;
-  std::vector<double> c_sum, c_scale;
+  Doubles c_sum, c_scale;
 };
 
 // An attention block's memos. K and V of each (batch, kv head), evaluated
@@ -1417,32 +1442,54 @@ const Reference::GemmCache& Reference::Operands(const StepInfo& step) const {
     const v1::GemmAttrs& g = step.gemm_attrs;
     const int64_t m = g.m(), n = g.n(), k = g.k();
     if (m * k + k * n > kMaterializeLimit) return;
-    cache.a_value.resize(m * k);
-    cache.a_scale.resize(m * k);
-    cache.b_value.resize(k * n);
-    cache.b_scale.resize(k * n);
-    const int ta = step.in_tensors[0], tb = step.in_tensors[1];
-    Coord c(std::max(tensors_[ta].shape.size(),
-                                    tensors_[tb].shape.size()) + 1);
-    // A is stored row-major over its box: element e is op(A)(i, p) with
-    // e = i * k + p, or p * m + i when transposed.
-    for (int64_t e = 0; e < m * k; ++e) {
-      CoordInBox(e, step.in_boxes[0], c.data());
-      const Expected x = Eval(ta, c.data(), step.index);
-      const int64_t i = g.trans_a() ? e % m : e / k;
-      const int64_t p = g.trans_a() ? e / m : e % k;
-      cache.a_value[i * k + p] = x.value;
-      cache.a_scale[i * k + p] = x.scale;
-      cache.a_terms = std::max(cache.a_terms, x.terms);
-    }
-    for (int64_t e = 0; e < k * n; ++e) {
-      CoordInBox(e, step.in_boxes[1], c.data());
-      const Expected x = Eval(tb, c.data(), step.index);
-      const int64_t p = g.trans_b() ? e % k : e / n;
-      const int64_t j = g.trans_b() ? e / k : e % n;
-      cache.b_value[p * n + j] = x.value;
-      cache.b_scale[p * n + j] = x.scale;
-      cache.b_terms = std::max(cache.b_terms, x.terms);
+    cache.a_value = Doubles(m * k);
+    cache.a_scale = Doubles(m * k);
+    cache.b_value = Doubles(k * n);
+    cache.b_scale = Doubles(k * n);
+    // A and B are stored row-major over their boxes: element e of A is
+    // op(A)(i, p) with e = i * k + p, or p * m + i when transposed; of B
+    // op(B)(p, j) with e = p * n + j, or j * k + p. In blocks of elements
+    // on a few threads (Eval is thread-safe), each block's largest terms
+    // kept apart and combined after.
+    const int64_t a_blocks = (m * k + kOperandBlock - 1) / kOperandBlock;
+    const int64_t b_blocks = (k * n + kOperandBlock - 1) / kOperandBlock;
+    std::vector<int64_t> terms(a_blocks + b_blocks, 0);
+    ParallelFor(static_cast<int>(a_blocks + b_blocks),
+                MaterializeThreads((m * k + k * n) * 64),
+                [&](int block) {
+                  const bool is_a = block < a_blocks;
+                  const int64_t count = is_a ? m * k : k * n;
+                  const int64_t first =
+                      (is_a ? block : block - a_blocks) * kOperandBlock;
+                  const int64_t last = std::min(count, first + kOperandBlock);
+                  const int tensor = step.in_tensors[is_a ? 0 : 1];
+                  const Box& box = step.in_boxes[is_a ? 0 : 1];
+                  Doubles& value = is_a ? cache.a_value : cache.b_value;
+                  Doubles& scale = is_a ? cache.a_scale : cache.b_scale;
+                  Coord c(tensors_[tensor].shape.size());
+                  for (int64_t e = first; e < last; ++e) {
+                    CoordInBox(e, box, c.data());
+                    const Expected x = Eval(tensor, c.data(), step.index);
+                    int64_t at;
+                    if (is_a) {
+                      const int64_t i = g.trans_a() ? e % m : e / k;
+                      const int64_t p = g.trans_a() ? e / m : e % k;
+                      at = i * k + p;
+                    } else {
+                      const int64_t p = g.trans_b() ? e % k : e / n;
+                      const int64_t j = g.trans_b() ? e / k : e % n;
+                      at = p * n + j;
+                    }
+                    value[at] = x.value;
+                    scale[at] = x.scale;
+                    terms[block] = std::max(terms[block], x.terms);
+                  }
+                  return absl::OkStatus();
+                })
+        .IgnoreError();  // the tasks cannot fail
+    for (int64_t b = 0; b < a_blocks + b_blocks; ++b) {
+      int64_t& into = b < a_blocks ? cache.a_terms : cache.b_terms;
+      into = std::max(into, terms[b]);
     }
     cache.materialized = true;
   });
@@ -1457,7 +1504,8 @@ Expected Reference::EvalGemm(const StepInfo& step, int64_t i,
   GemmCache& lazy = *step.cache;
   double sum = 0, scale = 0;
   int64_t terms = 0;
-  if (lazy.calls.fetch_add(1, std::memory_order_relaxed) < kLazyGemmCalls) {
+  if (!whole_gemms_.load(std::memory_order_relaxed) &&
+      lazy.calls.fetch_add(1, std::memory_order_relaxed) < kLazyGemmCalls) {
     const GemmVector& row = OperandRow(step, i);
     const GemmVector& column = OperandColumn(step, j);
     for (int64_t p = 0; p < k; ++p) {
@@ -1479,8 +1527,8 @@ Expected Reference::EvalGemm(const StepInfo& step, int64_t i,
       // another, each on all of them. The summation order differs from
       // the dot product below by float64 roundings, far inside every
       // tolerance.
-      mutable_cache.c_sum.resize(m * n);
-      mutable_cache.c_scale.resize(m * n);
+      mutable_cache.c_sum = Doubles(m * n);
+      mutable_cache.c_scale = Doubles(m * n);
       const int64_t blocks = (m + kRowsPerBlock - 1) / kRowsPerBlock;
       ParallelFor(static_cast<int>(blocks), MaterializeThreads(m * n * k),
                   [&](int block) {
@@ -1671,6 +1719,11 @@ absl::StatusOr<ComputedCheck> VerifyComputed(absl::Span<const uint8_t> data,
   ComputedCheck check;
   if (mode == v1::VERIFY_MODE_OFF) return check;
   const bool sample = mode == v1::VERIFY_MODE_SAMPLE && count > kSamples;
+  // A full check of many elements reads most rows of A and columns of B:
+  // build every GEMM whole at once rather than row by row.
+  if (mode == v1::VERIFY_MODE_FULL && count > kSamples) {
+    ref.whole_gemms_.store(true, std::memory_order_relaxed);
+  }
   const std::vector<int64_t> samples =
       sample ? SampleOffsets(box, tensor) : std::vector<int64_t>();
   const int64_t checks = sample ? static_cast<int64_t>(samples.size()) : count;

@@ -150,6 +150,7 @@
 #ifndef MESHCAST_WORKER_KERNELS_REFERENCE_H_
 #define MESHCAST_WORKER_KERNELS_REFERENCE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -311,6 +312,10 @@ class Reference {
                    std::vector<double>* scale, int64_t* terms) const;
 
   std::vector<TensorSpec> tensors_;
+  // Set by a full check of a large buffer (VerifyComputed): GEMMs are then
+  // built whole (operands and output with the BLAS) from their first
+  // element, rather than from rows and columns on demand.
+  mutable std::atomic<bool> whole_gemms_{false};
   std::vector<v1::Initializer> inits_;
   std::vector<StepInfo> steps_;  // value-defining steps, dependency order
   // Per tensor: the regions defined by steps, latest step first.
