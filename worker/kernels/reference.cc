@@ -1506,8 +1506,8 @@ Expected Reference::EvalGemm(const StepInfo& step, int64_t i,
   int64_t terms = 0;
   if (!whole_gemms_.load(std::memory_order_relaxed) &&
       lazy.calls.fetch_add(1, std::memory_order_relaxed) < kLazyGemmCalls) {
-    const GemmVector& row = OperandRow(step, i);
-    const GemmVector& column = OperandColumn(step, j);
+    const GemmVector& row = OperandVector(step, 0, i);
+    const GemmVector& column = OperandVector(step, 1, j);
     for (int64_t p = 0; p < k; ++p) {
       sum += row.value[p] * column.value[p];
       scale += row.scale[p] * column.scale[p];
@@ -1594,50 +1594,35 @@ Expected Reference::GemmResult(double alpha, double sum, double scale,
   return result;
 }
 
-const Reference::GemmVector& Reference::OperandRow(const StepInfo& step,
-                                                   int64_t i) const {
+const Reference::GemmVector& Reference::OperandVector(const StepInfo& step,
+                                                      int operand,
+                                                      int64_t index) const {
   GemmCache& cache = *step.cache;
-  GemmVector& row = cache.rows[i];
-  std::call_once(cache.row_once[i], [&] {
+  const bool is_a = operand == 0;
+  GemmVector& vector = is_a ? cache.rows[index] : cache.columns[index];
+  std::call_once(is_a ? cache.row_once[index] : cache.column_once[index], [&] {
     const v1::GemmAttrs& g = step.gemm_attrs;
-    const int64_t m = g.m(), k = g.k();
-    const int ta = step.in_tensors[0];
-    Coord c(tensors_[ta].shape.size());
-    row.value.resize(k);
-    row.scale.resize(k);
+    const int64_t m = g.m(), n = g.n(), k = g.k();
+    // Element p of row i of op(A) is A's element i * k + p (transposed:
+    // p * m + i); element p of column j of op(B) is B's p * n + j
+    // (transposed: j * k + p), both row-major over their boxes.
+    const bool transposed = is_a ? g.trans_a() : g.trans_b();
+    const int64_t first = is_a ? (transposed ? index : index * k)
+                               : (transposed ? index * k : index);
+    const int64_t stride = is_a ? (transposed ? m : 1) : (transposed ? 1 : n);
+    const int tensor = step.in_tensors[operand];
+    Coord c(tensors_[tensor].shape.size());
+    vector.value.resize(k);
+    vector.scale.resize(k);
     for (int64_t p = 0; p < k; ++p) {
-      CoordInBox(g.trans_a() ? p * m + i : i * k + p, step.in_boxes[0],
-                 c.data());
-      const Expected x = Eval(ta, c.data(), step.index);
-      row.value[p] = x.value;
-      row.scale[p] = x.scale;
-      row.terms = std::max(row.terms, x.terms);
+      CoordInBox(first + p * stride, step.in_boxes[operand], c.data());
+      const Expected x = Eval(tensor, c.data(), step.index);
+      vector.value[p] = x.value;
+      vector.scale[p] = x.scale;
+      vector.terms = std::max(vector.terms, x.terms);
     }
   });
-  return row;
-}
-
-const Reference::GemmVector& Reference::OperandColumn(const StepInfo& step,
-                                                      int64_t j) const {
-  GemmCache& cache = *step.cache;
-  GemmVector& column = cache.columns[j];
-  std::call_once(cache.column_once[j], [&] {
-    const v1::GemmAttrs& g = step.gemm_attrs;
-    const int64_t n = g.n(), k = g.k();
-    const int tb = step.in_tensors[1];
-    Coord c(tensors_[tb].shape.size());
-    column.value.resize(k);
-    column.scale.resize(k);
-    for (int64_t p = 0; p < k; ++p) {
-      CoordInBox(g.trans_b() ? j * k + p : p * n + j, step.in_boxes[1],
-                 c.data());
-      const Expected x = Eval(tb, c.data(), step.index);
-      column.value[p] = x.value;
-      column.scale[p] = x.scale;
-      column.terms = std::max(column.terms, x.terms);
-    }
-  });
-  return column;
+  return vector;
 }
 
 namespace {

@@ -289,10 +289,10 @@ class Reference {
   void BuildAttentionKv(const StepInfo& step, int64_t b, int64_t kvh) const;
   void BuildAttentionRow(const StepInfo& step, int64_t row) const;
   const GemmCache& Operands(const StepInfo& step) const;
-  // Row i of op(A) and column j of op(B) of a GEMM step, evaluated on their
-  // first use (GemmCache).
-  const GemmVector& OperandRow(const StepInfo& step, int64_t i) const;
-  const GemmVector& OperandColumn(const StepInfo& step, int64_t j) const;
+  // Row `index` of op(A) (operand 0) or column `index` of op(B) (operand
+  // 1) of a GEMM step, evaluated on its first use (GemmCache).
+  const GemmVector& OperandVector(const StepInfo& step, int operand,
+                                  int64_t index) const;
   // alpha * sum with its scale and terms: a GEMM element from its dot
   // product over k.
   static Expected GemmResult(double alpha, double sum, double scale,
