@@ -289,6 +289,10 @@ class Reference {
   void BuildAttentionKv(const StepInfo& step, int64_t b, int64_t kvh) const;
   void BuildAttentionRow(const StepInfo& step, int64_t row) const;
   const GemmCache& Operands(const StepInfo& step) const;
+  // False when no step before `step` writes an element of its input
+  // operand `operand` and the dtype is a float: Operands may then fill it
+  // from the initializer in bulk.
+  bool WrittenBefore(const StepInfo& step, int operand) const;
   // Row `index` of op(A) (operand 0) or column `index` of op(B) (operand
   // 1) of a GEMM step, evaluated on its first use (GemmCache).
   const GemmVector& OperandVector(const StepInfo& step, int operand,
