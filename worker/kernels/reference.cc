@@ -72,6 +72,15 @@ class Doubles {
 // Elements of a GEMM operand evaluated per task when it is built whole.
 constexpr int64_t kOperandBlock = 65536;
 
+// Where element p of row `index` of op(A) (operand 0) or of column `index`
+// of op(B) (operand 1) is stored, row-major over the operand's box: A's
+// i * k + p (transposed: p * m + i), B's p * n + j (transposed: j * k + p).
+int64_t OperandOffset(const v1::GemmAttrs& g, int operand, int64_t index,
+                      int64_t p) {
+  if (operand == 0) return g.trans_a() ? p * g.m() + index : index * g.k() + p;
+  return g.trans_b() ? index * g.k() + p : p * g.n() + index;
+}
+
 Box BoxFromProto(const google::protobuf::RepeatedPtrField<v1::Interval>& p) {
   Box box;
   box.reserve(p.size());
@@ -158,6 +167,13 @@ struct Reference::BackwardCache {
   std::vector<int64_t> terms;
 };
 
+// A row of op(A) or a column of op(B): k values and scales, and the
+// largest terms among them.
+struct Reference::GemmVector {
+  std::vector<double> value, scale;
+  int64_t terms = 0;
+};
+
 // op(A) (m x k) and op(B) (k x n), row-major, as values and scales; the
 // largest `terms` of each; and, built on the first element asked for, the
 // whole output C (m x n) as sums and scales.
@@ -168,13 +184,6 @@ struct Reference::BackwardCache {
 // start once a full check of a large buffer has begun (whole_gemms_), the
 // whole operands and output are built as above, which the BLAS does far
 // faster per element than dot products do.
-// A row of op(A) or a column of op(B): k values and scales, and the
-// largest terms among them.
-struct Reference::GemmVector {
-  std::vector<double> value, scale;
-  int64_t terms = 0;
-};
-
 struct Reference::GemmCache {
   GemmCache(int64_t m, int64_t n)
       : row_once(new std::once_flag[m]),
@@ -1458,11 +1467,9 @@ const Reference::GemmCache& Reference::Operands(const StepInfo& step) const {
     cache.a_scale = Doubles(m * k);
     cache.b_value = Doubles(k * n);
     cache.b_scale = Doubles(k * n);
-    // A and B are stored row-major over their boxes: element e of A is
-    // op(A)(i, p) with e = i * k + p, or p * m + i when transposed; of B
-    // op(B)(p, j) with e = p * n + j, or j * k + p. In blocks of elements
-    // on a few threads (Eval is thread-safe), each block's largest terms
-    // kept apart and combined after.
+    // Read from where OperandOffset stores each element, in blocks of
+    // elements on a few threads (Eval is thread-safe), each block's largest
+    // terms kept apart and combined after.
     const int64_t a_blocks = (m * k + kOperandBlock - 1) / kOperandBlock;
     const int64_t b_blocks = (k * n + kOperandBlock - 1) / kOperandBlock;
     std::vector<int64_t> terms(a_blocks + b_blocks, 0);
@@ -1499,7 +1506,11 @@ const Reference::GemmCache& Reference::Operands(const StepInfo& step) const {
                   const DType dtype = tensors_[tensor].dtype;
                   const int size = DTypeSize(dtype);
                   Coord c(tensors_[tensor].shape.size());
-                  for (int64_t e = first; e < last; ++e) {
+                  for (int64_t at = first; at < last; ++at) {
+                    // at: op(A)(i, p) = i * k + p, op(B)(p, j) = p * n + j.
+                    const int64_t e = is_a
+                                          ? OperandOffset(g, 0, at / k, at % k)
+                                          : OperandOffset(g, 1, at % n, at / n);
                     Expected x;
                     if (!filled.empty()) {
                       x.value = LoadElement(dtype, filled.data() + e * size);
@@ -1507,16 +1518,6 @@ const Reference::GemmCache& Reference::Operands(const StepInfo& step) const {
                     } else {
                       CoordInBox(e, box, c.data());
                       x = Eval(tensor, c.data(), step.index);
-                    }
-                    int64_t at;
-                    if (is_a) {
-                      const int64_t i = g.trans_a() ? e % m : e / k;
-                      const int64_t p = g.trans_a() ? e / m : e % k;
-                      at = i * k + p;
-                    } else {
-                      const int64_t p = g.trans_b() ? e % k : e / n;
-                      const int64_t j = g.trans_b() ? e / k : e % n;
-                      at = p * n + j;
                     }
                     value[at] = x.value;
                     scale[at] = x.scale;
@@ -1640,20 +1641,14 @@ const Reference::GemmVector& Reference::OperandVector(const StepInfo& step,
   GemmVector& vector = is_a ? cache.rows[index] : cache.columns[index];
   std::call_once(is_a ? cache.row_once[index] : cache.column_once[index], [&] {
     const v1::GemmAttrs& g = step.gemm_attrs;
-    const int64_t m = g.m(), n = g.n(), k = g.k();
-    // Element p of row i of op(A) is A's element i * k + p (transposed:
-    // p * m + i); element p of column j of op(B) is B's p * n + j
-    // (transposed: j * k + p), both row-major over their boxes.
-    const bool transposed = is_a ? g.trans_a() : g.trans_b();
-    const int64_t first = is_a ? (transposed ? index : index * k)
-                               : (transposed ? index * k : index);
-    const int64_t stride = is_a ? (transposed ? m : 1) : (transposed ? 1 : n);
+    const int64_t k = g.k();
     const int tensor = step.in_tensors[operand];
     Coord c(tensors_[tensor].shape.size());
     vector.value.resize(k);
     vector.scale.resize(k);
     for (int64_t p = 0; p < k; ++p) {
-      CoordInBox(first + p * stride, step.in_boxes[operand], c.data());
+      CoordInBox(OperandOffset(g, operand, index, p), step.in_boxes[operand],
+                 c.data());
       const Expected x = Eval(tensor, c.data(), step.index);
       vector.value[p] = x.value;
       vector.scale[p] = x.scale;
