@@ -1401,6 +1401,58 @@ TEST(ReferenceTest, SampledGemmCheckReadsTheSampledRowsAndColumns) {
   EXPECT_EQ(check(v1::VERIFY_MODE_FULL).mismatches, 1);
 }
 
+// A full check of a GEMM with op(A) transposed, large enough that the
+// reference builds the whole operands (past kSamples elements): it agrees
+// with the real kernel and finds one corrupted element.
+TEST(ReferenceTest, FullCheckOfATransposedAGemmBuildsItWhole) {
+  const int64_t m = 120, n = 90, k = 40;
+  PlanBuilder p;
+  const int a = p.Tensor({k, m}, DType::kFloat32, v1::Initializer::KIND_RANDOM,
+                         7);  // stored k x m
+  const int b =
+      p.Tensor({k, n}, DType::kFloat32, v1::Initializer::KIND_RANDOM, 8);
+  const int c = p.Tensor({m, n}, DType::kFloat32, v1::Initializer::KIND_ZEROS);
+  v1::GemmAttrs* g = p.Step(v1::Step::OP_COMPUTE,
+                            {p.Buffer(a, 0, {{0, k}, {0, m}}),
+                             p.Buffer(b, 0, {{0, k}, {0, n}})},
+                            {p.Buffer(c, 0, {{0, m}, {0, n}})})
+                         ->mutable_compute()
+                         ->mutable_gemm();
+  g->set_m(m);
+  g->set_n(n);
+  g->set_k(k);
+  g->set_trans_a(true);
+  auto ref = MustCreate(p.plan());
+  ASSERT_NE(ref, nullptr);
+  std::vector<uint8_t> ad(k * m * 4), bd(k * n * 4), cd(m * n * 4);
+  ASSERT_TRUE(FillInitializer(absl::MakeSpan(ad), {{0, k}, {0, m}}, p.spec(a),
+                              a, p.init(a))
+                  .ok());
+  ASSERT_TRUE(FillInitializer(absl::MakeSpan(bd), {{0, k}, {0, n}}, p.spec(b),
+                              b, p.init(b))
+                  .ok());
+  ASSERT_TRUE(RunGemm(*g, DType::kFloat32, ad, bd, absl::MakeSpan(cd)).ok());
+  const Box box = {{0, m}, {0, n}};
+  Cancellation cancel;
+  auto full =
+      VerifyComputed(cd, box, p.spec(c), c, *ref, v1::VERIFY_MODE_FULL, cancel);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->elements, m * n);
+  EXPECT_EQ(full->mismatches, 0) << full->first_mismatch;
+  // One element against a hand loop over the stored (k x m) A.
+  const int64_t i = 77, j = 31;
+  double want = 0;
+  for (int64_t q = 0; q < k; ++q) {
+    want += p.Initial(a, q * m + i) * p.Initial(b, q * n + j);
+  }
+  EXPECT_NEAR(*ref->Value(c, {i, j}), want, 1e-12);
+  cd[4 * (i * n + j) + 3] ^= 0x01;
+  full =
+      VerifyComputed(cd, box, p.spec(c), c, *ref, v1::VERIFY_MODE_FULL, cancel);
+  ASSERT_TRUE(full.ok());
+  EXPECT_EQ(full->mismatches, 1);
+}
+
 // Causal attention over a zigzag layout as a chain of two attention
 // blocks and a finish: 4 heads on 2 kv heads, 16 query rows at positions
 // 0-7 and 24-31 (device 0 of a sequence of 32 in 4 chunks), the first
