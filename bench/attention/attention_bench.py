@@ -17,8 +17,10 @@ Sections:
          communication, its time divided by the P devices: what the ring
          would take if its kernel ran as fast as alone and nothing waited
          for a transfer, the yardstick of ring-flash-attention's ~90%);
-         with causal balance (max / mean compute seconds per rank) and
-         the work balance the plan gives (max / mean attention FLOPs).
+         with causal balance (max / mean per rank of the CPU seconds
+         its attention steps used; `wall`: of their spans, which also
+         hold the time a shared core ran something else) and the work
+         balance the plan gives (max / mean attention FLOPs).
   local  (a local cluster of 127.0.0.1 workers): the same, no link limits.
 
 Every section runs the forward pass and the forward and backward pass
@@ -42,9 +44,9 @@ import bench_common as bc  # noqa: E402
 from bench_common import fmt, fmt_s, geomean, log, write_spec  # noqa: E402
 
 ALGORITHMS = ["rsa", "ring", "ulysses"]
-ROW = "%-28s %-10s %-8s %11s %11s %7s %11s %7s %8s %6s %10s %s"
+ROW = "%-28s %-10s %-8s %11s %11s %7s %11s %7s %8s %6s %6s %10s %s"
 HEADER = ("layer B,H,Hkv,S,D,causal", "layout", "algo", "seconds", "ideal",
-          "ideal/t", "1dev/P", "1dev/Pt", "balance", "work", "mem/dev",
+          "ideal/t", "1dev/P", "1dev/Pt", "balance", "wall", "work", "mem/dev",
           "note")
 
 
@@ -180,8 +182,9 @@ def section_cluster(args, where):
         return True, []
     log("# %s: %d x %d devices, float32, verify sample; measured "
         "total_seconds against the compute-only ideal of the same plan; "
-        "balance: max / mean compute seconds per rank; work: max / mean "
-        "attention FLOPs the plan gives a rank; load average %s" % (
+        "balance: max / mean compute CPU seconds per rank (wall: of the "
+        "steps' spans); work: max / mean attention FLOPs the plan gives a "
+        "rank; load average %s" % (
             where, hosts, devices, bc.load_average()))
     log("#" + ROW % HEADER)
     if where == "net":
@@ -224,6 +227,7 @@ def section_cluster(args, where):
                                  fmt(alone / t if t and alone else None,
                                      "%.2f"),
                                  fmt(m.get("causal_balance"), "%.2f"),
+                                 fmt(m.get("causal_balance_wall"), "%.2f"),
                                  fmt(m.get("work_balance"), "%.2f"),
                                  fmt((m.get("memory_bytes_per_rank_max")
                                       or 0) / 2**20, "%.1f MiB"), note))
@@ -262,7 +266,8 @@ def summarize(where, rows, pass_):
         "ideal (geomean), at %s of the one-device ideal with zigzag (causal) "
         "and %s with contiguous (full and causal); "
         "rsa / ring %s (geomean; ring faster in %d/%d); "
-        "causal balance of ring: contiguous %s, zigzag %s (max / mean)" % (
+        "causal balance of ring: contiguous %s, zigzag %s (max / mean "
+        "compute CPU seconds)" % (
             where, pass_, len(good), len(rows), fmt(geomean(ring), "%.2f"),
             fmt(geomean(ring_alone["zigzag"]), "%.2f"),
             fmt(geomean(ring_alone["contiguous"]), "%.2f"),

@@ -7,8 +7,8 @@ std::vector<StepSpan> StepSpansOf(const v1::Plan& plan,
   std::vector<StepSpan> spans;
   for (const v1::StepResult& step : result.steps()) {
     if (step.step() < 0 || step.step() >= plan.steps_size()) continue;
-    StepSpan span{step.step(), step.worker(), step.device(),
-                  step.start_seconds(), step.end_seconds()};
+    StepSpan span{step.step(),          step.worker(),      step.device(),
+                  step.start_seconds(), step.end_seconds(), step.cpu_seconds()};
     if (span.end <= span.start) span.end = span.start + step.seconds();
     spans.push_back(std::move(span));
   }

@@ -31,6 +31,7 @@ struct StepSpan {
   int device = -1;
   double start = 0;
   double end = 0;
+  double cpu = 0;  // CPU seconds its thread used (0: not measured)
 };
 
 // The result's step intervals; when the result has none, the plan's

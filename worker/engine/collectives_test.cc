@@ -665,6 +665,35 @@ TEST(TimelineTest, EveryStepHasItsStartEndAndDevice) {
   EXPECT_EQ(outcome.results[0]->steps(1).device(), 1);
 }
 
+// A step reports the CPU time its thread used: a GEMM's is positive and,
+// on one thread, no more than its span.
+TEST(TimelineTest, AComputeStepReportsTheCpuItsThreadUsed) {
+  TestJob job(1, 1);
+  const int64_t size = 192;
+  const int a = job.AddTensor({{size, size}, DType::kFloat32});
+  const int c = job.AddTensor({{size, size}, DType::kFloat32});
+  job.SetInitializer(a, Random(3));
+  v1::Step gemm;
+  gemm.set_op(v1::Step::OP_COMPUTE);
+  gemm.set_device(0);
+  v1::GemmAttrs* attrs = gemm.mutable_compute()->mutable_gemm();
+  attrs->set_m(size);
+  attrs->set_n(size);
+  attrs->set_k(size);
+  const int input = job.AddBuffer(0, a, job.FullBox(a), BufferRole::kSource);
+  *gemm.add_inputs() = TestJob::Operand(input);
+  *gemm.add_inputs() = TestJob::Operand(input);
+  *gemm.add_outputs() = TestJob::Operand(
+      job.AddBuffer(0, c, job.FullBox(c), BufferRole::kDestination));
+  job.AddStep(gemm);
+  TestJobOutcome outcome = RunTestJob(job, SmallChunks());
+  ExpectAllVerified(outcome, size * size);
+  ASSERT_EQ(outcome.results[0]->steps_size(), 1);
+  const v1::StepResult& step = outcome.results[0]->steps(0);
+  EXPECT_GT(step.cpu_seconds(), 0);
+  EXPECT_LE(step.cpu_seconds(), step.seconds() + 1e-4);
+}
+
 // A chain of dependent steps reuses one thread; independent ones get one
 // each, up to the program's width.
 TEST(SchedulerTest, ThePoolGrowsOnlyToTheDagWidth) {

@@ -204,16 +204,24 @@ bool IsAttentionCompute(const v1::Step& step) {
           step.compute().has_attention_backward());
 }
 
-// max / mean of the values; 0 when empty or the mean is not positive.
-double MaxOverMean(const std::map<int, double>& per_rank) {
-  if (per_rank.empty()) return 0;
-  double max = 0, sum = 0;
+// The largest and the mean of per-rank values, and their ratio (0 when
+// empty or the mean is not positive).
+struct MaxMean {
+  double max = 0;
+  double mean = 0;
+  double Balance() const { return mean > 0 ? max / mean : 0; }
+};
+
+MaxMean MaxAndMean(const std::map<int, double>& per_rank) {
+  MaxMean result;
+  if (per_rank.empty()) return result;
+  double sum = 0;
   for (const auto& [rank, value] : per_rank) {
-    max = std::max(max, value);
+    result.max = std::max(result.max, value);
     sum += value;
   }
-  const double mean = sum / per_rank.size();
-  return mean > 0 ? max / mean : 0;
+  result.mean = sum / per_rank.size();
+  return result;
 }
 
 }  // namespace
@@ -242,26 +250,35 @@ void AttentionKind::Summarize(const v1::JobSpec& /*spec*/,
   for (const v1::Step& step : plan.steps()) {
     if (IsAttentionCompute(step)) work[step.device()] += step.flops();
   }
-  if (const double balance = MaxOverMean(work); balance > 0) {
+  if (const double balance = MaxAndMean(work).Balance(); balance > 0) {
     metrics["work_balance"] = balance;
   }
-  // Per rank: the summed spans of its attention steps.
-  std::map<int, double> compute;
+  // Per rank: the summed spans of its attention steps, and the CPU time
+  // their threads used. Where every step's CPU time was measured (the CPU
+  // engine), causal_balance is theirs: a span also holds the time the core
+  // ran another process (workers sharing a machine, the kernel's network),
+  // which says nothing of the work the layout gave the rank.
+  std::map<int, double> compute, cpu;
+  bool cpu_measured = true;
   for (const StepSpan& span : spans) {
     const v1::Step& step = plan.steps(span.index);
     if (!IsAttentionCompute(step)) continue;
     compute[step.device()] += span.end - span.start;
+    cpu[step.device()] += span.cpu;
+    cpu_measured = cpu_measured && span.cpu > 0;
   }
   if (!compute.empty()) {
-    double max = 0, sum = 0;
-    for (const auto& [device, seconds] : compute) {
-      max = std::max(max, seconds);
-      sum += seconds;
+    const MaxMean wall = MaxAndMean(compute);
+    metrics["compute_max_seconds"] = wall.max;
+    metrics["compute_mean_seconds"] = wall.mean;
+    if (wall.Balance() > 0) metrics["causal_balance_wall"] = wall.Balance();
+    const MaxMean used = cpu_measured ? MaxAndMean(cpu) : MaxMean{};
+    if (used.Balance() > 0) {
+      metrics["compute_cpu_max_seconds"] = used.max;
+      metrics["compute_cpu_mean_seconds"] = used.mean;
     }
-    const double mean = sum / compute.size();
-    metrics["compute_max_seconds"] = max;
-    metrics["compute_mean_seconds"] = mean;
-    if (mean > 0) metrics["causal_balance"] = max / mean;
+    const double balance = used.Balance() > 0 ? used.Balance() : wall.Balance();
+    if (balance > 0) metrics["causal_balance"] = balance;
   }
   // What the plan makes each rank send: send/recv by its sender, an
   // all-to-all's off-diagonal blocks by theirs.

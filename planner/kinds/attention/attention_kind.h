@@ -22,9 +22,14 @@
 // step end), predicted_total_seconds, compute_only_ideal_seconds and
 // ideal_fraction (ideal / total), compute_max_seconds and
 // compute_mean_seconds (per rank: the sum of its attention steps' spans)
-// and causal_balance (max / mean), work_balance (max / mean of the
-// attention FLOPs the plan gives each rank: what the layout promises,
-// where causal_balance is what the machine made of it),
+// and causal_balance_wall (their max / mean), compute_cpu_max_seconds and
+// compute_cpu_mean_seconds (per rank: the CPU time those steps' threads
+// used, where the engine measures it: StepResult.cpu_seconds) and
+// causal_balance (max / mean of the CPU seconds where every step has them,
+// else causal_balance_wall: a span also holds the time a shared core ran
+// another process), work_balance (max / mean of the attention FLOPs the
+// plan gives each rank: what the layout promises, where causal_balance is
+// what the machine made of it),
 // bytes_sent_per_rank_max (what the plan
 // makes one rank send), memory_bytes_per_rank_max (the plan's buffers on
 // the busiest rank).

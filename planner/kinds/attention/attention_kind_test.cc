@@ -187,6 +187,55 @@ TEST(AttentionKindTest, SummaryReportsThePlannedWorkBalance) {
   }
 }
 
+// causal_balance is the CPU seconds' max / mean where every attention step
+// has them, else the spans'; causal_balance_wall is always the spans'.
+TEST(AttentionKindTest, CausalBalanceUsesCpuSecondsWhereMeasured) {
+  absl::StatusOr<v1::Plan> plan =
+      LowerAttention(Shape(2, AttentionLayout::kZigzag, /*causal=*/true),
+                     AttentionAlgorithm::kRing, Devices(2));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // Each attention step: 1 s of CPU; its span 1 s on device 0 and 2 s on
+  // device 1 (a core that also ran something else).
+  v1::JobResult measured;
+  std::map<int, double> wall, cpu;
+  for (int i = 0; i < plan->steps_size(); ++i) {
+    const v1::Step& step = plan->steps(i);
+    v1::StepResult* r = measured.add_steps();
+    r->set_step(i);
+    r->set_device(step.device());
+    const double span = step.device() == 0 ? 1.0 : 2.0;
+    r->set_start_seconds(10.0 * i);
+    r->set_end_seconds(10.0 * i + span);
+    r->set_cpu_seconds(1.0);
+    if (step.op() == v1::Step::OP_COMPUTE &&
+        step.compute().has_attention_block()) {
+      wall[step.device()] += span;
+      cpu[step.device()] += 1.0;
+    }
+  }
+  ASSERT_EQ(wall.size(), 2u);
+  ASSERT_EQ(cpu.at(0), cpu.at(1));  // zigzag: the same steps on each rank
+  v1::JobResult with_cpu = measured;
+  AttentionKind().Summarize(Spec(), *plan, with_cpu);
+  const auto& m = with_cpu.metrics();
+  EXPECT_NEAR(m.at("causal_balance"), 1.0, 1e-12);
+  EXPECT_NEAR(m.at("causal_balance_wall"), 2.0 / 1.5, 1e-12);
+  EXPECT_GT(m.at("compute_cpu_mean_seconds"), 0);
+  // One step without CPU seconds: the spans decide.
+  v1::JobResult partial = measured;
+  for (v1::StepResult& r : *partial.mutable_steps()) {
+    const v1::Step& step = plan->steps(r.step());
+    if (step.op() == v1::Step::OP_COMPUTE &&
+        step.compute().has_attention_block()) {
+      r.set_cpu_seconds(0);
+      break;
+    }
+  }
+  AttentionKind().Summarize(Spec(), *plan, partial);
+  EXPECT_NEAR(partial.metrics().at("causal_balance"), 2.0 / 1.5, 1e-12);
+  EXPECT_FALSE(partial.metrics().contains("compute_cpu_mean_seconds"));
+}
+
 TEST(AttentionLoweringTest, UlyssesExchangesHeadsAndRsaKeepsEveryKeyBlock) {
   const AttentionShape shape = Shape(2, AttentionLayout::kContiguous, false);
   absl::StatusOr<v1::Plan> ulysses =
