@@ -143,7 +143,7 @@ def plan_row(c, algorithm, doc):
     mem = memory_of(doc)
     log(" " + ROW % (label(c), c["layout"], algorithm, fmt_s(seconds),
                      fmt_s(ideal), fmt(ideal / seconds if seconds else None,
-                                       "%.2f"), "-", "-", "-", "-",
+                                       "%.2f"), "-", "-", "-", "-", "-",
                      bc.fmt(mem / 2**20 if mem else None, "%.0f MiB"), ""))
     return dict(c, algorithm=algorithm, predicted=seconds, ideal=ideal,
                 memory=mem, where="plan")
