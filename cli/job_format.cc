@@ -366,6 +366,10 @@ std::string DescribeTopology(const v1::Topology& topology) {
     absl::StrAppendFormat(&out, ", %.3g GFLOP/s per device",
                           topology.device_flops() / 1e9);
   }
+  if (topology.cpu_cores_per_device() > 0) {
+    absl::StrAppendFormat(&out, ", %.3g cores per CPU device",
+                          topology.cpu_cores_per_device());
+  }
   return out;
 }
 
@@ -420,7 +424,8 @@ OrderedJson TopologyToJson(const v1::Topology& topology) {
       {"pipeline_chunk_bytes", topology.pipeline_chunk_bytes()},
       {"device_flops", topology.device_flops()},
       {"device_memory_bandwidth_bytes_per_second",
-       topology.device_memory_bandwidth()}};
+       topology.device_memory_bandwidth()},
+      {"cpu_cores_per_device", topology.cpu_cores_per_device()}};
 }
 
 OrderedJson PlacedMeshToJson(const v1::DeviceMesh& mesh) {
@@ -551,6 +556,8 @@ OrderedJson ClusterToJson(const v1::GetClusterResponse& cluster,
                     {"probed_host_copy_bytes_per_second",
                      worker.probed_host_copy_bytes_per_second()},
                     {"probed_device_flops", worker.probed_device_flops()},
+                    {"machine_id", worker.machine_id()},
+                    {"cpu_cores", worker.cpu_cores()},
                     {"devices", WorkerDevices(worker, cluster.topology())},
                     {"state", WorkerStateName(worker.state())},
                     {"last_heartbeat_unix", worker.last_heartbeat_unix()}});

@@ -148,6 +148,9 @@ struct PlanOptions {
   // CPU-side costs; 0 = unlimited host copy rate / no setup time.
   double host_copy_gbps = 0;
   double transfer_setup_us = 0;
+  // Cores per CPU device where devices share a machine's cores (0 = not
+  // known); below 1 tp_overlap's auto keeps overlap modes out.
+  double cpu_cores_per_device = 0;
   // Compute rates of every device (DeviceRatesFor): cpu (default), h100,
   // h200; they time OP_COMPUTE steps (tp_overlap's GEMMs).
   std::string device_kind = "cpu";
@@ -190,6 +193,10 @@ void RegisterFlags(FlagSet& flags, PlanOptions& options) {
                "(CPU hosts; 0 = unlimited)");
   flags.Double("transfer-setup-us", &options.transfer_setup_us, "US",
                "fixed start-up time of every transfer, in microseconds");
+  flags.Double("cpu-cores-per-device", &options.cpu_cores_per_device, "N",
+               "cores per CPU device on the most crowded machine, as the\n"
+               "live controller derives it from its workers (0 = not known;\n"
+               "below 1, tp_overlap's auto leaves out the overlap modes)");
   flags.String("device-kind", &options.device_kind, "KIND",
                "compute rates of each device: cpu (one core), v100, h100 or\n"
                "h200 (published peaks; they time GEMMs and elementwise steps)");
@@ -408,6 +415,9 @@ absl::StatusOr<Topology> BuildTopology(const PlanOptions& options) {
       CheckPositive("--transfer-setup-us", options.transfer_setup_us, true));
   topology.host_copy_bandwidth = options.host_copy_gbps * 1e9 / 8;
   topology.transfer_setup_seconds = options.transfer_setup_us * 1e-6;
+  RETURN_IF_ERROR(CheckPositive("--cpu-cores-per-device",
+                                options.cpu_cores_per_device, true));
+  topology.cpu_cores_per_device = options.cpu_cores_per_device;
   absl::StatusOr<DeviceRates> rates = DeviceRatesFor(options.device_kind);
   RETURN_IF_ERROR(Flagged("--device-kind", rates.status()));
   topology.SetDeviceRates(*rates);
@@ -762,6 +772,10 @@ std::string RenderKindTable(const KindPlanView& view) {
   std::vector<std::string> header = {"  alternative", "predicted",
                                      "x lower bound", "steps", "bytes"};
   if (memory) header.push_back("peak memory/device");
+  const bool notes =
+      std::any_of(view.rows.begin(), view.rows.end(),
+                  [](const v1::StrategyRow& r) { return !r.note().empty(); });
+  if (notes) header.push_back("note");
   TextTable table(header, {TextTable::kLeft});
   double lower_bound = view.plan.lower_bound_seconds();
   std::string chosen = view.plan.strategy();
@@ -778,12 +792,14 @@ std::string RenderKindTable(const KindPlanView& view) {
     if (memory) {
       cells.push_back(FormatBytes(static_cast<double>(row.peak_memory_bytes())));
     }
+    if (notes) cells.push_back(row.note());
     table.AddRow(cells);
   }
   std::vector<std::string> bound_row = {"  lower bound",
                                         FormatSeconds(lower_bound), "1.000",
                                         "", ""};
   if (memory) bound_row.push_back("");
+  if (notes) bound_row.push_back("");
   table.AddRow(bound_row);
   out += table.Render();
   absl::StrAppend(&out, "\n* chosen: ", chosen, ", predicted ",
@@ -812,6 +828,7 @@ std::string RenderKindJson(const KindPlanView& view) {
     if (row.peak_memory_bytes() > 0) {
       entry["peak_memory_bytes"] = row.peak_memory_bytes();
     }
+    if (!row.note().empty()) entry["note"] = row.note();
     alternatives.push_back(std::move(entry));
   }
   Json meshes = Json::array();
@@ -1004,7 +1021,7 @@ absl::Status CheckModeFlags(const FlagSet& flags, bool live) {
     for (const char* flag :
          {"cluster", "inter-gbps", "intra-gbps", "inter-latency-us",
           "intra-latency-us", "host-copy-gbps", "transfer-setup-us",
-          "device-kind", "verify"}) {
+          "cpu-cores-per-device", "device-kind", "verify"}) {
       if (flags.IsSet(flag)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--", flag,

@@ -522,6 +522,58 @@ TEST(PlanCommandTest, DeviceKindSetsTheComputeRates) {
   EXPECT_THAT(bad.err, HasSubstr("--device-kind"));
 }
 
+// --cpu-cores-per-device below 1 (CPU devices sharing cores) keeps
+// tp_overlap's overlap modes out of auto: listed, with a note, not chosen.
+TEST(PlanCommandTest, CrowdedCpuCoresKeepOverlapModesOutOfAuto) {
+  const std::string path =
+      ::testing::TempDir() + "/plan_command_test_crowded.yaml";
+  std::ofstream(path) << "tp_overlap:\n"
+                         "  m: 1024\n  n: 1024\n  k: 4096\n"
+                         "  mesh: 4x1\n  mode: auto\n";
+  const auto plan = [&](const std::string& cores) {
+    std::vector<std::string> args = {"-f",           path, "--cluster", "4x1",
+                                     "--inter-gbps", "1",  "--output",  "json"};
+    if (!cores.empty())
+      args.insert(args.end(), {"--cpu-cores-per-device", cores});
+    const CommandResult result = RunPlanCommand(args);
+    EXPECT_EQ(result.exit_code, kExitOk) << result.err;
+    return result.exit_code == kExitOk ? nlohmann::json::parse(result.out)
+                                       : nlohmann::json::object();
+  };
+  const auto chosen = [](const nlohmann::json& json) {
+    for (const nlohmann::json& row : json["alternatives"]) {
+      if (row["chosen"].get<bool>()) return row["name"].get<std::string>();
+    }
+    return std::string();
+  };
+  const nlohmann::json free = plan("");
+  ASSERT_NE(chosen(free), "");
+  ASSERT_NE(chosen(free), "sequential");  // overlap predicted to win
+  for (const nlohmann::json& row : free["alternatives"]) {
+    EXPECT_FALSE(row.contains("note")) << row;
+  }
+  const nlohmann::json crowded = plan("0.5");
+  EXPECT_EQ(chosen(crowded), "sequential");
+  int noted = 0;
+  for (const nlohmann::json& row : crowded["alternatives"]) {
+    if (row.contains("note")) {
+      ++noted;
+      EXPECT_THAT(row["note"].get<std::string>(),
+                  HasSubstr("0.50 cores per CPU device"));
+    }
+  }
+  EXPECT_EQ(noted, 2);  // chunked and fused
+  const CommandResult table = RunPlanCommand(
+      {"-f", path, "--cluster", "4x1", "--cpu-cores-per-device", "0.5"});
+  ASSERT_EQ(table.exit_code, kExitOk) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("note"));
+  EXPECT_THAT(table.out, HasSubstr("not for auto"));
+  const CommandResult bad = RunPlanCommand(
+      {"-f", path, "--cluster", "4x1", "--cpu-cores-per-device", "-1"});
+  EXPECT_EQ(bad.exit_code, kExitUsage);
+  EXPECT_THAT(bad.err, HasSubstr("--cpu-cores-per-device: must be >= 0"));
+}
+
 TEST(PlanCommandTest, CollectiveErrorsNameTheFlag) {
   std::vector<std::string> args = With(CollectiveArgs(), "--op", "allreduce");
   CommandResult result = RunPlanCommand(args);

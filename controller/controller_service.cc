@@ -103,6 +103,8 @@ grpc::Status ControllerService::RegisterWorker(
   record.probed_host_copy_bytes_per_second =
       info.probed_host_copy_bytes_per_second();
   record.probed_device_flops = info.probed_device_flops();
+  record.machine_id = info.machine_id();
+  record.cpu_cores = info.cpu_cores();
   absl::StatusOr<WorkerRecord> stored = registry_->Register(record);
   if (!stored.ok()) return ToGrpcStatus(stored.status());
   response->set_host_index(stored->host_index);
@@ -309,6 +311,8 @@ grpc::Status ControllerService::GetCluster(grpc::ServerContext* context,
     info->set_probed_host_copy_bytes_per_second(
         w.probed_host_copy_bytes_per_second);
     info->set_probed_device_flops(w.probed_device_flops);
+    info->set_machine_id(w.machine_id);
+    info->set_cpu_cores(w.cpu_cores);
     info->set_host_index(w.host_index);
     info->set_last_heartbeat_unix(UnixSecondsOf(w.last_heartbeat));
     if (w.lost) {

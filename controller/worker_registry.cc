@@ -1,11 +1,15 @@
 #include "controller/worker_registry.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "util/log.h"
 #include "planner/ir/spec_convert.h"
+#include "util/log.h"
 #include "util/status_macros.h"
 
 namespace meshcast {
@@ -112,6 +116,11 @@ absl::StatusOr<WorkerRecord> WorkerRegistry::Register(
           absl::StrCat("worker.", field, " of worker ", info.name, " is ",
                        value, "; must be finite and >= 0 (0 = not measured)"));
     }
+  }
+  if (info.cpu_cores < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker.cpu_cores of worker ", info.name, " is ",
+                     info.cpu_cores, "; must be >= 0 (0 = not known)"));
   }
   if (info.num_devices < 1 || info.num_devices > kMaxDevicesPerWorker) {
     return absl::InvalidArgumentError(
@@ -283,6 +292,34 @@ void WorkerRegistry::SweeperLoop(absl::Duration period) {
   }
 }
 
+namespace {
+
+// Cores per device on the most crowded machine of the CPU workers that say
+// which machine they run on and how many cores they may use; 0 when none
+// does. Workers of one machine may use different cores (affinity), so the
+// machine has the most any of them reports.
+double CpuCoresPerDevice(const std::vector<WorkerRecord>& workers) {
+  std::map<std::string, std::pair<int, int>> machines;  // cores, devices
+  for (const WorkerRecord& w : workers) {
+    if (w.name.empty() || w.lost || w.device_kind != "cpu" ||
+        w.machine_id.empty() || w.cpu_cores <= 0) {
+      continue;
+    }
+    auto& [cores, devices] = machines[w.machine_id];
+    cores = std::max(cores, w.cpu_cores);
+    devices += w.num_devices;
+  }
+  double fewest = 0;
+  for (const auto& [id, machine] : machines) {
+    const double per_device =
+        static_cast<double>(machine.first) / machine.second;
+    if (fewest == 0 || per_device < fewest) fewest = per_device;
+  }
+  return fewest;
+}
+
+}  // namespace
+
 void WorkerRegistry::ApplyProbedRates(Topology& topology) const {
   double copy = 0, flops = 0;
   bool cuda = false;
@@ -329,6 +366,8 @@ Topology WorkerRegistry::topology() const {
     topology.SetDeviceRates(*preset);
   }
   if (options_.use_probed_rates) ApplyProbedRates(topology);
+  // A fact of placement, not a measurement: applied either way.
+  topology.cpu_cores_per_device = CpuCoresPerDevice(workers_);
   return topology;
 }
 

@@ -66,6 +66,10 @@ struct WorkerRecord {
   // device's GEMM rate (FLOP/s); 0 = not measured.
   double probed_host_copy_bytes_per_second = 0;
   double probed_device_flops = 0;
+  // WorkerInfo.machine_id and cpu_cores: workers with one machine_id share
+  // that machine's cores; ""/0 = not known.
+  std::string machine_id;
+  int cpu_cores = 0;
   int host_index = -1;
   bool lost = false;
   absl::Time last_heartbeat = absl::InfinitePast();

@@ -195,6 +195,44 @@ TEST_F(WorkerRegistryTest, ProbedRatesReplaceTheFiguresLeftOpen) {
               HasSubstr("worker.probed_device_flops of worker bad is -1"));
 }
 
+// Workers that report one machine share its cores: the topology has the
+// cores per device of the most crowded machine, 0 while no CPU worker says.
+TEST_F(WorkerRegistryTest, WorkersOfOneMachineShareItsCores) {
+  WorkerRegistry registry(Options(), &clock_);
+  ASSERT_TRUE(registry.Register(Worker("unknown")).ok());
+  EXPECT_EQ(registry.topology().cpu_cores_per_device, 0);
+  const auto on = [](const std::string& name, const std::string& machine,
+                     int cores) {
+    WorkerRecord w = Worker(name);
+    w.machine_id = machine;
+    w.cpu_cores = cores;
+    return w;
+  };
+  // A machine of its own: 16 cores for 4 devices.
+  ASSERT_TRUE(registry.Register(on("big", "m-big", 16)).ok());
+  EXPECT_DOUBLE_EQ(registry.topology().cpu_cores_per_device, 4.0);
+  // Two emulated hosts on one 2-core machine (one reports 3 cores of
+  // affinity: the machine has the most either may use): 3 for 8 devices.
+  ASSERT_TRUE(registry.Register(on("ns1", "m-small", 2)).ok());
+  ASSERT_TRUE(registry.Register(on("ns2", "m-small", 3)).ok());
+  EXPECT_DOUBLE_EQ(registry.topology().cpu_cores_per_device, 3.0 / 8);
+  // GPU workers do not count.
+  WorkerRecord gpu = on("gpu", "m-gpu", 1);
+  gpu.device_kind = "cuda";
+  ASSERT_TRUE(registry.Register(gpu).ok());
+  EXPECT_DOUBLE_EQ(registry.topology().cpu_cores_per_device, 3.0 / 8);
+  // ns2 lost: ns1 alone on its machine, 2 cores for 4 devices.
+  clock_.Advance(absl::Seconds(6));
+  for (const char* live : {"unknown", "big", "ns1", "gpu"}) {
+    ASSERT_TRUE(registry.Heartbeat(live));
+  }
+  registry.Sweep();
+  EXPECT_DOUBLE_EQ(registry.topology().cpu_cores_per_device, 0.5);
+
+  EXPECT_THAT(registry.Register(on("bad", "m", -2)).status().message(),
+              HasSubstr("worker.cpu_cores of worker bad is -2"));
+}
+
 TEST_F(WorkerRegistryTest, MissedLeaseMarksLostAndNotifies) {
   ASSERT_TRUE(registry_.Register(Worker("a")).ok());
   ASSERT_TRUE(registry_.Register(Worker("b")).ok());

@@ -78,6 +78,12 @@ absl::Status Topology::Validate() const {
           "topology: ", name, " must be >= 0 and finite, got ", value));
     }
   }
+  if (!std::isfinite(cpu_cores_per_device) || cpu_cores_per_device < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("topology: cpu_cores_per_device must be >= 0 and finite "
+                     "(0 = not known), got ",
+                     cpu_cores_per_device));
+  }
   if (!std::isfinite(host_copy_bandwidth) || host_copy_bandwidth < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("topology: host_copy_bandwidth must be >= 0 and finite "
@@ -111,6 +117,10 @@ std::string Topology::ToString() const {
       device_memory_bandwidth != cpu.memory_bandwidth) {
     absl::StrAppendFormat(&text, ", device %g TFLOP/s, memory %g GB/s",
                           device_flops / 1e12, device_memory_bandwidth / 1e9);
+  }
+  if (cpu_cores_per_device > 0) {
+    absl::StrAppendFormat(&text, ", %g cores per CPU device",
+                          cpu_cores_per_device);
   }
   return text;
 }

@@ -119,6 +119,14 @@ struct Topology {
   // defaults are DeviceRates{} (one CPU core).
   double device_flops = DeviceRates{}.flops;
   double device_memory_bandwidth = DeviceRates{}.memory_bandwidth;
+  // Cores per device on the most crowded machine, where CPU devices share a
+  // machine's cores: workers report their machine and cores at
+  // registration, and several emulated hosts (network namespaces) or
+  // workers can run on one machine. 0 = not known, or not CPU devices. Below
+  // 1 the devices' compute steps cannot all run at once, and anything run
+  // beside them (a communicator's threads) takes a core from some device:
+  // the tp_overlap cost model then keeps overlap modes out of `auto`.
+  double cpu_cores_per_device = 0;
   // Measured corrections (see the top of the file); empty: the figures
   // above alone.
   std::vector<CollectiveCalibration> calibration;

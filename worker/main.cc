@@ -53,6 +53,7 @@
 #include "worker/device_spec.h"
 #include "worker/host_memory.h"
 #include "worker/kernels/blas_arch.h"
+#include "worker/machine_identity.h"
 #include "worker/progress_pusher.h"
 #include "worker/rate_probe.h"
 #include "worker/worker_agent.h"
@@ -432,6 +433,11 @@ int Main(int argc, char** argv) {
     // start-up lines.
     const BlasArchChoice& blas = EnsureBlasArch();
     LogInfo("BLAS: BLIS ", blas.arch, " kernels (", blas.reason, ")");
+  }
+  {
+    const MachineIdentity machine = ReadMachineIdentity();
+    agent_options.machine_id = machine.machine_id;
+    agent_options.cpu_cores = machine.cpu_cores;
   }
   if (absl::GetFlag(FLAGS_probe_rates) && devices->kind == "cpu") {
     // Before registering, so that no job shares the cores with the probe.

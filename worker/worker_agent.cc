@@ -100,6 +100,8 @@ bool WorkerAgent::Register() {
   info->set_probed_host_copy_bytes_per_second(
       options_.probed_host_copy_bytes_per_second);
   info->set_probed_device_flops(options_.probed_device_flops);
+  info->set_machine_id(options_.machine_id);
+  info->set_cpu_cores(options_.cpu_cores);
   info->set_data_address(options_.data_address);
   v1::RegisterWorkerResponse response;
   grpc::Status status = stub_->RegisterWorker(&context, request, &response);

@@ -43,6 +43,10 @@ struct WorkerAgentOptions {
   // measured.
   double probed_host_copy_bytes_per_second = 0;
   double probed_device_flops = 0;
+  // WorkerInfo.machine_id and cpu_cores (machine_identity.h); ""/0 = not
+  // known.
+  std::string machine_id;
+  int cpu_cores = 0;
   // Heartbeat period; zero means what the controller's RegisterWorker
   // response says (1 s if it says nothing).
   absl::Duration heartbeat_interval = absl::ZeroDuration();

@@ -169,6 +169,7 @@ v1::Topology TopologyToProto(const Topology& topology) {
   proto.set_pipeline_chunk_bytes(topology.pipeline_chunk_bytes);
   proto.set_device_flops(topology.device_flops);
   proto.set_device_memory_bandwidth(topology.device_memory_bandwidth);
+  proto.set_cpu_cores_per_device(topology.cpu_cores_per_device);
   for (const CollectiveCalibration& c : topology.calibration) {
     *proto.add_calibration() = CalibrationToProto(c);
   }

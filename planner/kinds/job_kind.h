@@ -64,6 +64,8 @@ struct PlanAlternative {
   // The most bytes it keeps on one device, where the kind predicts it (a
   // pipeline schedule's activations); 0 = not predicted.
   int64_t peak_memory_bytes = 0;
+  // Why the kind would not choose it on its own ("" when it may).
+  std::string note;
 };
 
 struct PlannedJob {

@@ -55,6 +55,7 @@ v1::StrategyRow AlternativeToRow(const PlanAlternative& alternative) {
   row.set_bytes(alternative.bytes);
   row.set_chosen(alternative.chosen);
   row.set_peak_memory_bytes(alternative.peak_memory_bytes);
+  row.set_note(alternative.note);
   return row;
 }
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "planner/kinds/job_kind.h"
 #include "planner/sim/plan_simulator.h"
 #include "util/status_macros.h"
@@ -18,6 +19,16 @@ int ModeSteps(const v1::Plan& plan) {
     if (step.stage() >= kStageModeComm) ++steps;
   }
   return steps;
+}
+
+// Why overlap modes stay out of `auto` on this topology, or "" when they
+// need not: CPU devices with less than a core each (Topology::
+// cpu_cores_per_device).
+std::string CrowdedCoresNote(const Topology& topology) {
+  const double cores = topology.cpu_cores_per_device;
+  if (cores <= 0 || cores >= 1) return "";
+  return absl::StrFormat(
+      "not for auto: %.2f cores per CPU device, none spare to overlap", cores);
 }
 
 TpAlternative AlternativeOf(const TpPrediction& p) {
@@ -130,16 +141,23 @@ absl::StatusOr<TpSearch> SearchTpModes(const TpShape& shape, TpMode mode,
   }
   search.best.seconds = std::numeric_limits<double>::infinity();
   const int tp = static_cast<int>(devices.size());
+  const std::string crowded = CrowdedCoresNote(topology);
   for (TpMode m : {TpMode::kSequential, TpMode::kChunked, TpMode::kFused}) {
     const bool forced = m == mode;
     if (!forced && TpCandidateChunks(shape, tp, m).empty()) continue;
     ASSIGN_OR_RETURN(TpPrediction p,
                      BestOfMode(shape, m, forced ? chunks : 0, devices,
                                 topology, model, nullptr));
-    search.alternatives.push_back(AlternativeOf(p));
+    TpAlternative row = AlternativeOf(p);
+    // Overlap needs a core beside every device's GEMM; without one the
+    // prediction (each device a core of its own) is not to be trusted.
+    const bool eligible = m == TpMode::kSequential || crowded.empty();
+    if (!eligible) row.note = crowded;
+    search.alternatives.push_back(std::move(row));
     // A forced mode is the answer whatever the others predict.
-    const bool take =
-        mode == TpMode::kAuto ? p.seconds < search.best.seconds : forced;
+    const bool take = mode == TpMode::kAuto
+                          ? eligible && p.seconds < search.best.seconds
+                          : forced;
     if (take) search.best = std::move(p);
   }
   return search;

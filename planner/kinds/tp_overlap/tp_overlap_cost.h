@@ -49,6 +49,18 @@
 // candidates; chunks > 0 is taken as given. Ties go to the earlier
 // candidate (fewer chunks, sequential before chunked before fused).
 //
+// Crowded cores. Where CPU devices have less than a core each
+// (Topology::cpu_cores_per_device < 1: emulated hosts or several workers
+// on one machine), `auto` picks among sequential's candidates only; the
+// overlap modes are still predicted and listed, with a note saying why.
+// The simulator gives every device a compute resource of its own, and
+// an overlap mode needs cores beside the GEMMs for the communicator's
+// threads and the ring's additions. Where the GEMMs already share cores
+// they have none, and every hand-off of a ring step waits for the
+// scheduler: measured on 4 emulated hosts on 2 cores, chunked and fused
+// ran 3.2-3.8x over their predictions and took 1.4-1.9x sequential's
+// time (docs/benchmarks.md, tp_overlap bench). A forced mode still runs.
+//
 // Errors: INVALID_ARGUMENT from the lowering (chunks not allowed) or the
 // simulator (a topology that lacks the devices).
 //
@@ -96,6 +108,7 @@ struct TpAlternative {
   double seconds = 0;
   int steps = 0;
   int64_t bytes = 0;
+  std::string note;  // why `auto` may not pick it; "" when it may
 };
 
 struct TpSearch {

@@ -151,6 +151,49 @@ TEST(TpOverlapCostTest, AutoPicksTheMinimumAndNeverLosesToSequential) {
   }
 }
 
+// CPU devices with less than a core each: auto picks sequential even where
+// an overlap mode is predicted faster, and lists the others with a note; a
+// core or more each, or not known, and nothing changes. A forced mode
+// still runs.
+TEST(TpOverlapCostTest, CrowdedCoresKeepOverlapOutOfAuto) {
+  const TpCostModel model;
+  // GEMM and ring of similar time: fused is predicted well ahead.
+  const TpShape shape{2048, 256, 1024, DType::kFloat32, false};
+  Topology topology = Ring(1.0, 5e10);
+  absl::StatusOr<TpSearch> free =
+      SearchTpModes(shape, TpMode::kAuto, 0, kDevices, topology, model, false);
+  ASSERT_TRUE(free.ok()) << free.status();
+  ASSERT_NE(free->best.mode, TpMode::kSequential);
+  for (const TpAlternative& row : free->alternatives) {
+    EXPECT_EQ(row.note, "") << row.name;
+  }
+  for (double cores : {1.0, 2.0}) {
+    topology.cpu_cores_per_device = cores;
+    absl::StatusOr<TpSearch> roomy = SearchTpModes(
+        shape, TpMode::kAuto, 0, kDevices, topology, model, false);
+    ASSERT_TRUE(roomy.ok());
+    EXPECT_EQ(roomy->best.name, free->best.name) << cores;
+  }
+  topology.cpu_cores_per_device = 0.5;
+  absl::StatusOr<TpSearch> crowded =
+      SearchTpModes(shape, TpMode::kAuto, 0, kDevices, topology, model, false);
+  ASSERT_TRUE(crowded.ok());
+  EXPECT_EQ(crowded->best.mode, TpMode::kSequential);
+  ASSERT_EQ(crowded->alternatives.size(), 3u);
+  EXPECT_EQ(crowded->alternatives[0].note, "");
+  for (size_t i = 1; i < crowded->alternatives.size(); ++i) {
+    const TpAlternative& row = crowded->alternatives[i];
+    EXPECT_NE(row.note.find("0.50 cores per CPU device"), std::string::npos)
+        << row.name << ": " << row.note;
+    // Still predicted, as without the crowding.
+    EXPECT_DOUBLE_EQ(row.seconds, free->alternatives[i].seconds);
+  }
+  absl::StatusOr<TpSearch> forced =
+      SearchTpModes(shape, TpMode::kFused, 0, kDevices, topology, model, false);
+  ASSERT_TRUE(forced.ok());
+  EXPECT_EQ(forced->best.mode, TpMode::kFused);
+}
+
 // A forced mode with chunks = 0 takes the best of its own chunk counts and
 // lists each one tried.
 TEST(TpOverlapCostTest, ForcedModePicksItsBestChunkCount) {

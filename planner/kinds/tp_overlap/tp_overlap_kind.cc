@@ -167,7 +167,8 @@ absl::StatusOr<PlannedJob> TpOverlapKind::Plan(
   for (const TpAlternative& row : search.alternatives) {
     job.alternatives.push_back({row.name, row.seconds,
                                 job.plan.lower_bound_seconds(), row.steps,
-                                row.bytes, row.name == search.best.name});
+                                row.bytes, row.name == search.best.name,
+                                /*peak_memory_bytes=*/0, row.note});
   }
   return job;
 }
