@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
@@ -175,15 +176,17 @@ struct Reference::GemmVector {
 };
 
 // op(A) (m x k) and op(B) (k x n), row-major, as values and scales; the
-// largest `terms` of each; and, built on the first element asked for, the
-// whole output C (m x n) as sums and scales.
+// largest `terms` of each; and the output C (m x n) as sums and scales, in
+// blocks of rows, each built on the first element asked for in it: a
+// worker checks only its own rows, and of an output a collective summed
+// over ranks, its rows of every rank's GEMM.
 //
 // A few elements (a sampled check) need only a few rows of op(A) and columns
 // of op(B): the first kLazyGemmCalls elements asked for are computed from
 // those, each evaluated once on its first use; past that, or from the
 // start once a full check of a large buffer has begun (whole_gemms_), the
-// whole operands and output are built as above, which the BLAS does far
-// faster per element than dot products do.
+// whole operands and the output's blocks are built as above, which the
+// BLAS does far faster per element than dot products do.
 struct Reference::GemmCache {
   GemmCache(int64_t m, int64_t n)
       : row_once(new std::once_flag[m]),
@@ -198,8 +201,9 @@ struct Reference::GemmCache {
   bool materialized = false;
   Doubles a_value, a_scale, b_value, b_scale;
   int64_t a_terms = 0, b_terms = 0;
-  std::once_flag output_once;
-  bool output_ready = false;
+  std::once_flag output_once;  // allocates the output and its flags
+  bool output_ready = false;   // false: too large, dot products instead
+  std::unique_ptr<std::once_flag[]> output_block_once;
   Doubles c_sum, c_scale;
 };
 
@@ -1560,40 +1564,35 @@ Expected Reference::EvalGemm(const StepInfo& step, int64_t i,
     std::call_once(mutable_cache.output_once, [&] {
       if (m * n > kMaterializeLimit) return;
       EnsureBlasArch();
-      // The whole output at once, with the BLAS (float64 GEMMs of the
-      // values and of the scales), in blocks of rows on a few threads: a
-      // chain of GEMMs (a pipeline step's) is materialized one GEMM after
-      // another, each on all of them. The summation order differs from
-      // the dot product below by float64 roundings, far inside every
-      // tolerance.
       mutable_cache.c_sum = Doubles(m * n);
       mutable_cache.c_scale = Doubles(m * n);
-      const int64_t blocks = (m + kRowsPerBlock - 1) / kRowsPerBlock;
-      ParallelFor(static_cast<int>(blocks), MaterializeThreads(m * n * k),
-                  [&](int block) {
-                    const int64_t first = block * kRowsPerBlock;
-                    const int rows = static_cast<int>(
-                        std::min<int64_t>(m, first + kRowsPerBlock) - first);
-                    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
-                                rows, static_cast<int>(n), static_cast<int>(k),
-                                1.0, cache.a_value.data() + first * k,
-                                static_cast<int>(k), cache.b_value.data(),
-                                static_cast<int>(n), 0.0,
-                                mutable_cache.c_sum.data() + first * n,
-                                static_cast<int>(n));
-                    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
-                                rows, static_cast<int>(n), static_cast<int>(k),
-                                1.0, cache.a_scale.data() + first * k,
-                                static_cast<int>(k), cache.b_scale.data(),
-                                static_cast<int>(n), 0.0,
-                                mutable_cache.c_scale.data() + first * n,
-                                static_cast<int>(n));
-                    return absl::OkStatus();
-                  })
-          .IgnoreError();  // the task cannot fail
+      mutable_cache.output_block_once.reset(
+          new std::once_flag[(m + kRowsPerBlock - 1) / kRowsPerBlock]);
       mutable_cache.output_ready = true;
     });
     if (cache.output_ready) {
+      // The block of rows holding i, with the BLAS (float64 GEMMs of the
+      // values and of the scales) on first use. Verification checks
+      // slices on several threads, which build their blocks at once. The
+      // summation order differs from the dot product below by float64
+      // roundings, far inside every tolerance.
+      const int64_t block = i / kRowsPerBlock;
+      std::call_once(mutable_cache.output_block_once[block], [&] {
+        const int64_t first = block * kRowsPerBlock;
+        const int rows =
+            static_cast<int>(std::min(m, first + kRowsPerBlock) - first);
+        for (const auto& [left, right, out] :
+             {std::tuple(cache.a_value.data(), cache.b_value.data(),
+                         mutable_cache.c_sum.data()),
+              std::tuple(cache.a_scale.data(), cache.b_scale.data(),
+                         mutable_cache.c_scale.data())}) {
+          cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows,
+                      static_cast<int>(n), static_cast<int>(k), 1.0,
+                      left + first * k, static_cast<int>(k), right,
+                      static_cast<int>(n), 0.0, out + first * n,
+                      static_cast<int>(n));
+        }
+      });
       sum = cache.c_sum[i * n + j];
       scale = cache.c_scale[i * n + j];
     } else {
