@@ -283,10 +283,27 @@ def test_reshard_cases(cluster):
               result.get("elements_verified", 0) > 0,
               "verification: %s" % result)
         if timed:
-            ratio = result["seconds"] / result["predicted_seconds"]
+            measured = result["seconds"]
+            if timed == "copy":
+                # A few milliseconds of copies, which run at about 50 or
+                # about 150 Gbit/s from one run to the next on a shared VM:
+                # the median of three runs against the calibration's
+                # median of five, not one run against it.
+                runs = [measured]
+                for _ in range(2):
+                    again = cluster.meshctl_json(*args, "--wait", "--timeout",
+                                                 "60", timeout=90)
+                    check(again.get("state") == "SUCCEEDED",
+                          "job %s did not succeed: %s" % (" ".join(args),
+                                                          again))
+                    runs.append(again["result"]["seconds"])
+                measured = sorted(runs)[1]
+                log("  copy-bound runs: %s s" %
+                    ", ".join("%.4f" % r for r in runs))
+            ratio = measured / result["predicted_seconds"]
             log("  %s-bound: measured %.4f s, predicted %.4f s, lower bound "
                 "%.4f s (measured/predicted %.2f)" %
-                (timed, result["seconds"], result["predicted_seconds"],
+                (timed, measured, result["predicted_seconds"],
                  result["lower_bound_seconds"], ratio))
             low, high = bounds[timed]
             check(low <= ratio <= high,
