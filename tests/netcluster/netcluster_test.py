@@ -383,6 +383,29 @@ def wait_for(predicate, timeout, what, interval=0.2):
     raise TestFailure("timed out after %.0f s waiting for %s" % (timeout, what))
 
 
+# From host `src`'s namespace, a TCP connect to `addr` gets an answer: a
+# connection or a refusal (port 9 has no listener) proves the path and the
+# neighbour entry are back; "no route to host" or a timeout does not.
+REACH_PROBE = """
+import socket, sys
+s = socket.socket()
+s.settimeout(1)
+try:
+    s.connect((sys.argv[1], 9))
+except ConnectionRefusedError:
+    pass
+except OSError:
+    sys.exit(1)
+"""
+
+
+def reachable(cluster, src, addr):
+    ns = cluster.env["NETCLUSTER_HOST_NS"].split()[src]
+    return subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c",
+                           REACH_PROBE, addr], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, timeout=10).returncode == 0
+
+
 def test_link_fault(cluster):
     victim = 2  # a destination host
     pids = cluster.daemon_pids()
@@ -437,6 +460,17 @@ def test_link_fault(cluster):
              30, "h%d to re-register after the link came back" % victim)
     log("all workers ready %.1f s after the link came back" %
         (time.time() - restored))
+    # Registered through the controller's path is not yet the data plane:
+    # the victim's neighbour entries for its peers failed during the cut.
+    # Recovered means the victim reaches every other host again.
+    addrs = cluster.env["NETCLUSTER_HOST_ADDRS"].split()
+    for peer, addr in enumerate(addrs):
+        if peer != victim:
+            wait_for(lambda: reachable(cluster, victim, addr), 15,
+                     "h%d to reach h%d (%s) again" % (victim, peer, addr),
+                     interval=0.5)
+    log("h%d reaches every host %.1f s after the link came back" %
+        (victim, time.time() - restored))
     after = cluster.meshctl_json(*reshard_args("1024x1024x8", "int32",
                                                "1x2@0", "S1RR", "2x2@1", "RRR",
                                                "meshcast"),
